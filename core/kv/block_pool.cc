@@ -1,0 +1,1 @@
+#include "core/kv/block_pool.h"

@@ -1,0 +1,69 @@
+// A loaded model: config plus weights resident on a backend. Immutable once loaded and shared
+// (std::shared_ptr<const Model>) by every engine that runs it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/backend/backend.h"
+#include "core/model/config.h"
+#include "core/model/tensor_source.h"
+
+namespace pulse {
+
+struct LayerWeights {
+  DeviceBuffer attn_norm;  // fp32 [hidden]
+  Weight qkv;              // [q_dim + 2 * kv_dim][hidden]: q rows, then k rows, then v rows
+  DeviceBuffer qkv_bias;   // fp32 [q_dim + 2 * kv_dim], empty without attention_bias
+  Weight o;                // [hidden][q_dim]
+  DeviceBuffer mlp_norm;   // fp32 [hidden]
+  Weight gate_up;          // [2 * intermediate][hidden]: gate rows, then up rows
+  Weight down;             // [hidden][intermediate]
+};
+
+struct ModelWeights {
+  Weight embed;                 // [vocab][hidden]
+  std::optional<Weight> lm_head;  // [vocab][hidden]; empty when tied to embed
+  DeviceBuffer final_norm;      // fp32 [hidden]
+  DeviceBuffer rope_inv_freq;   // fp32 [head_dim / 2]
+  std::vector<LayerWeights> layers;
+
+  MatrixView output() const { return lm_head ? lm_head->view() : embed.view(); }
+};
+
+struct ModelLoadOptions {
+  WeightType weight_type = WeightType::kBF16;
+};
+
+class Model {
+ public:
+  // Uploads every tensor of `source` to `backend`, checking each shape against the config.
+  static absl::StatusOr<std::shared_ptr<const Model>> Load(std::shared_ptr<Backend> backend,
+                                                           const TensorSource& source,
+                                                           const ModelLoadOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  Backend& backend() const { return *backend_; }
+  const std::shared_ptr<Backend>& shared_backend() const { return backend_; }
+  WeightType weight_type() const { return weight_type_; }
+  std::string_view format() const { return format_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  Model() = default;
+
+  // Declared first so that it is destroyed last: the weights are its memory.
+  std::shared_ptr<Backend> backend_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  WeightType weight_type_ = WeightType::kF32;
+  std::string format_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace pulse

@@ -1,0 +1,1 @@
+#include "core/sample/sampling_params.h"
