@@ -26,10 +26,10 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Weight embed;                 // [vocab][hidden]
+  Weight embed;                   // [vocab][hidden]
   std::optional<Weight> lm_head;  // [vocab][hidden]; empty when tied to embed
-  DeviceBuffer final_norm;      // fp32 [hidden]
-  DeviceBuffer rope_inv_freq;   // fp32 [head_dim / 2]
+  DeviceBuffer final_norm;        // fp32 [hidden]
+  DeviceBuffer rope_inv_freq;     // fp32 [head_dim / 2]
   std::vector<LayerWeights> layers;
 
   MatrixView output() const { return lm_head ? lm_head->view() : embed.view(); }
@@ -41,7 +41,10 @@ struct ModelLoadOptions {
 
 class Model {
  public:
-  // Uploads every tensor of `source` to `backend`, checking each shape against the config.
+  // Validates the config and checks the source's tensors against it (InvalidArgument naming
+  // every missing tensor and shape mismatch), then reads them one at a time through one reusable
+  // host buffer (peak host memory: the largest fused tensor) and uploads the matrices as
+  // options.weight_type, q/k/v and gate/up fused; norms and RoPE frequencies stay fp32.
   static absl::StatusOr<std::shared_ptr<const Model>> Load(std::shared_ptr<Backend> backend,
                                                            const TensorSource& source,
                                                            const ModelLoadOptions& options);
@@ -52,6 +55,8 @@ class Model {
   const std::shared_ptr<Backend>& shared_backend() const { return backend_; }
   WeightType weight_type() const { return weight_type_; }
   std::string_view format() const { return format_; }
+  // The source's stored type holding the most weights ("Q4_1", "bf16", "random"...).
+  std::string_view stored_type() const { return stored_type_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
@@ -63,6 +68,7 @@ class Model {
   ModelWeights weights_;
   WeightType weight_type_ = WeightType::kF32;
   std::string format_;
+  std::string stored_type_;
   std::map<std::string, std::string> metadata_;
 };
 

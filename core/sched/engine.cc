@@ -1,1 +1,384 @@
 #include "core/sched/engine.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "core/kv/block_table.h"
+#include "core/kv/kv_cache.h"
+#include "core/model/forward.h"
+#include "core/model/step_batch.h"
+#include "core/sched/request.h"
+#include "core/sched/scheduler.h"
+
+namespace pulse {
+namespace {
+
+constexpr int32_t kMaxBatch = 4096;
+constexpr int32_t kMaxStepTokens = 1 << 16;
+constexpr int32_t kMaxBlockTokens = 4096;
+// The default KV cache: 8 full contexts, but never more than this.
+constexpr int64_t kDefaultKvContexts = 8;
+constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;
+
+// A token event to deliver once the engine lock is released.
+struct Delivery {
+  std::shared_ptr<const TokenSink> sink;
+  TokenEvent event;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(std::shared_ptr<const Model> model, const EngineOptions& options, ModelRunner runner)
+      : model_(std::move(model)),
+        options_(options),
+        runner_(std::move(runner)),
+        scheduler_({options.max_batch, options.prefill_chunk, options.max_step_tokens,
+                    options.block_tokens},
+                   runner_.cache().num_blocks()) {}
+
+  absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt, const SamplingParams& params,
+                                   TokenSink sink) override;
+  absl::Status Cancel(RequestId id) override;
+  absl::StatusOr<StepReport> Step() override;
+  absl::StatusOr<RequestSnapshot> Snapshot(RequestId id) const override;
+  absl::Status Release(RequestId id) override;
+  int32_t pending() const override;
+  EngineStats stats() const override;
+
+  const Model& model() const override { return *model_; }
+  const EngineOptions& options() const override { return options_; }
+
+ private:
+  absl::Status CheckPrompt(const std::vector<int32_t>& prompt) const;
+  // Marks the request finished; its KV blocks go back now unless a step in flight uses them.
+  void Finish(Request& request, FinishReason reason, Clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Fail(Request& request, absl::Status error, Clock::time_point now,
+            std::vector<Delivery>& deliveries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admits, forms the batch into batch_ and marks its requests in_step.
+  std::vector<ScheduledSequence> Schedule(Clock::time_point now, std::vector<Delivery>& deliveries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, step_mu_);
+  // Applies a finished forward pass: samples, appends, finishes; fills the report.
+  void Complete(const std::vector<ScheduledSequence>& work, const absl::Status& forward,
+                std::span<const float> logits, Clock::time_point now, StepReport& report,
+                std::vector<Delivery>& deliveries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Deliver(const std::vector<Delivery>& deliveries) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::shared_ptr<const Model> model_;
+  const EngineOptions options_;  // with every 0 resolved
+
+  absl::Mutex step_mu_;  // one Step at a time; held through the forward pass and the sinks
+  ModelRunner runner_ ABSL_GUARDED_BY(step_mu_);
+  StepBatch batch_ ABSL_GUARDED_BY(step_mu_);
+  std::vector<float> logits_ ABSL_GUARDED_BY(step_mu_);  // [logit rows][vocab], grown as needed
+
+  mutable absl::Mutex mu_;  // the requests; never held during the forward pass or a sink
+  Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<RequestId, std::shared_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
+  RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  EngineStats totals_ ABSL_GUARDED_BY(mu_);  // the totals; the state fields are filled by stats()
+};
+
+absl::Status EngineImpl::CheckPrompt(const std::vector<int32_t>& prompt) const {
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  if (prompt.size() >= static_cast<size_t>(options_.max_context)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the prompt has %u tokens: it must be shorter than max_context (%d)",
+                        prompt.size(), options_.max_context));
+  }
+  const int32_t vocab = model_->config().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "prompt token %d at position %u is outside the vocabulary [0, %d)", prompt[i], i, vocab));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RequestId> EngineImpl::Submit(std::vector<int32_t> prompt,
+                                             const SamplingParams& params, TokenSink sink) {
+  PULSE_RETURN_IF_ERROR(CheckPrompt(prompt));
+  PULSE_RETURN_IF_ERROR(params.Validate(model_->config().vocab_size));
+  absl::MutexLock lock(&mu_);
+  auto request = std::make_shared<Request>(next_id_, std::move(prompt), params, std::move(sink),
+                                           options_.max_context, Clock::now());
+  if (!scheduler_.CanEverFit(*request)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the request needs KV for %d tokens (%d blocks), more than the whole cache holds (%d "
+        "blocks of %d tokens)",
+        request->max_kv_tokens(), scheduler_.BlocksNeeded(*request), scheduler_.pool().capacity(),
+        options_.block_tokens));
+  }
+  const RequestId id = next_id_++;
+  requests_.emplace(id, request);
+  scheduler_.Enqueue(std::move(request));
+  return id;
+}
+
+absl::Status EngineImpl::Cancel(RequestId id) {
+  absl::MutexLock lock(&mu_);
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return absl::NotFoundError(absl::StrFormat("no request %d", id));
+  Request& request = *it->second;
+  if (request.state != RequestState::kFinished) {
+    Finish(request, FinishReason::kCancelled, Clock::now());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RequestSnapshot> EngineImpl::Snapshot(RequestId id) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return absl::NotFoundError(absl::StrFormat("no request %d", id));
+  return it->second->Snapshot(Clock::now());
+}
+
+absl::Status EngineImpl::Release(RequestId id) {
+  absl::MutexLock lock(&mu_);
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return absl::NotFoundError(absl::StrFormat("no request %d", id));
+  if (it->second->state != RequestState::kFinished) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("request %d is still %s", id,
+                        it->second->state == RequestState::kQueued ? "queued" : "running"));
+  }
+  requests_.erase(it);
+  return absl::OkStatus();
+}
+
+int32_t EngineImpl::pending() const {
+  absl::MutexLock lock(&mu_);
+  return scheduler_.queued() + scheduler_.running();
+}
+
+EngineStats EngineImpl::stats() const {
+  absl::MutexLock lock(&mu_);
+  EngineStats stats = totals_;
+  stats.queued = scheduler_.queued();
+  stats.running = scheduler_.running();
+  stats.kv_blocks = scheduler_.pool().capacity();
+  stats.kv_blocks_in_use = scheduler_.pool().capacity() - scheduler_.pool().available();
+  return stats;
+}
+
+void EngineImpl::Finish(Request& request, FinishReason reason, Clock::time_point now) {
+  ++totals_.finished_requests;
+  request.state = RequestState::kFinished;
+  request.reason = reason;
+  request.finished = now;
+  if (!request.in_step) scheduler_.Remove(request);
+}
+
+void EngineImpl::Fail(Request& request, absl::Status error, Clock::time_point now,
+                      std::vector<Delivery>& deliveries) {
+  request.error = std::move(error);
+  Finish(request, FinishReason::kError, now);
+  if (request.sink != nullptr) {
+    deliveries.push_back({request.sink,
+                          {.id = request.id,
+                           .token = -1,
+                           .index = request.generated(),
+                           .finished = true,
+                           .reason = FinishReason::kError,
+                           .logits = {}}});
+  }
+}
+
+std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
+                                                    std::vector<Delivery>& deliveries) {
+  for (const std::shared_ptr<Request>& request : scheduler_.Admit()) {
+    request->state = RequestState::kRunning;
+    request->scheduled = now;
+  }
+  std::vector<ScheduledSequence> work = scheduler_.FormBatch();
+  batch_.Clear();
+  std::vector<ScheduledSequence> scheduled;
+  scheduled.reserve(work.size());
+  for (ScheduledSequence& sequence : work) {
+    Request& request = *sequence.request;
+    const absl::Status grown = request.blocks->Grow(sequence.begin + sequence.count);
+    if (!grown.ok()) {
+      // The reservation covers the worst case, so this is a bug; it fails only this request.
+      Fail(request, grown, now, deliveries);
+      continue;
+    }
+    batch_.AddSequence(
+        std::span<const int32_t>(request.tokens)
+            .subspan(static_cast<size_t>(sequence.begin), static_cast<size_t>(sequence.count)),
+        sequence.begin, request.blocks->blocks(), sequence.sample);
+    request.in_step = true;
+    scheduled.push_back(std::move(sequence));
+  }
+  return scheduled;
+}
+
+void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const absl::Status& forward,
+                          std::span<const float> logits, Clock::time_point now, StepReport& report,
+                          std::vector<Delivery>& deliveries) {
+  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  const std::vector<int32_t>& eos_ids = model_->config().eos_token_ids;
+  size_t row = 0;
+  for (const ScheduledSequence& sequence : work) {
+    Request& request = *sequence.request;
+    request.in_step = false;
+    if (forward.ok()) {
+      (sequence.decode ? report.decode_tokens : report.prefill_tokens) += sequence.count;
+    }
+    const std::span<const float> row_logits =
+        sequence.sample ? logits.subspan(vocab * row++, vocab) : std::span<const float>();
+    if (request.state == RequestState::kFinished) {
+      // Cancelled while the step was in flight: its blocks go back now, and nothing is sampled.
+      scheduler_.Remove(request);
+      continue;
+    }
+    if (!forward.ok()) {
+      Fail(request, forward, now, deliveries);
+      continue;
+    }
+    request.computed += sequence.count;
+    if (!sequence.sample) continue;
+    const absl::StatusOr<int32_t> token = request.sampler.Sample(row_logits, request.tokens);
+    if (!token.ok()) {
+      Fail(request, token.status(), now, deliveries);
+      continue;
+    }
+    request.tokens.push_back(*token);
+    ++totals_.generated_tokens;
+    if (!request.first_token) request.first_token = now;
+    request.last_token = now;
+    const FinishReason reason = request.FinishAfterToken(eos_ids);
+    if (reason != FinishReason::kNone) Finish(request, reason, now);
+    if (request.sink != nullptr) {
+      deliveries.push_back({request.sink,
+                            {.id = request.id,
+                             .token = *token,
+                             .index = request.generated() - 1,
+                             .finished = reason != FinishReason::kNone,
+                             .reason = reason,
+                             .logits = row_logits}});
+    }
+  }
+  report.scheduled = static_cast<int32_t>(work.size());
+  if (!work.empty()) ++totals_.steps;
+  totals_.prefill_tokens += report.prefill_tokens;
+  totals_.decode_tokens += report.decode_tokens;
+  report.pending = scheduler_.queued() + scheduler_.running();
+}
+
+void EngineImpl::Deliver(const std::vector<Delivery>& deliveries) {
+  for (const Delivery& delivery : deliveries) {
+    const TokenEvent& event = delivery.event;
+    if (!event.finished) {
+      // An unfinished request cannot have been released, only cancelled.
+      absl::MutexLock lock(&mu_);
+      const auto it = requests_.find(event.id);
+      if (it == requests_.end() || it->second->reason == FinishReason::kCancelled) continue;
+    }
+    if (!(*delivery.sink)(event)) Cancel(event.id).IgnoreError();  // released meanwhile: moot
+  }
+}
+
+absl::StatusOr<StepReport> EngineImpl::Step() {
+  absl::MutexLock step_lock(&step_mu_);
+  std::vector<Delivery> deliveries;
+  std::vector<ScheduledSequence> work;
+  {
+    absl::MutexLock lock(&mu_);
+    work = Schedule(Clock::now(), deliveries);
+  }
+  StepReport report;
+  absl::Status forward;
+  std::span<float> logits;
+  if (!work.empty()) {
+    const size_t values = static_cast<size_t>(batch_.num_logit_rows()) *
+                          static_cast<size_t>(model_->config().vocab_size);
+    if (logits_.size() < values) logits_.resize(values);
+    logits = std::span<float>(logits_).first(values);
+    forward = runner_.Forward(batch_, logits);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    Complete(work, forward, logits, Clock::now(), report, deliveries);
+  }
+  Deliver(deliveries);
+  return report;
+}
+
+}  // namespace
+
+absl::Status EngineOptions::Validate() const {
+  if (max_batch < 1 || max_batch > kMaxBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_batch = %d is outside [1, %d]", max_batch, kMaxBatch));
+  }
+  if (prefill_chunk < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prefill_chunk = %d must be >= 1", prefill_chunk));
+  }
+  if (max_step_tokens < max_batch || max_step_tokens > kMaxStepTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_step_tokens = %d is outside [max_batch = %d, %d]", max_step_tokens,
+                        max_batch, kMaxStepTokens));
+  }
+  if (block_tokens < 1 || block_tokens > kMaxBlockTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block_tokens = %d is outside [1, %d]", block_tokens, kMaxBlockTokens));
+  }
+  if (kv_capacity_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv_capacity_tokens = %d must be >= 0", kv_capacity_tokens));
+  }
+  if (max_context < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_context = %d must be >= 0", max_context));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model,
+                                                       const EngineOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("Engine::Create: no model");
+  PULSE_RETURN_IF_ERROR(options.Validate());
+  const ModelConfig& config = model->config();
+  EngineOptions resolved = options;
+  if (resolved.max_context == 0) resolved.max_context = config.max_position;
+  if (resolved.max_context < 2 || resolved.max_context > config.max_position) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_context = %d is outside [2, the model's context %d]",
+                        resolved.max_context, config.max_position));
+  }
+  const PagedKvLayout layout{.block_tokens = resolved.block_tokens,
+                             .num_kv_heads = config.num_kv_heads,
+                             .head_dim = config.head_dim};
+  if (resolved.kv_capacity_tokens == 0) {
+    const int64_t token_bytes =
+        2 * int64_t{config.num_layers} * config.num_kv_heads * config.head_dim * sizeof(float);
+    resolved.kv_capacity_tokens = std::max<int64_t>(
+        resolved.block_tokens,
+        std::min(kDefaultKvContexts * resolved.max_context, kDefaultKvBytes / token_bytes));
+  }
+  const int64_t num_blocks = resolved.kv_capacity_tokens / resolved.block_tokens +
+                             (resolved.kv_capacity_tokens % resolved.block_tokens != 0);
+  if (num_blocks > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv_capacity_tokens = %d is too many blocks of %d tokens",
+                        resolved.kv_capacity_tokens, resolved.block_tokens));
+  }
+  PULSE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model->backend(), layout, config.num_layers,
+                                                        static_cast<int32_t>(num_blocks)));
+  const ModelRunnerOptions runner_options{
+      .max_step_tokens = resolved.max_step_tokens,
+      .max_seqs = resolved.max_batch,
+      .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens)};
+  PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
+                         ModelRunner::Create(model, std::move(cache), runner_options));
+  return std::make_unique<EngineImpl>(std::move(model), resolved, std::move(runner));
+}
+
+}  // namespace pulse

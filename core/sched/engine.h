@@ -1,11 +1,24 @@
 // The engine: a queue of requests over one model, run by continuous batching with chunked
 // prefill. Internally synchronized: Submit, Cancel and the accessors may be called from any
-// thread; Step is called by one thread at a time (a second concurrent Step waits).
+// thread (also while a step runs); Step is called by one thread at a time (a second concurrent
+// Step waits).
+//
+// Admission: a request is admitted (queued -> running) only when the KV blocks for its whole
+// worst case, min(prompt + max_tokens, max_context) - 1 tokens (the last token's KV is never
+// computed), can be reserved; so a running request never runs out of KV and never takes another
+// request's memory. Queued requests are admitted first in, first out: while the head of the queue
+// does not fit, the requests behind it wait too. A request that could not fit even in an empty
+// cache is rejected at Submit.
+//
+// Each step, every decoding request contributes one token, and prefilling requests contribute
+// chunks of up to prefill_chunk prompt tokens, first admitted first, within max_step_tokens; a
+// long prompt spans several steps while the others keep decoding.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/base/status.h"
@@ -17,12 +30,12 @@ namespace pulse {
 using RequestId = uint64_t;
 
 struct EngineOptions {
-  int32_t max_batch = 16;            // sequences in one step
-  int32_t prefill_chunk = 256;       // prompt tokens of one request in one step
-  int32_t max_step_tokens = 512;     // tokens (prefill + decode) in one step
-  int32_t block_tokens = 32;         // tokens of one KV block
-  int64_t kv_capacity_tokens = 0;    // KV cache size in tokens; 0: 8 full contexts, capped
-  int32_t max_context = 0;           // prompt + generated tokens; 0: the model's context
+  int32_t max_batch = 16;          // sequences in one step, 1 to 4096
+  int32_t prefill_chunk = 256;     // prompt tokens of one request in one step, >= 1
+  int32_t max_step_tokens = 512;   // tokens (prefill + decode) in one step, max_batch to 65536
+  int32_t block_tokens = 32;       // tokens of one KV block, 1 to 4096
+  int64_t kv_capacity_tokens = 0;  // KV cache size in tokens; 0: 8 full contexts, capped at 1 GiB
+  int32_t max_context = 0;         // prompt + generated tokens, at most the model's; 0: the model's
 
   absl::Status Validate() const;
 };
@@ -30,33 +43,46 @@ struct EngineOptions {
 enum class RequestState : uint8_t { kQueued, kRunning, kFinished };
 
 enum class FinishReason : uint8_t {
-  kNone,        // still running
-  kMaxTokens,   // generated max_tokens
-  kStopToken,   // sampled a stop token (it is part of the output)
-  kContext,     // reached max_context
-  kCancelled,   // Cancel() or a sink that returned false
-  kCapacity,    // can never fit the KV cache
-  kError,       // see RequestSnapshot::error
+  kNone,       // still running
+  kMaxTokens,  // generated max_tokens
+  kStopToken,  // sampled a stop token (it is part of the output)
+  kContext,    // reached max_context
+  kCancelled,  // Cancel() or a sink that returned false
+  kCapacity,   // can never fit the KV cache (this engine rejects those at Submit instead)
+  kError,      // see RequestSnapshot::error
 };
 
 struct RequestStats {
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;
-  double queue_ms = 0;  // submit to first scheduled step
-  double ttft_ms = 0;   // submit to first generated token
-  double tpot_ms = 0;   // mean time between generated tokens after the first
+  double queue_ms = 0;  // submit to first scheduled step (0 while queued)
+  double ttft_ms = 0;   // submit to first generated token (0 before it)
+  double tpot_ms = 0;   // mean time between generated tokens after the first (0 below two)
   double total_ms = 0;  // submit to finish (or to now)
 };
 
 struct TokenEvent {
   RequestId id = 0;
-  int32_t token = 0;
-  int32_t index = 0;  // 0 for the first generated token
+  int32_t token = -1;  // -1 on an error event (no token)
+  int32_t index = 0;   // 0 for the first generated token
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
+  // The raw logits [vocab] the token was drawn from (before the penalty and filters): for the
+  // first token, those of the last prompt position. Valid only during the sink call; empty on
+  // an error event.
+  std::span<const float> logits = {};
 };
 
-// Called on the thread that runs Step(), with no engine lock held (it may call the engine).
+// The events a request's sink sees, in order, all on the thread that runs Step(), after the step's
+// forward pass, with no engine lock held (the sink may call Submit, Cancel, Snapshot and Release,
+// but not Step):
+//  - one event per generated token, index 0, 1, 2...; the last one has finished = true and its
+//    reason (kMaxTokens, kStopToken or kContext);
+//  - when the request fails (kError), one last event with token -1, finished = true, reason
+//    kError (the status is in RequestSnapshot::error); its earlier tokens stay valid;
+//  - after the request is cancelled (Cancel, or this sink returning false), no event at all,
+//    also none for a token of the same step not yet delivered. Only a Cancel racing from
+//    another thread with the delivery of an event can still see that one event arrive.
 // Returning false cancels the request.
 using TokenSink = std::function<bool(const TokenEvent&)>;
 
@@ -68,32 +94,53 @@ struct RequestSnapshot {
   RequestStats stats;
 };
 
+// Totals since the engine was created, and its state now.
+struct EngineStats {
+  int64_t steps = 0;             // steps that ran a forward pass
+  int64_t prefill_tokens = 0;    // prompt tokens computed
+  int64_t decode_tokens = 0;     // generated tokens fed back
+  int64_t generated_tokens = 0;  // tokens sampled
+  int64_t finished_requests = 0;
+  int32_t queued = 0;
+  int32_t running = 0;
+  int32_t kv_blocks = 0;         // blocks of the KV cache
+  int32_t kv_blocks_in_use = 0;  // allocated or reserved by running requests
+};
+
 struct StepReport {
-  int32_t scheduled = 0;      // sequences in this step
+  int32_t scheduled = 0;  // sequences in this step
   int32_t prefill_tokens = 0;
   int32_t decode_tokens = 0;
-  int32_t pending = 0;        // requests still queued or running after the step
+  int32_t pending = 0;  // requests still queued or running after the step
 };
 
 class Engine {
  public:
+  // Allocates the KV cache (ResourceExhausted when it does not fit the backend) and the step's
+  // scratch memory. InvalidArgument for bad options.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const Model> model,
                                                         const EngineOptions& options);
   virtual ~Engine() = default;
 
-  // Queues a request. InvalidArgument for bad parameters or tokens; ResourceExhausted when the
-  // prompt plus max_tokens can never fit the KV cache. The sink may be empty.
+  // Queues a request. InvalidArgument for an empty prompt, a token outside the vocabulary, a
+  // prompt of max_context tokens or more, or bad parameters; ResourceExhausted when its worst
+  // case (see above) can never fit the KV cache. The sink may be empty.
   virtual absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt,
                                            const SamplingParams& params, TokenSink sink) = 0;
-  // Marks the request cancelled; it leaves the batch before the next step. NotFound for an
-  // unknown id; OK (no effect) for one already finished.
+  // Cancels the request: it finishes with kCancelled, keeps the tokens generated so far, and its
+  // KV blocks are freed now (or, while a step that runs it is in flight, at that step's end).
+  // NotFound for an unknown id; OK (no effect) for one already finished.
   virtual absl::Status Cancel(RequestId id) = 0;
-  // Runs one step: admits queued requests whose KV fits, then one forward pass over the batch.
+  // Runs one step: finishes cancelled requests, admits queued requests whose KV fits, runs one
+  // forward pass over the batch, samples, then calls the sinks. A failing forward pass fails the
+  // requests of that batch (kError with its status) and the step still returns OK; an error
+  // status means the engine itself could not step. With nothing pending it does nothing.
   virtual absl::StatusOr<StepReport> Step() = 0;
   virtual absl::StatusOr<RequestSnapshot> Snapshot(RequestId id) const = 0;
   // Forgets a finished request. FailedPrecondition while it is queued or running.
   virtual absl::Status Release(RequestId id) = 0;
   virtual int32_t pending() const = 0;
+  virtual EngineStats stats() const = 0;
 
   virtual const Model& model() const = 0;
   virtual const EngineOptions& options() const = 0;

@@ -1,0 +1,346 @@
+/*
+ * libpulseinfer: the C ABI (version 0).
+ *
+ * One header, plain exported functions with the prefix pulse_, C99 and C++ clean. No C++
+ * exception crosses this boundary; every function validates its arguments.
+ *
+ * Conventions that hold for every function below:
+ *
+ * - Status. Functions return a pulse_status: PULSE_OK (0); a positive code for a recoverable
+ *   condition that is not an error (the request was cancelled, is not finished yet...); a
+ *   negative code for an error. After any non-OK status, pulse_last_error() describes it.
+ *
+ * - Handles. pulse_model is an immutable, reference-counted model (pulse_model_retain /
+ *   pulse_model_free). pulse_engine is internally synchronized. Requests are named by a
+ *   uint64_t id, never 0, unique within their engine. Every *_free accepts NULL.
+ *
+ * - Versioned structs. Every struct starts with `uint32_t struct_size`. Parameter structs are
+ *   filled with defaults by their *_init(struct, sizeof(struct)) function, which records the
+ *   size; the library then reads at most struct_size bytes, so a caller built against an older
+ *   (shorter) version of a struct keeps working, and fields it does not know take their
+ *   defaults. Output structs are written the same way: the caller sets struct_size (normally
+ *   sizeof) and the library writes at most that many bytes. A struct_size smaller than the
+ *   version-0 layout is PULSE_INVALID_ARGUMENT; a larger one is accepted and the unknown tail is
+ *   ignored (init zeroes it). Structs only ever grow at the end.
+ *
+ * - Out-parameters. On error, an out-pointer that was given is set to NULL / 0 unless its
+ *   function says otherwise, and no object is created or changed.
+ *
+ * - Threads. Functions may be called from any thread unless their comment says otherwise.
+ *   Token callbacks run on the thread that calls pulse_engine_step (or pulse_engine_run), with
+ *   no library lock held.
+ */
+#ifndef PULSEINFER_PULSEINFER_H_
+#define PULSEINFER_PULSEINFER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PULSE_API __attribute__((visibility("default")))
+#else
+#define PULSE_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ABI version this header describes; pulse_abi_version() is the library's. They must be
+ * equal (the shared library's SONAME carries it: libpulseinfer.so.0). */
+#define PULSE_ABI_VERSION 0
+
+/* ---- status ------------------------------------------------------------------------------ */
+
+typedef int32_t pulse_status;
+
+enum pulse_status_code {
+  PULSE_OK = 0,
+  /* Recoverable (> 0). */
+  PULSE_NO_CAPACITY = 1, /* the engine cannot take this work now; step, then retry */
+  PULSE_CANCELLED = 2,   /* the request was cancelled; its tokens so far are still readable */
+  PULSE_AGAIN = 3,       /* the request is not finished yet; step, then ask again */
+  /* Errors (< 0). */
+  PULSE_INVALID_ARGUMENT = -1,    /* a NULL, out-of-range or inconsistent argument */
+  PULSE_NOT_FOUND = -2,           /* no such file, request id, or tensor */
+  PULSE_IO = -3,                  /* a file exists but cannot be read */
+  PULSE_INVALID_MODEL = -4,       /* the file is not a model this library can read, or corrupt */
+  PULSE_UNSUPPORTED = -5,         /* valid, but not supported by this build or backend */
+  PULSE_OUT_OF_MEMORY = -6,       /* memory or KV capacity that can never be enough */
+  PULSE_FAILED_PRECONDITION = -7, /* the object is in the wrong state for the call */
+  PULSE_INTERNAL = -8             /* a bug in the library; the message says where */
+};
+
+/* A static, human-readable name of a status code ("invalid argument"); never NULL. */
+PULSE_API const char* pulse_status_string(pulse_status status);
+
+/* The message of the most recent non-OK status returned to the calling thread (thread-local;
+ * other threads have their own). Empty when there was none. Never NULL. Valid until the next
+ * call into the library on this thread; copy it to keep it. */
+PULSE_API const char* pulse_last_error(void);
+
+/* ---- library --------------------------------------------------------------------------- */
+
+/* The library version, "MAJOR.MINOR.PATCH"; static, never NULL. */
+PULSE_API const char* pulse_version(void);
+/* The library's ABI version; compare with PULSE_ABI_VERSION. */
+PULSE_API int32_t pulse_abi_version(void);
+
+#define PULSE_FEATURE_CPU ((uint64_t)1 << 0)           /* the CPU backend is built */
+#define PULSE_FEATURE_CUDA_COMPILED ((uint64_t)1 << 1) /* the CUDA backend is built */
+#define PULSE_FEATURE_CUDA_DEVICE ((uint64_t)1 << 2)   /* and a CUDA device is present */
+
+/* A bit set of PULSE_FEATURE_*. Unknown bits may appear in later versions; ignore them. */
+PULSE_API uint64_t pulse_features(void);
+
+/* ---- model ------------------------------------------------------------------------------ */
+
+typedef struct pulse_model pulse_model;
+
+typedef struct pulse_model_params {
+  uint32_t struct_size;
+  /* CPU threads for the model's backend, including the calling thread; 0 (default): one per
+   * hardware core. */
+  int32_t threads;
+  /* "auto" (default; CUDA when built and a device is present, else CPU), "cpu", "cuda".
+   * NULL means "auto". */
+  const char* backend;
+  /* How weights are stored on the backend: "auto" (default: f32 on the CPU, bf16 on CUDA),
+   * "f32", "bf16". NULL means "auto". */
+  const char* weight_type;
+  /* Seed of the random weights (used only when random_weights is nonzero). Default 0. */
+  uint64_t random_seed;
+  /* Cap on the backend memory (weights plus KV cache) in bytes; 0 (default): no cap. */
+  uint64_t memory_limit_bytes;
+  /* Nonzero: the load path names a Hugging Face config.json (or its directory), and the
+   * weights are seeded random values at that config's real shapes. Default 0. */
+  int32_t random_weights;
+} pulse_model_params;
+
+/* Fills `params` with the defaults and sets params->struct_size = struct_size (pass
+ * sizeof(*params)). PULSE_INVALID_ARGUMENT when params is NULL or struct_size is smaller than
+ * the version-0 struct; then nothing is written. */
+PULSE_API pulse_status pulse_model_params_init(pulse_model_params* params, size_t struct_size);
+
+/* Loads a model: a GGUF file, a Hugging Face directory (config.json plus model.safetensors or
+ * a sharded index), or random weights (params->random_weights). The format is detected from the
+ * content. `params` may be NULL for the defaults; the library does not keep it (the strings
+ * may be freed when the call returns). On success *out_model is a new handle holding one
+ * reference; release it with pulse_model_free. Errors: PULSE_NOT_FOUND (no such file),
+ * PULSE_IO, PULSE_INVALID_MODEL (not a model, corrupt, inconsistent shapes), PULSE_UNSUPPORTED
+ * (an architecture, tensor type or backend this build lacks), PULSE_OUT_OF_MEMORY,
+ * PULSE_INVALID_ARGUMENT; *out_model is then NULL. Loading may take seconds; it runs on the
+ * calling thread. */
+PULSE_API pulse_status pulse_model_load(const char* path, const pulse_model_params* params,
+                                        pulse_model** out_model);
+
+/* Adds a reference to `model` and returns it (NULL for NULL). Thread-safe. */
+PULSE_API pulse_model* pulse_model_retain(pulse_model* model);
+
+/* Drops one reference; the model is destroyed with its last reference. NULL is a no-op.
+ * Engines hold their own reference, so a model may be freed while engines still run it.
+ * Thread-safe; the handle must not be used by the caller after its last reference is gone. */
+PULSE_API void pulse_model_free(pulse_model* model);
+
+typedef struct pulse_model_info {
+  uint32_t struct_size;
+  int32_t num_layers;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t hidden_size;
+  int32_t intermediate_size;
+  int32_t vocab_size;
+  int32_t context_length;      /* the context the model was trained for */
+  int32_t tie_word_embeddings; /* 1 when the output projection is the embedding table */
+  int64_t parameter_count;     /* tied embeddings counted once */
+  /* NUL-terminated strings owned by the model, valid while any reference to it lives. */
+  const char* architecture; /* "llama", "mistral", "qwen2" */
+  const char* format;       /* "gguf", "safetensors", "random" */
+  const char* stored_type;  /* the file's type holding most weights: "Q4_1", "bf16"... */
+  const char* weight_type;  /* as stored on the backend: "f32", "bf16" */
+  const char* backend;      /* "cpu", "cuda" */
+} pulse_model_info;
+
+/* Describes `model`. The caller sets info->struct_size; the library writes at most that many
+ * bytes (it keeps struct_size). Thread-safe. */
+PULSE_API pulse_status pulse_model_info_get(const pulse_model* model, pulse_model_info* info);
+
+/* ---- engine ----------------------------------------------------------------------------- */
+
+typedef struct pulse_engine pulse_engine;
+
+typedef struct pulse_engine_params {
+  uint32_t struct_size;
+  int32_t max_batch;          /* sequences in one step; default 16 */
+  int32_t prefill_chunk;      /* prompt tokens of one request in one step; default 256 */
+  int32_t max_step_tokens;    /* tokens (prefill plus decode) in one step; default 512 */
+  int32_t block_tokens;       /* tokens of one KV block; default 32 */
+  int32_t max_context;        /* prompt plus generated tokens; 0 (default): the model's context */
+  int64_t kv_capacity_tokens; /* KV cache size in tokens; 0 (default): 8 full contexts, capped */
+} pulse_engine_params;
+
+/* Fills `params` with the defaults; see pulse_model_params_init for the rules. */
+PULSE_API pulse_status pulse_engine_params_init(pulse_engine_params* params, size_t struct_size);
+
+/* Creates an engine over `model`, which gains a reference held until pulse_engine_free (the
+ * caller keeps its own). `params` may be NULL for the defaults. The KV cache is allocated now:
+ * PULSE_OUT_OF_MEMORY when it does not fit. On error *out_engine is NULL. */
+PULSE_API pulse_status pulse_engine_create(pulse_model* model, const pulse_engine_params* params,
+                                           pulse_engine** out_engine);
+
+/* Destroys the engine, its requests and their results, and drops its model reference. NULL is
+ * a no-op. Must not run concurrently with any other call on this engine, nor from a token
+ * callback. */
+PULSE_API void pulse_engine_free(pulse_engine* engine);
+
+typedef struct pulse_step_report {
+  uint32_t struct_size;
+  int32_t scheduled;      /* sequences in this step */
+  int32_t prefill_tokens; /* prompt tokens processed in this step */
+  int32_t decode_tokens;  /* tokens generated in this step */
+  int32_t pending;        /* requests still queued or running after the step */
+} pulse_step_report;
+
+/* Runs one step on the calling thread: admits queued requests whose KV fits, then one forward
+ * pass over the batch, then delivers the new tokens to the callbacks (on this thread, no lock
+ * held). A concurrent second call waits for the first. `report` may be NULL; when given, the
+ * caller sets report->struct_size and the step's figures are written. Must not be called from
+ * a token callback. A step with nothing pending does nothing and reports pending = 0. */
+PULSE_API pulse_status pulse_engine_step(pulse_engine* engine, pulse_step_report* report);
+
+/* Steps until no request is queued or running. Same rules as pulse_engine_step; stops at the
+ * first failing step and returns its status. */
+PULSE_API pulse_status pulse_engine_run(pulse_engine* engine);
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+typedef struct pulse_sampling_params {
+  uint32_t struct_size;
+  /* 0 is greedy (argmax, lowest id on ties); otherwise repetition penalty, temperature, top-k,
+   * top-p and min-p filter in that order and a token is drawn with a generator seeded by
+   * `seed` (same seed, same tokens). */
+  float temperature;        /* >= 0; default 1 */
+  float top_p;              /* in (0, 1]; 1 (default) is off */
+  float min_p;              /* in [0, 1]; 0 (default) is off */
+  float repetition_penalty; /* > 0; 1 (default) is off; applies to prompt and generated tokens */
+  int32_t top_k;            /* >= 0; 0 (default) is off */
+  int32_t max_tokens;       /* tokens to generate, >= 1; default 128 */
+  int32_t ignore_eos;       /* nonzero: the model's end-of-sequence tokens do not stop */
+  uint64_t seed;            /* default 0 */
+  /* Extra stop tokens (the sampled stop token is part of the output). Copied at submit; NULL
+   * when stop_token_count is 0. */
+  const int32_t* stop_token_ids;
+  size_t stop_token_count;
+} pulse_sampling_params;
+
+/* Fills `params` with the defaults; see pulse_model_params_init for the rules. */
+PULSE_API pulse_status pulse_sampling_params_init(pulse_sampling_params* params,
+                                                  size_t struct_size);
+
+typedef int32_t pulse_request_state;
+enum pulse_request_state_code {
+  PULSE_REQUEST_QUEUED = 0,  /* waiting for a batch slot or KV capacity (a wait, not an error) */
+  PULSE_REQUEST_RUNNING = 1, /* in the batch: prefilling or decoding */
+  PULSE_REQUEST_FINISHED = 2 /* done; see its finish reason */
+};
+
+typedef int32_t pulse_finish_reason;
+enum pulse_finish_reason_code {
+  PULSE_FINISH_NONE = 0,       /* not finished */
+  PULSE_FINISH_MAX_TOKENS = 1, /* generated max_tokens */
+  PULSE_FINISH_STOP_TOKEN = 2, /* sampled a stop or end-of-sequence token (it is in the output) */
+  PULSE_FINISH_CONTEXT = 3,    /* reached the engine's max_context */
+  PULSE_FINISH_CANCELLED = 4,  /* pulse_request_cancel or a callback's nonzero return */
+  PULSE_FINISH_CAPACITY = 5,   /* can never fit the KV cache */
+  PULSE_FINISH_ERROR = 6       /* failed; pulse_request_stats gives the status */
+};
+
+/* A static name of a finish reason ("max_tokens", "stop_token"...); never NULL. */
+PULSE_API const char* pulse_finish_reason_string(pulse_finish_reason reason);
+
+/* One event per generated token, index 0, 1, 2...; the last has finished = 1 and its reason
+ * (MAX_TOKENS, STOP_TOKEN or CONTEXT). A request that fails gets one last event with token -1,
+ * finished = 1 and PULSE_FINISH_ERROR. A cancelled request gets no further events. */
+typedef struct pulse_token_event {
+  uint32_t struct_size; /* of the library's struct: fields past it are absent */
+  int32_t token;        /* -1 on an error event */
+  uint64_t request_id;
+  int32_t index;                     /* 0 for the first generated token */
+  int32_t finished;                  /* 1 on the request's last event */
+  pulse_finish_reason finish_reason; /* PULSE_FINISH_NONE unless finished */
+} pulse_token_event;
+
+/* Receives each generated token. Runs on the thread calling pulse_engine_step, with no library
+ * lock held: it may call pulse_request_cancel, pulse_request_submit, pulse_request_poll and the
+ * other request functions on the same engine, but not pulse_engine_step, pulse_engine_run or
+ * pulse_engine_free. `event` is valid only during the call. A nonzero return cancels the
+ * request (no further events). It must not throw or longjmp across the library. */
+typedef int (*pulse_token_callback)(void* user_data, const pulse_token_event* event);
+
+/* Queues a generation request for the prompt `tokens` [count]. `sampling` may be NULL for the
+ * defaults; `callback` may be NULL (then read tokens with pulse_request_poll). The prompt and
+ * the stop tokens are copied; `user_data` is passed to the callback as is and must stay valid
+ * until the request's last event or its release. Errors: PULSE_INVALID_ARGUMENT (empty
+ * prompt, a token outside the vocabulary, sampling values out of range, a prompt of
+ * max_context tokens or more), PULSE_OUT_OF_MEMORY (prompt plus max_tokens can never fit the KV
+ * cache), PULSE_NO_CAPACITY (cannot queue now); then nothing is queued and *out_id is 0. */
+PULSE_API pulse_status pulse_request_submit(pulse_engine* engine, const int32_t* tokens,
+                                            size_t count, const pulse_sampling_params* sampling,
+                                            pulse_token_callback callback, void* user_data,
+                                            uint64_t* out_id);
+
+/* Cancels a request: it leaves the batch before the next step and finishes with
+ * PULSE_FINISH_CANCELLED; its tokens so far stay readable until it is released. PULSE_OK (no
+ * effect) when it already finished; PULSE_NOT_FOUND for an unknown or released id. */
+PULSE_API pulse_status pulse_request_cancel(pulse_engine* engine, uint64_t id);
+
+/* Reads the tokens generated since this request's previous poll, in order, at most `capacity`
+ * of them into `tokens`; *out_count is how many were written (the rest wait for the next poll).
+ * Size query: tokens NULL and capacity 0 writes the number of unread tokens to *out_count and
+ * reads nothing. *out_state (may be NULL) is the request's state, except that a finished
+ * request reads PULSE_REQUEST_RUNNING until every token has been read, so that polling until
+ * PULSE_REQUEST_FINISHED reads them all.
+ * Errors: PULSE_NOT_FOUND, PULSE_INVALID_ARGUMENT (tokens NULL with capacity > 0); nothing is
+ * read then. Polls of one request from several threads at once each get distinct tokens. */
+PULSE_API pulse_status pulse_request_poll(pulse_engine* engine, uint64_t id, int32_t* tokens,
+                                          size_t capacity, size_t* out_count,
+                                          pulse_request_state* out_state);
+
+/* Copies every token the request generated so far, from the first, at most `capacity` into
+ * `tokens` (NULL when capacity is 0); *out_count is the total number generated (so capacity 0
+ * is a size query). Independent of polling. Returns PULSE_OK when the request finished normally
+ * (max tokens, stop token, context), PULSE_CANCELLED when it was cancelled, PULSE_AGAIN while
+ * it is queued or running (the tokens so far are still copied), the request's own error status
+ * when it failed (PULSE_OUT_OF_MEMORY for PULSE_FINISH_CAPACITY), PULSE_NOT_FOUND for an
+ * unknown id (then *out_count is 0). */
+PULSE_API pulse_status pulse_request_result(pulse_engine* engine, uint64_t id, int32_t* tokens,
+                                            size_t capacity, size_t* out_count);
+
+typedef struct pulse_request_stats {
+  uint32_t struct_size;
+  pulse_request_state state;
+  pulse_finish_reason finish_reason;
+  int32_t prompt_tokens;
+  int32_t generated_tokens;
+  pulse_status error; /* the failure when finish_reason is ERROR or CAPACITY, else PULSE_OK */
+  double queue_ms;    /* submit to first scheduled step */
+  double ttft_ms;     /* submit to first generated token */
+  double tpot_ms;     /* mean time between generated tokens after the first */
+  double total_ms;    /* submit to finish (or to now) */
+} pulse_request_stats;
+
+/* Describes a request. The caller sets stats->struct_size; the library writes at most that many
+ * bytes. PULSE_NOT_FOUND for an unknown id. */
+PULSE_API pulse_status pulse_request_stats_get(pulse_engine* engine, uint64_t id,
+                                               pulse_request_stats* stats);
+
+/* Forgets a finished request and its tokens; its id is then unknown. PULSE_FAILED_PRECONDITION
+ * while it is queued or running (cancel it first), PULSE_NOT_FOUND for an unknown id. */
+PULSE_API pulse_status pulse_request_release(pulse_engine* engine, uint64_t id);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PULSEINFER_PULSEINFER_H_ */

@@ -1,0 +1,78 @@
+// The pulse_engine_* entry points.
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "capi/src/guard.h"
+#include "capi/src/handles.h"
+#include "capi/src/params.h"
+#include "capi/src/versioned_struct.h"
+
+using pulse::capi::Guard;
+
+namespace {
+
+absl::StatusOr<pulse::StepReport> StepOnce(pulse_engine* engine) {
+  if (engine == nullptr) return absl::InvalidArgumentError("engine is NULL");
+  return engine->engine->Step();
+}
+
+}  // namespace
+
+extern "C" {
+
+pulse_status pulse_engine_params_init(pulse_engine_params* params, size_t struct_size) {
+  return Guard("pulse_engine_params_init", [&] {
+    return pulse::capi::InitVersioned(params, struct_size, pulse::capi::DefaultEngineParams());
+  });
+}
+
+pulse_status pulse_engine_create(pulse_model* model, const pulse_engine_params* params,
+                                 pulse_engine** out_engine) {
+  return Guard("pulse_engine_create", [&]() -> absl::Status {
+    if (out_engine == nullptr) return absl::InvalidArgumentError("out_engine is NULL");
+    *out_engine = nullptr;
+    if (model == nullptr) return absl::InvalidArgumentError("model is NULL");
+    PULSE_ASSIGN_OR_RETURN(const pulse_engine_params complete,
+                           pulse::capi::ReadVersioned(params, pulse::capi::DefaultEngineParams()));
+    auto handle = std::make_unique<pulse_engine>();
+    PULSE_ASSIGN_OR_RETURN(
+        handle->engine,
+        pulse::Engine::Create(model->model, pulse::capi::ToEngineOptions(complete)));
+    *out_engine = handle.release();
+    return absl::OkStatus();
+  });
+}
+
+void pulse_engine_free(pulse_engine* engine) { std::unique_ptr<pulse_engine> owned(engine); }
+
+pulse_status pulse_engine_step(pulse_engine* engine, pulse_step_report* report) {
+  return Guard("pulse_engine_step", [&]() -> absl::Status {
+    if (report != nullptr) PULSE_RETURN_IF_ERROR(pulse::capi::CheckOutput(report));
+    PULSE_ASSIGN_OR_RETURN(const pulse::StepReport step, StepOnce(engine));
+    if (report != nullptr) {
+      pulse_step_report value{};
+      value.struct_size = sizeof(value);
+      value.scheduled = step.scheduled;
+      value.prefill_tokens = step.prefill_tokens;
+      value.decode_tokens = step.decode_tokens;
+      value.pending = step.pending;
+      pulse::capi::WriteVersioned(value, report);
+    }
+    return absl::OkStatus();
+  });
+}
+
+pulse_status pulse_engine_run(pulse_engine* engine) {
+  return Guard("pulse_engine_run", [&]() -> absl::Status {
+    while (true) {
+      PULSE_ASSIGN_OR_RETURN(const pulse::StepReport step, StepOnce(engine));
+      if (step.pending == 0) return absl::OkStatus();
+      if (step.scheduled == 0) {
+        return absl::InternalError(
+            absl::StrCat("a step scheduled nothing while ", step.pending, " requests are pending"));
+      }
+    }
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,35 @@
+// What the ABI's opaque handles are. A handle is created with std::make_unique and released
+// into the caller's pointer; its *_free takes it back into a unique_ptr.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "core/model/model.h"
+#include "core/sched/engine.h"
+#include "pulseinfer/pulseinfer.h"
+
+struct pulse_model {
+  std::shared_ptr<const pulse::Model> model;
+  // NUL-terminated copies of what pulse_model_info points at.
+  std::string architecture;
+  std::string format;
+  std::string stored_type;
+  std::string weight_type;
+  std::string backend;
+  std::atomic<int64_t> references{1};
+};
+
+struct pulse_engine {
+  std::unique_ptr<pulse::Engine> engine;
+  // Serializes polls so that concurrent polls of a request read distinct tokens.
+  absl::Mutex poll_mutex;
+  // Per request, how many of its tokens pulse_request_poll has returned.
+  absl::flat_hash_map<uint64_t, size_t> polled ABSL_GUARDED_BY(poll_mutex);
+};

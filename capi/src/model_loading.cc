@@ -1,0 +1,109 @@
+#include "capi/src/model_loading.h"
+
+#include <filesystem>
+#include <string_view>
+#include <system_error>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "core/backend/cpu/cpu_backend.h"
+#include "core/base/mapped_file.h"
+#include "core/model/tensor_source.h"
+
+namespace pulse::capi {
+namespace {
+
+enum class BackendKind { kCpu, kCuda };
+
+absl::string_view OrAuto(const char* text) { return text == nullptr ? "auto" : text; }
+
+absl::StatusOr<BackendKind> ParseBackend(absl::string_view name) {
+  if (name == "auto" || name == "cpu") return BackendKind::kCpu;
+  if (name == "cuda") return BackendKind::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("pulse_model_params.backend is '", name, "'; expected auto, cpu or cuda"));
+}
+
+absl::StatusOr<WeightType> ParseWeightType(absl::string_view name, BackendKind backend) {
+  if (name == "auto") return backend == BackendKind::kCpu ? WeightType::kF32 : WeightType::kBF16;
+  if (name == "f32") return WeightType::kF32;
+  if (name == "bf16") return WeightType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("pulse_model_params.weight_type is '", name, "'; expected auto, f32 or bf16"));
+}
+
+// `path` names a config.json or a directory holding one.
+absl::StatusOr<std::unique_ptr<TensorSource>> OpenRandom(const std::string& path, uint64_t seed) {
+  std::error_code error;
+  const std::string config_path =
+      std::filesystem::is_directory(path, error) ? path + "/config.json" : path;
+  PULSE_ASSIGN_OR_RETURN(const MappedFile file, MappedFile::Open(config_path));
+  const std::string_view text(reinterpret_cast<const char*>(file.bytes().data()),
+                              file.bytes().size());
+  PULSE_ASSIGN_OR_RETURN(const ModelConfig config, ParseHfConfig(text));
+  return OpenRandomSource(config, seed);
+}
+
+// The stored type that holds the most weights, e.g. "Q4_1" for a Q4_1 GGUF file.
+std::string MainStoredType(const TensorSource& source) {
+  absl::flat_hash_map<std::string, int64_t> elements;
+  for (const TensorInfo& tensor : source.tensors())
+    elements[tensor.stored_type] += tensor.elements();
+  std::string main;
+  int64_t most = -1;
+  for (const auto& [type, count] : elements) {
+    if (count > most || (count == most && type < main)) {
+      main = type;
+      most = count;
+    }
+  }
+  return main;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelLoadPlan> PlanModelLoad(const pulse_model_params& params) {
+  if (params.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pulse_model_params.threads is ", params.threads, "; expected >= 0"));
+  }
+  PULSE_ASSIGN_OR_RETURN(const BackendKind backend, ParseBackend(OrAuto(params.backend)));
+  ModelLoadPlan plan;
+  PULSE_ASSIGN_OR_RETURN(plan.weight_type, ParseWeightType(OrAuto(params.weight_type), backend));
+  if (backend == BackendKind::kCuda) {
+    return absl::UnimplementedError("this build of libpulseinfer has no CUDA backend");
+  }
+  CpuBackendOptions options;
+  options.threads = params.threads;
+  options.memory_limit_bytes = static_cast<size_t>(params.memory_limit_bytes);
+  PULSE_ASSIGN_OR_RETURN(plan.backend, CreateCpuBackend(options));
+  plan.random_weights = params.random_weights != 0;
+  plan.random_seed = params.random_seed;
+  return plan;
+}
+
+absl::StatusOr<std::unique_ptr<pulse_model>> LoadModel(const std::string& path,
+                                                       const ModelLoadPlan& plan) {
+  std::unique_ptr<TensorSource> source;
+  if (plan.random_weights) {
+    PULSE_ASSIGN_OR_RETURN(source, OpenRandom(path, plan.random_seed));
+  } else {
+    PULSE_ASSIGN_OR_RETURN(source, OpenTensorSource(path));
+  }
+  ModelLoadOptions options;
+  options.weight_type = plan.weight_type;
+  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
+                         Model::Load(plan.backend, *source, options));
+
+  auto handle = std::make_unique<pulse_model>();
+  handle->architecture = std::string(ArchitectureName(model->config().architecture));
+  handle->format = std::string(model->format());
+  handle->stored_type = MainStoredType(*source);
+  handle->weight_type = std::string(WeightTypeName(model->weight_type()));
+  handle->backend = std::string(model->backend().name());
+  handle->model = std::move(model);
+  return handle;
+}
+
+}  // namespace pulse::capi

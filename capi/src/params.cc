@@ -1,0 +1,114 @@
+#include "capi/src/params.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace pulse::capi {
+
+pulse_model_params DefaultModelParams() {
+  pulse_model_params params{};
+  params.struct_size = sizeof(params);
+  params.threads = 0;
+  params.backend = "auto";
+  params.weight_type = "auto";
+  params.random_seed = 0;
+  params.memory_limit_bytes = 0;
+  params.random_weights = 0;
+  return params;
+}
+
+pulse_engine_params DefaultEngineParams() {
+  const EngineOptions options;
+  pulse_engine_params params{};
+  params.struct_size = sizeof(params);
+  params.max_batch = options.max_batch;
+  params.prefill_chunk = options.prefill_chunk;
+  params.max_step_tokens = options.max_step_tokens;
+  params.block_tokens = options.block_tokens;
+  params.max_context = options.max_context;
+  params.kv_capacity_tokens = options.kv_capacity_tokens;
+  return params;
+}
+
+EngineOptions ToEngineOptions(const pulse_engine_params& params) {
+  EngineOptions options;
+  options.max_batch = params.max_batch;
+  options.prefill_chunk = params.prefill_chunk;
+  options.max_step_tokens = params.max_step_tokens;
+  options.block_tokens = params.block_tokens;
+  options.max_context = params.max_context;
+  options.kv_capacity_tokens = params.kv_capacity_tokens;
+  return options;
+}
+
+pulse_sampling_params DefaultSamplingParams() {
+  const SamplingParams sampling;
+  pulse_sampling_params params{};
+  params.struct_size = sizeof(params);
+  params.temperature = sampling.temperature;
+  params.top_p = sampling.top_p;
+  params.min_p = sampling.min_p;
+  params.repetition_penalty = sampling.repetition_penalty;
+  params.top_k = sampling.top_k;
+  params.max_tokens = sampling.max_tokens;
+  params.ignore_eos = sampling.ignore_eos ? 1 : 0;
+  params.seed = sampling.seed;
+  params.stop_token_ids = nullptr;
+  params.stop_token_count = 0;
+  return params;
+}
+
+absl::StatusOr<SamplingParams> ToSamplingParams(const pulse_sampling_params& params) {
+  if (params.stop_token_ids == nullptr && params.stop_token_count > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pulse_sampling_params.stop_token_ids is NULL ",
+                                                   "but stop_token_count is ",
+                                                   params.stop_token_count));
+  }
+  SamplingParams sampling;
+  sampling.temperature = params.temperature;
+  sampling.top_k = params.top_k;
+  sampling.top_p = params.top_p;
+  sampling.min_p = params.min_p;
+  sampling.repetition_penalty = params.repetition_penalty;
+  sampling.seed = params.seed;
+  sampling.max_tokens = params.max_tokens;
+  if (params.stop_token_count > 0) {
+    sampling.stop_token_ids.assign(params.stop_token_ids,
+                                   params.stop_token_ids + params.stop_token_count);
+  }
+  sampling.ignore_eos = params.ignore_eos != 0;
+  return sampling;
+}
+
+pulse_request_state ToPulseState(RequestState state) {
+  switch (state) {
+    case RequestState::kQueued:
+      return PULSE_REQUEST_QUEUED;
+    case RequestState::kRunning:
+      return PULSE_REQUEST_RUNNING;
+    case RequestState::kFinished:
+      return PULSE_REQUEST_FINISHED;
+  }
+  return PULSE_REQUEST_FINISHED;
+}
+
+pulse_finish_reason ToPulseFinishReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return PULSE_FINISH_NONE;
+    case FinishReason::kMaxTokens:
+      return PULSE_FINISH_MAX_TOKENS;
+    case FinishReason::kStopToken:
+      return PULSE_FINISH_STOP_TOKEN;
+    case FinishReason::kContext:
+      return PULSE_FINISH_CONTEXT;
+    case FinishReason::kCancelled:
+      return PULSE_FINISH_CANCELLED;
+    case FinishReason::kCapacity:
+      return PULSE_FINISH_CAPACITY;
+    case FinishReason::kError:
+      return PULSE_FINISH_ERROR;
+  }
+  return PULSE_FINISH_ERROR;
+}
+
+}  // namespace pulse::capi

@@ -1,0 +1,165 @@
+#include "core/backend/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "core/backend/cpu/attention.h"
+#include "core/backend/cpu/gemm.h"
+#include "core/backend/cpu/lanes.h"
+#include "core/backend/cpu/norm.h"
+#include "core/backend/cpu/pointwise.h"
+#include "core/backend/cpu/rope.h"
+#include "core/base/thread_pool.h"
+
+namespace pulse {
+namespace {
+
+constexpr size_t kAlignment = 64;
+constexpr int32_t kMaxThreads = 1024;
+
+// The bytes an allocation of `bytes` takes: aligned_alloc needs a multiple of the alignment, and a
+// zero-byte request still gets a distinct, non-null block.
+size_t AllocationBytes(size_t bytes) {
+  return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options)
+      : pool_(options.threads), memory_limit_(options.memory_limit_bytes) {}
+
+  std::string_view name() const override { return "cpu"; }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    if (bytes > std::numeric_limits<size_t>::max() - kAlignment) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("CPU backend: cannot allocate %u bytes", bytes));
+    }
+    const size_t size = AllocationBytes(bytes);
+    {
+      absl::MutexLock lock(&mu_);
+      if (memory_limit_ != 0 && size > memory_limit_ - live_bytes_) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "CPU backend: cannot allocate %u bytes: %u of the %u-byte memory limit are in use",
+            bytes, live_bytes_, memory_limit_));
+      }
+      live_bytes_ += size;
+    }
+    void* data = std::aligned_alloc(kAlignment, size);
+    if (data == nullptr) {
+      ReleaseBytes(size);
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("CPU backend: out of host memory allocating %u bytes", bytes));
+    }
+    return DeviceBuffer(this, data, bytes);
+  }
+
+  absl::StatusOr<Weight> UploadWeight(std::span<const float> values, int64_t rows, int64_t cols,
+                                      WeightType type) override {
+    if (rows < 0 || cols < 0 || (cols != 0 && rows > std::numeric_limits<int64_t>::max() / cols)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("UploadWeight: invalid shape [%d][%d]", rows, cols));
+    }
+    const int64_t count = rows * cols;
+    if (static_cast<size_t>(count) != values.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("UploadWeight: shape [%d][%d] needs %d values, got %u", rows, cols, count,
+                          values.size()));
+    }
+    const size_t element_bytes = WeightTypeBytes(type);
+    if (static_cast<size_t>(count) > std::numeric_limits<size_t>::max() / element_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("UploadWeight: [%d][%d] is too large", rows, cols));
+    }
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                           Allocate(static_cast<size_t>(count) * element_bytes));
+    switch (type) {
+      case WeightType::kF32:
+        if (count != 0) std::memcpy(buffer.data(), values.data(), values.size_bytes());
+        break;
+      case WeightType::kBF16: {
+        uint16_t* out = buffer.as<uint16_t>();
+        pool_.ParallelFor(count, 1 << 16, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) out[i] = cpu::F32ToBf16(values[i]);
+        });
+        break;
+      }
+    }
+    return Weight{std::move(buffer), type, rows, cols};
+  }
+
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  }
+  void Synchronize() override {}
+
+  void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
+    cpu::Embed(pool_, table, tokens, count, out);
+  }
+  void Gemm(const float* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {
+    cpu::Gemm(pool_, x, m, w, bias, y);
+  }
+  void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
+               float* y) override {
+    cpu::RmsNorm(pool_, x, weight, rows, cols, eps, y);
+  }
+  void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows, int64_t cols,
+                  float eps, float* y) override {
+    cpu::AddRmsNorm(pool_, residual, x, weight, rows, cols, eps, y);
+  }
+  void Rope(float* x, int64_t rows, int64_t row_stride, int32_t num_heads, int32_t head_dim,
+            const int32_t* positions, const float* inv_freq) override {
+    cpu::Rope(pool_, x, rows, row_stride, num_heads, head_dim, positions, inv_freq);
+  }
+  void SwiGlu(const float* gate_up, int64_t m, int64_t inter, float* out) override {
+    cpu::SwiGlu(pool_, gate_up, m, inter, out);
+  }
+  void AppendKv(const float* k, const float* v, int64_t row_stride,
+                const PagedKvBatch& kv) override {
+    cpu::AppendKv(k, v, row_stride, kv);
+  }
+  void Attention(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
+                 float scale, float* out) override {
+    cpu::Attention(pool_, q, q_stride, num_heads, kv, scale, out);
+  }
+  void GatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t count,
+                  float* out) override {
+    cpu::GatherRows(x, cols, rows, count, out);
+  }
+
+ protected:
+  void Free(void* data, size_t bytes) override {
+    std::free(data);
+    ReleaseBytes(AllocationBytes(bytes));
+  }
+
+ private:
+  void ReleaseBytes(size_t size) {
+    absl::MutexLock lock(&mu_);
+    live_bytes_ -= size;
+  }
+
+  ThreadPool pool_;
+  const size_t memory_limit_;
+  absl::Mutex mu_;
+  size_t live_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options) {
+  if (options.threads < 0 || options.threads > kMaxThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CPU backend: threads must be in [0, %d] (0: hardware cores), got %d",
+                        kMaxThreads, options.threads));
+  }
+  return std::make_shared<CpuBackend>(options);
+}
+
+}  // namespace pulse

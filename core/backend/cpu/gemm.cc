@@ -1,0 +1,127 @@
+#include "core/backend/cpu/gemm.h"
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <utility>
+
+#include "core/backend/cpu/lanes.h"
+
+namespace pulse::cpu {
+namespace {
+
+// Register tile: kMr rows of x times kNr rows of w, kLanes accumulators each.
+constexpr int kMr = 4;
+constexpr int kNr = 4;
+// Cache tile: kTileN rows of w (kept in L2) times kTileM rows of x; threads take whole tiles.
+constexpr int64_t kTileN = 64;
+constexpr int64_t kTileM = 64;
+
+struct GemmArgs {
+  const float* x;
+  int64_t m;
+  const void* w;
+  int64_t n;
+  int64_t k;
+  const float* bias;
+  float* y;
+};
+
+// y[i][j] for the MR x NR block at (x row i0, w row j0); each element accumulates exactly as
+// Dot(x row, w row, k) does.
+template <typename W, int MR, int NR>
+void MicroKernel(const GemmArgs& a, int64_t i0, int64_t j0) {
+  const int64_t k = a.k;
+  const float* x = a.x + i0 * k;
+  const W* w = static_cast<const W*>(a.w) + j0 * k;
+  Vec acc[MR][NR] = {};
+  int64_t kk = 0;
+  for (; kk + kLanes <= k; kk += kLanes) {
+    Vec wv[NR];
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) wv[c] = LoadVec(w + c * k + kk);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const Vec xv = LoadVec(x + r * k + kk);
+#pragma GCC unroll 8
+      for (int c = 0; c < NR; ++c) acc[r][c] = MulAdd(xv, wv[c], acc[r][c]);
+    }
+  }
+  if (kk < k) {
+    Vec wv[NR];
+    for (int c = 0; c < NR; ++c) wv[c] = LoadPartialVec(w + c * k + kk, k - kk);
+    for (int r = 0; r < MR; ++r) {
+      const Vec xv = LoadPartialVec(x + r * k + kk, k - kk);
+      for (int c = 0; c < NR; ++c) acc[r][c] = MulAdd(xv, wv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    float* y = a.y + (i0 + r) * a.n + j0;
+    for (int c = 0; c < NR; ++c) {
+      const float dot = ReduceLanes(acc[r][c]);
+      y[c] = a.bias != nullptr ? dot + a.bias[j0 + c] : dot;
+    }
+  }
+}
+
+using KernelFn = void (*)(const GemmArgs&, int64_t, int64_t);
+
+template <typename W, int MR, int... NRs>
+constexpr auto KernelRow(std::integer_sequence<int, NRs...>) {
+  return std::array<KernelFn, kNr>{&MicroKernel<W, MR, NRs + 1>...};
+}
+
+template <typename W, int... MRs>
+constexpr auto KernelTable(std::integer_sequence<int, MRs...>) {
+  return std::array<std::array<KernelFn, kNr>, kMr>{
+      KernelRow<W, MRs + 1>(std::make_integer_sequence<int, kNr>())...};
+}
+
+// kKernels<W>[mr - 1][nr - 1] handles an mr x nr block (mr <= kMr, nr <= kNr).
+template <typename W>
+constexpr auto kKernels = KernelTable<W>(std::make_integer_sequence<int, kMr>());
+
+template <typename W>
+void RunTile(const GemmArgs& a, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
+  for (int64_t i = i_begin; i < i_end; i += kMr) {
+    const int64_t mr = std::min<int64_t>(kMr, i_end - i);
+    for (int64_t j = j_begin; j < j_end; j += kNr) {
+      const int64_t nr = std::min<int64_t>(kNr, j_end - j);
+      kKernels<W>[mr - 1][nr - 1](a, i, j);
+    }
+  }
+}
+
+template <typename W>
+void GemmTiles(ThreadPool& pool, const GemmArgs& a) {
+  const int64_t tiles_n = (a.n + kTileN - 1) / kTileN;
+  const int64_t tiles_m = (a.m + kTileM - 1) / kTileM;
+  // Tile t = (tm, tn) with tm fastest, so a thread's consecutive tiles reuse one tile of w.
+  pool.ParallelFor(tiles_m * tiles_n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t tm = t % tiles_m;
+      const int64_t tn = t / tiles_m;
+      RunTile<W>(a, tm * kTileM, std::min(a.m, (tm + 1) * kTileM), tn * kTileN,
+                 std::min(a.n, (tn + 1) * kTileN));
+    }
+  });
+}
+
+}  // namespace
+
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, const float* bias,
+          float* y) {
+  assert(m >= 0 && w.rows >= 0 && w.cols >= 0);
+  if (m == 0 || w.rows == 0) return;
+  const GemmArgs args{x, m, w.data, w.rows, w.cols, bias, y};
+  switch (w.type) {
+    case WeightType::kF32:
+      GemmTiles<float>(pool, args);
+      return;
+    case WeightType::kBF16:
+      GemmTiles<uint16_t>(pool, args);
+      return;
+  }
+}
+
+}  // namespace pulse::cpu

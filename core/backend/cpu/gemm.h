@@ -1,0 +1,16 @@
+// y = x * w^T (+ bias) on the CPU: cache-blocked, vectorized over k, split over threads by tiles.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend/backend.h"
+#include "core/base/thread_pool.h"
+
+namespace pulse::cpu {
+
+// x [m][w.cols], y [m][w.rows], bias [w.rows] or null; every element of y is one Dot-order sum
+// (lanes.h) over w.cols, so rows are independent of m, of each other, and of the split.
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, const float* bias,
+          float* y);
+
+}  // namespace pulse::cpu

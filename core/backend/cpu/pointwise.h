@@ -1,0 +1,22 @@
+// Row copies and element-wise ops on the CPU.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend/backend.h"
+#include "core/base/thread_pool.h"
+
+namespace pulse::cpu {
+
+// out[i] = table row tokens[i] as fp32.
+void Embed(ThreadPool& pool, const MatrixView& table, const int32_t* tokens, int64_t count,
+           float* out);
+
+// out[m][inter] = silu(gate_up[m][0:inter]) * gate_up[m][inter:2*inter], silu(g) = g / (1 + e^-g)
+// with e^x from exp.h.
+void SwiGlu(ThreadPool& pool, const float* gate_up, int64_t m, int64_t inter, float* out);
+
+// out[i] = x row rows[i].
+void GatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t count, float* out);
+
+}  // namespace pulse::cpu

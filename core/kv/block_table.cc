@@ -1,0 +1,68 @@
+#include "core/kv/block_table.h"
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace pulse {
+
+int32_t BlocksForTokens(int64_t tokens, int32_t block_tokens) {
+  return static_cast<int32_t>((tokens + block_tokens - 1) / block_tokens);
+}
+
+absl::StatusOr<BlockTable> BlockTable::Create(BlockPool* pool, int32_t block_tokens,
+                                              int32_t max_tokens) {
+  if (block_tokens <= 0 || max_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "block table of %d tokens in blocks of %d tokens", max_tokens, block_tokens));
+  }
+  const int32_t blocks = BlocksForTokens(max_tokens, block_tokens);
+  PULSE_RETURN_IF_ERROR(pool->Reserve(blocks));
+  return BlockTable(pool, block_tokens, max_tokens, blocks);
+}
+
+BlockTable::BlockTable(BlockTable&& other) noexcept
+    : pool_(std::exchange(other.pool_, nullptr)),
+      block_tokens_(other.block_tokens_),
+      max_tokens_(other.max_tokens_),
+      reserved_(std::exchange(other.reserved_, 0)),
+      blocks_(std::exchange(other.blocks_, {})) {}
+
+BlockTable& BlockTable::operator=(BlockTable&& other) noexcept {
+  if (this != &other) {
+    Release();
+    pool_ = std::exchange(other.pool_, nullptr);
+    block_tokens_ = other.block_tokens_;
+    max_tokens_ = other.max_tokens_;
+    reserved_ = std::exchange(other.reserved_, 0);
+    blocks_ = std::exchange(other.blocks_, {});
+  }
+  return *this;
+}
+
+BlockTable::~BlockTable() { Release(); }
+
+absl::Status BlockTable::Grow(int32_t tokens) {
+  if (tokens > max_tokens_) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "a block table reserved for %d tokens cannot hold %d", max_tokens_, tokens));
+  }
+  while (capacity_tokens() < tokens) {
+    PULSE_ASSIGN_OR_RETURN(const int32_t block, pool_->Allocate());
+    --reserved_;
+    blocks_.push_back(block);
+  }
+  return absl::OkStatus();
+}
+
+void BlockTable::Release() {
+  if (pool_ == nullptr) return;
+  // Cannot fail: the table holds only blocks and a reservation that the pool gave it.
+  for (const int32_t block : blocks_) pool_->Free(block).IgnoreError();
+  pool_->Unreserve(reserved_).IgnoreError();
+  blocks_.clear();
+  reserved_ = 0;
+  pool_ = nullptr;
+}
+
+}  // namespace pulse

@@ -1,0 +1,52 @@
+// One sequence's paged KV memory: its logical -> physical block map and the reservation that
+// backs it. Created with a reservation for the sequence's worst case (Create fails when the pool
+// cannot cover it); grows block by block as tokens append; gives every block and the unused
+// reservation back to the pool when destroyed. Move-only; the pool must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/kv/block_pool.h"
+
+namespace pulse {
+
+// Blocks of `block_tokens` tokens needed to hold `tokens` tokens.
+int32_t BlocksForTokens(int64_t tokens, int32_t block_tokens);
+
+class BlockTable {
+ public:
+  // Reserves the blocks for up to `max_tokens` tokens. ResourceExhausted when the pool cannot.
+  static absl::StatusOr<BlockTable> Create(BlockPool* pool, int32_t block_tokens,
+                                           int32_t max_tokens);
+
+  BlockTable(BlockTable&& other) noexcept;
+  BlockTable& operator=(BlockTable&& other) noexcept;
+  BlockTable(const BlockTable&) = delete;
+  BlockTable& operator=(const BlockTable&) = delete;
+  ~BlockTable();
+
+  // Allocates blocks until `tokens` tokens fit. OutOfRange beyond the reserved max_tokens.
+  absl::Status Grow(int32_t tokens);
+
+  std::span<const int32_t> blocks() const { return blocks_; }
+  int32_t block_tokens() const { return block_tokens_; }
+  int32_t max_tokens() const { return max_tokens_; }
+  // Tokens the allocated blocks hold.
+  int32_t capacity_tokens() const { return static_cast<int32_t>(blocks_.size()) * block_tokens_; }
+
+ private:
+  BlockTable(BlockPool* pool, int32_t block_tokens, int32_t max_tokens, int32_t reserved)
+      : pool_(pool), block_tokens_(block_tokens), max_tokens_(max_tokens), reserved_(reserved) {}
+  void Release();
+
+  BlockPool* pool_ = nullptr;
+  int32_t block_tokens_ = 0;
+  int32_t max_tokens_ = 0;
+  int32_t reserved_ = 0;  // reserved in the pool, not yet allocated
+  std::vector<int32_t> blocks_;
+};
+
+}  // namespace pulse

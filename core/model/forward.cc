@@ -1,0 +1,262 @@
+#include "core/model/forward.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace pulse {
+namespace {
+
+// Bounds that keep every scratch size far inside int64 with the config's own bounds.
+constexpr int32_t kMaxStepTokens = 1 << 16;
+constexpr int32_t kMaxSeqs = 1 << 12;
+constexpr int32_t kMaxBlocksPerSeq = 1 << 20;
+
+absl::StatusOr<DeviceBuffer> AllocateFloats(Backend& backend, int64_t count) {
+  return backend.Allocate(static_cast<size_t>(count) * sizeof(float));
+}
+
+// Ints of the packed step inputs for the given sizes: tokens and positions [tokens], kv_lens
+// [seqs], q_offsets [seqs + 1], block tables [seqs][blocks_per_seq], logit rows [rows].
+int64_t InputInts(int64_t tokens, int64_t seqs, int64_t blocks_per_seq, int64_t rows) {
+  return 2 * tokens + 2 * seqs + 1 + seqs * blocks_per_seq + rows;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> model, KvCache cache,
+                                                const ModelRunnerOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("model runner: no model");
+  if (options.max_step_tokens < 1 || options.max_step_tokens > kMaxStepTokens ||
+      options.max_seqs < 1 || options.max_seqs > kMaxSeqs || options.max_blocks_per_seq < 1 ||
+      options.max_blocks_per_seq > kMaxBlocksPerSeq) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model runner: max_step_tokens %d (1 to %d), max_seqs %d (1 to %d), max_blocks_per_seq "
+        "%d (1 to %d)",
+        options.max_step_tokens, kMaxStepTokens, options.max_seqs, kMaxSeqs,
+        options.max_blocks_per_seq, kMaxBlocksPerSeq));
+  }
+  const ModelConfig& config = model->config();
+  const PagedKvLayout& layout = cache.layout();
+  if (cache.num_layers() != config.num_layers || layout.num_kv_heads != config.num_kv_heads ||
+      layout.head_dim != config.head_dim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model runner: the KV cache has %d layers x %d heads x %d dims, the model %d x %d x %d",
+        cache.num_layers(), layout.num_kv_heads, layout.head_dim, config.num_layers,
+        config.num_kv_heads, config.head_dim));
+  }
+  Backend& backend = model->backend();
+  const int64_t tokens = options.max_step_tokens;
+  const int64_t seqs = options.max_seqs;
+  const int64_t hidden = config.hidden_size;
+  const int64_t q_dim = int64_t{config.num_heads} * config.head_dim;
+  const int64_t kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
+  const int64_t inter = config.intermediate_size;
+  Scratch scratch;
+  PULSE_ASSIGN_OR_RETURN(scratch.inputs,
+                         backend.Allocate(static_cast<size_t>(InputInts(
+                                              tokens, seqs, options.max_blocks_per_seq, seqs)) *
+                                          sizeof(int32_t)));
+  PULSE_ASSIGN_OR_RETURN(scratch.residual, AllocateFloats(backend, tokens * hidden));
+  PULSE_ASSIGN_OR_RETURN(scratch.normed, AllocateFloats(backend, tokens * hidden));
+  PULSE_ASSIGN_OR_RETURN(scratch.qkv, AllocateFloats(backend, tokens * (q_dim + 2 * kv_dim)));
+  PULSE_ASSIGN_OR_RETURN(scratch.attn, AllocateFloats(backend, tokens * q_dim));
+  PULSE_ASSIGN_OR_RETURN(scratch.delta, AllocateFloats(backend, tokens * hidden));
+  PULSE_ASSIGN_OR_RETURN(scratch.gate_up, AllocateFloats(backend, tokens * 2 * inter));
+  PULSE_ASSIGN_OR_RETURN(scratch.act, AllocateFloats(backend, tokens * inter));
+  PULSE_ASSIGN_OR_RETURN(scratch.gathered, AllocateFloats(backend, seqs * hidden));
+  PULSE_ASSIGN_OR_RETURN(scratch.logits, AllocateFloats(backend, seqs * config.vocab_size));
+  return ModelRunner(std::move(model), std::move(cache), options, std::move(scratch));
+}
+
+ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
+                         const ModelRunnerOptions& options, Scratch scratch)
+    : model_(std::move(model)),
+      cache_(std::move(cache)),
+      options_(options),
+      scratch_(std::move(scratch)) {
+  const ModelConfig& config = model_->config();
+  hidden_ = config.hidden_size;
+  q_dim_ = int64_t{config.num_heads} * config.head_dim;
+  kv_dim_ = int64_t{config.num_kv_heads} * config.head_dim;
+  qkv_dim_ = q_dim_ + 2 * kv_dim_;
+  inter_ = config.intermediate_size;
+  vocab_ = config.vocab_size;
+}
+
+absl::Status ModelRunner::Forward(const StepBatch& batch, std::span<float> logits) {
+  PULSE_RETURN_IF_ERROR(Prepare(batch));
+  for (int32_t layer = 0; layer < model_->config().num_layers; ++layer) {
+    PreAttention(layer);
+    Attention(layer);
+    PostAttention(layer);
+  }
+  return Logits(logits);
+}
+
+absl::Status ModelRunner::Check(const StepBatch& batch) const {
+  if (batch.num_seqs() < 1 || batch.num_seqs() > options_.max_seqs) {
+    return absl::InvalidArgumentError(absl::StrFormat("step batch: %d sequences, expected 1 to %d",
+                                                      batch.num_seqs(), options_.max_seqs));
+  }
+  if (batch.num_tokens() > options_.max_step_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step batch: %d tokens, at most %d", batch.num_tokens(), options_.max_step_tokens));
+  }
+  if (batch.max_blocks_per_seq() > options_.max_blocks_per_seq) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("step batch: a sequence has %d KV blocks, at most %d",
+                        batch.max_blocks_per_seq(), options_.max_blocks_per_seq));
+  }
+  for (const int32_t token : batch.tokens()) {
+    if (token < 0 || token >= vocab_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("step batch: token %d is outside the vocabulary [0, %d)", token, vocab_));
+    }
+  }
+  const int32_t block_tokens = cache_.layout().block_tokens;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t new_tokens = batch.q_offsets()[s + 1] - batch.q_offsets()[s];
+    const int32_t kv_len = batch.kv_lens()[s];
+    const std::span<const int32_t> blocks = batch.blocks(s);
+    if (new_tokens < 1 || kv_len < new_tokens ||
+        int64_t{kv_len} > int64_t{block_tokens} * static_cast<int64_t>(blocks.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "step batch: sequence %d has %d new of %d tokens in %d blocks of %d tokens", s,
+          new_tokens, kv_len, blocks.size(), block_tokens));
+    }
+    for (const int32_t block : blocks) {
+      if (block < 0 || block >= cache_.num_blocks()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "step batch: sequence %d uses KV block %d of %d", s, block, cache_.num_blocks()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Prepare(const StepBatch& batch) {
+  PULSE_RETURN_IF_ERROR(Check(batch));
+  StepInputs step;
+  step.num_tokens = batch.num_tokens();
+  step.num_seqs = batch.num_seqs();
+  step.num_logit_rows = batch.num_logit_rows();
+  step.max_blocks_per_seq = batch.max_blocks_per_seq();
+
+  staging_.clear();
+  const auto append = [this](std::span<const int32_t> values) {
+    const size_t offset = staging_.size();
+    staging_.insert(staging_.end(), values.begin(), values.end());
+    return offset;
+  };
+  const size_t tokens = append(batch.tokens());
+  const size_t positions = append(batch.positions());
+  const size_t kv_lens = append(batch.kv_lens());
+  const size_t q_offsets = append(batch.q_offsets());
+  const size_t block_tables = staging_.size();
+  for (int32_t s = 0; s < step.num_seqs; ++s) {
+    const std::span<const int32_t> blocks = batch.blocks(s);
+    append(blocks);
+    // Positions past a sequence's kv_len are never read.
+    staging_.resize(staging_.size() + static_cast<size_t>(step.max_blocks_per_seq) - blocks.size(),
+                    -1);
+  }
+  const size_t logit_rows = append(batch.logit_rows());
+
+  Backend& backend = model_->backend();
+  backend.CopyToDevice(scratch_.inputs.data(), staging_.data(), staging_.size() * sizeof(int32_t));
+  const int32_t* device = scratch_.inputs.as<const int32_t>();
+  step.tokens = device + tokens;
+  step.positions = device + positions;
+  step.kv_lens = device + kv_lens;
+  step.q_offsets = device + q_offsets;
+  step.block_tables = device + block_tables;
+  step.logit_rows = device + logit_rows;
+  step_ = step;
+
+  backend.Embed(model_->weights().embed.view(), step_.tokens, step_.num_tokens,
+                scratch_.residual.as<float>());
+  return absl::OkStatus();
+}
+
+PagedKvBatch ModelRunner::KvBatch(int32_t layer) const {
+  PagedKvBatch kv;
+  kv.blocks = cache_.layer(layer);
+  kv.layout = cache_.layout();
+  kv.num_seqs = step_.num_seqs;
+  kv.max_blocks_per_seq = step_.max_blocks_per_seq;
+  kv.block_tables = step_.block_tables;
+  kv.kv_lens = step_.kv_lens;
+  kv.q_offsets = step_.q_offsets;
+  return kv;
+}
+
+void ModelRunner::PreAttention(int32_t layer) {
+  Backend& backend = model_->backend();
+  const ModelConfig& config = model_->config();
+  const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
+  const int64_t rows = step_.num_tokens;
+  float* residual = scratch_.residual.as<float>();
+  float* normed = scratch_.normed.as<float>();
+  float* qkv = scratch_.qkv.as<float>();
+  // The residual stream absorbs the previous layer's MLP output here (layer 0 has none).
+  if (layer == 0) {
+    backend.RmsNorm(residual, w.attn_norm.as<float>(), rows, hidden_, config.rms_norm_eps, normed);
+  } else {
+    backend.AddRmsNorm(residual, scratch_.delta.as<float>(), w.attn_norm.as<float>(), rows, hidden_,
+                       config.rms_norm_eps, normed);
+  }
+  backend.Gemm(normed, rows, w.qkv.view(), w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<float>(),
+               qkv);
+  const float* inv_freq = model_->weights().rope_inv_freq.as<float>();
+  backend.Rope(qkv, rows, qkv_dim_, config.num_heads, config.head_dim, step_.positions, inv_freq);
+  backend.Rope(qkv + q_dim_, rows, qkv_dim_, config.num_kv_heads, config.head_dim, step_.positions,
+               inv_freq);
+  backend.AppendKv(qkv + q_dim_, qkv + q_dim_ + kv_dim_, qkv_dim_, KvBatch(layer));
+}
+
+void ModelRunner::Attention(int32_t layer) {
+  const ModelConfig& config = model_->config();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  model_->backend().Attention(scratch_.qkv.as<float>(), qkv_dim_, config.num_heads, KvBatch(layer),
+                              scale, scratch_.attn.as<float>());
+}
+
+void ModelRunner::PostAttention(int32_t layer) {
+  Backend& backend = model_->backend();
+  const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
+  const int64_t rows = step_.num_tokens;
+  float* delta = scratch_.delta.as<float>();
+  float* normed = scratch_.normed.as<float>();
+  float* gate_up = scratch_.gate_up.as<float>();
+  float* act = scratch_.act.as<float>();
+  backend.Gemm(scratch_.attn.as<float>(), rows, w.o.view(), nullptr, delta);
+  backend.AddRmsNorm(scratch_.residual.as<float>(), delta, w.mlp_norm.as<float>(), rows, hidden_,
+                     model_->config().rms_norm_eps, normed);
+  backend.Gemm(normed, rows, w.gate_up.view(), nullptr, gate_up);
+  backend.SwiGlu(gate_up, rows, inter_, act);
+  backend.Gemm(act, rows, w.down.view(), nullptr, delta);
+}
+
+absl::Status ModelRunner::Logits(std::span<float> logits) {
+  const int64_t rows = step_.num_logit_rows;
+  if (static_cast<int64_t>(logits.size()) != rows * vocab_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("logits: %d values given for %d rows of %d", logits.size(), rows, vocab_));
+  }
+  if (rows == 0) return absl::OkStatus();
+  Backend& backend = model_->backend();
+  const ModelWeights& weights = model_->weights();
+  float* normed = scratch_.normed.as<float>();
+  backend.AddRmsNorm(scratch_.residual.as<float>(), scratch_.delta.as<float>(),
+                     weights.final_norm.as<float>(), step_.num_tokens, hidden_,
+                     model_->config().rms_norm_eps, normed);
+  backend.GatherRows(normed, hidden_, step_.logit_rows, rows, scratch_.gathered.as<float>());
+  backend.Gemm(scratch_.gathered.as<float>(), rows, weights.output(), nullptr,
+               scratch_.logits.as<float>());
+  backend.CopyToHost(logits.data(), scratch_.logits.data(), logits.size_bytes());
+  return absl::OkStatus();
+}
+
+}  // namespace pulse

@@ -1,0 +1,99 @@
+// The Llama-family forward pass as per-layer stages over one step's batch (DESIGN.md, "one
+// decode step as data"): Prepare uploads the step's inputs and embeds the tokens; then per layer
+// PreAttention (norm, QKV projection, RoPE, KV append), Attention, PostAttention (O projection,
+// norm, MLP); then Logits. Forward is the plain loop over them; a scheduler may instead run the
+// stages itself. Not thread-safe: one step at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/backend/backend.h"
+#include "core/base/status.h"
+#include "core/kv/kv_cache.h"
+#include "core/model/model.h"
+#include "core/model/step_batch.h"
+
+namespace pulse {
+
+struct ModelRunnerOptions {
+  int32_t max_step_tokens = 512;   // tokens of one step
+  int32_t max_seqs = 16;           // sequences of one step (and logit rows)
+  int32_t max_blocks_per_seq = 0;  // the longest block table a sequence may have
+};
+
+class ModelRunner {
+ public:
+  // Allocates the scratch activations for max_step_tokens tokens and max_seqs sequences on the
+  // model's backend (ResourceExhausted when they do not fit). `cache` must match the model (its
+  // layers and KV heads).
+  static absl::StatusOr<ModelRunner> Create(std::shared_ptr<const Model> model, KvCache cache,
+                                            const ModelRunnerOptions& options);
+
+  const Model& model() const { return *model_; }
+  const KvCache& cache() const { return cache_; }
+  const ModelRunnerOptions& options() const { return options_; }
+
+  // Runs the whole step and writes the wanted rows' logits, [batch.num_logit_rows()][vocab], to
+  // the host span `logits` (which must hold exactly that many values).
+  absl::Status Forward(const StepBatch& batch, std::span<float> logits);
+
+  // The stages. Prepare checks the batch against the options, the cache and the vocabulary
+  // (InvalidArgument naming what is wrong), uploads it and embeds its tokens; the layer stages
+  // then run in order for layer 0, 1, ..., and Logits last.
+  absl::Status Prepare(const StepBatch& batch);
+  void PreAttention(int32_t layer);
+  void Attention(int32_t layer);
+  void PostAttention(int32_t layer);
+  absl::Status Logits(std::span<float> logits);
+
+ private:
+  struct Scratch {
+    DeviceBuffer inputs;    // int32: the packed StepBatch (see Prepare)
+    DeviceBuffer residual;  // [tokens][hidden]
+    DeviceBuffer normed;    // [tokens][hidden]
+    DeviceBuffer qkv;       // [tokens][q_dim + 2 * kv_dim]
+    DeviceBuffer attn;      // [tokens][q_dim]
+    DeviceBuffer delta;     // [tokens][hidden]: o projection, then MLP output
+    DeviceBuffer gate_up;   // [tokens][2 * intermediate]
+    DeviceBuffer act;       // [tokens][intermediate]
+    DeviceBuffer gathered;  // [seqs][hidden]
+    DeviceBuffer logits;    // [seqs][vocab]
+  };
+  // Where the current step's inputs sit in Scratch::inputs.
+  struct StepInputs {
+    int32_t num_tokens = 0;
+    int32_t num_seqs = 0;
+    int32_t num_logit_rows = 0;
+    int32_t max_blocks_per_seq = 0;
+    const int32_t* tokens = nullptr;
+    const int32_t* positions = nullptr;
+    const int32_t* kv_lens = nullptr;
+    const int32_t* q_offsets = nullptr;
+    const int32_t* block_tables = nullptr;
+    const int32_t* logit_rows = nullptr;
+  };
+
+  ModelRunner(std::shared_ptr<const Model> model, KvCache cache, const ModelRunnerOptions& options,
+              Scratch scratch);
+  absl::Status Check(const StepBatch& batch) const;
+  PagedKvBatch KvBatch(int32_t layer) const;
+
+  std::shared_ptr<const Model> model_;
+  KvCache cache_;
+  ModelRunnerOptions options_;
+  Scratch scratch_;
+  StepInputs step_;
+  std::vector<int32_t> staging_;  // the host side of Scratch::inputs
+  // Dimensions of the model, cached.
+  int64_t hidden_ = 0;
+  int64_t q_dim_ = 0;
+  int64_t kv_dim_ = 0;
+  int64_t qkv_dim_ = 0;
+  int64_t inter_ = 0;
+  int64_t vocab_ = 0;
+};
+
+}  // namespace pulse

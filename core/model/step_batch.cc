@@ -1,0 +1,38 @@
+#include "core/model/step_batch.h"
+
+#include <algorithm>
+
+namespace pulse {
+
+void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_position,
+                            std::span<const int32_t> blocks, bool want_logits) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens_.push_back(tokens[i]);
+    positions_.push_back(start_position + static_cast<int32_t>(i));
+  }
+  kv_lens_.push_back(start_position + static_cast<int32_t>(tokens.size()));
+  q_offsets_.push_back(num_tokens());
+  block_ids_.insert(block_ids_.end(), blocks.begin(), blocks.end());
+  block_offsets_.push_back(static_cast<int32_t>(block_ids_.size()));
+  max_blocks_per_seq_ = std::max(max_blocks_per_seq_, static_cast<int32_t>(blocks.size()));
+  if (want_logits && !tokens.empty()) logit_rows_.push_back(num_tokens() - 1);
+}
+
+void StepBatch::Clear() {
+  tokens_.clear();
+  positions_.clear();
+  kv_lens_.clear();
+  q_offsets_.assign(1, 0);
+  block_ids_.clear();
+  block_offsets_.assign(1, 0);
+  logit_rows_.clear();
+  max_blocks_per_seq_ = 0;
+}
+
+std::span<const int32_t> StepBatch::blocks(int32_t seq) const {
+  const auto begin = static_cast<size_t>(block_offsets_[static_cast<size_t>(seq)]);
+  const auto end = static_cast<size_t>(block_offsets_[static_cast<size_t>(seq) + 1]);
+  return std::span<const int32_t>(block_ids_).subspan(begin, end - begin);
+}
+
+}  // namespace pulse

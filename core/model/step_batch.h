@@ -1,0 +1,47 @@
+// The inputs of one forward step: the new tokens of every sequence in the batch, where they sit
+// in each sequence, each sequence's KV blocks, and which rows' logits are wanted. Built on the
+// host by the scheduler; the ModelRunner uploads it once per step.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace pulse {
+
+class StepBatch {
+ public:
+  // Adds a sequence whose `tokens` take positions [start_position, start_position + size) after
+  // the start_position tokens already in its KV cache. `blocks` are its physical KV blocks in
+  // logical order and must cover every position through the last new one. With `want_logits`,
+  // the logits of its last new token are computed (rows in the order sequences were added).
+  void AddSequence(std::span<const int32_t> tokens, int32_t start_position,
+                   std::span<const int32_t> blocks, bool want_logits);
+  void Clear();
+
+  int32_t num_seqs() const { return static_cast<int32_t>(kv_lens_.size()); }
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t num_logit_rows() const { return static_cast<int32_t>(logit_rows_.size()); }
+  // The longest block list of any sequence: the row stride of the packed block table.
+  int32_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
+
+  std::span<const int32_t> tokens() const { return tokens_; }
+  std::span<const int32_t> positions() const { return positions_; }
+  std::span<const int32_t> kv_lens() const { return kv_lens_; }      // [num_seqs]
+  std::span<const int32_t> q_offsets() const { return q_offsets_; }  // [num_seqs + 1]
+  std::span<const int32_t> logit_rows() const { return logit_rows_; }
+  // Sequence s's blocks.
+  std::span<const int32_t> blocks(int32_t seq) const;
+
+ private:
+  std::vector<int32_t> tokens_;
+  std::vector<int32_t> positions_;
+  std::vector<int32_t> kv_lens_;
+  std::vector<int32_t> q_offsets_ = {0};
+  std::vector<int32_t> block_ids_;
+  std::vector<int32_t> block_offsets_ = {0};  // sequence s: block_ids_[offsets[s], offsets[s+1])
+  std::vector<int32_t> logit_rows_;
+  int32_t max_blocks_per_seq_ = 0;
+};
+
+}  // namespace pulse

@@ -1,0 +1,59 @@
+// One generation request as the engine tracks it: its tokens, how far its KV cache is computed,
+// its KV blocks, its sampler and sink, and its timeline. Guarded by the engine's lock.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/kv/block_table.h"
+#include "core/sample/sampler.h"
+#include "core/sample/sampling_params.h"
+#include "core/sched/engine.h"
+
+namespace pulse {
+
+using Clock = std::chrono::steady_clock;
+
+struct Request {
+  Request(RequestId id, std::vector<int32_t> prompt, const SamplingParams& params, TokenSink sink,
+          int32_t max_context, Clock::time_point now);
+
+  int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_tokens; }
+  // Tokens fed to the model but not yet in the KV cache.
+  int32_t uncomputed() const { return static_cast<int32_t>(tokens.size()) - computed; }
+  bool decoding() const { return generated() > 0; }
+  // KV tokens of the worst case: every token but the last one generated.
+  int32_t max_kv_tokens() const { return max_total_tokens - 1; }
+  // Why the request ends after its newest token, or kNone. `eos_ids` are the model's.
+  FinishReason FinishAfterToken(const std::vector<int32_t>& eos_ids) const;
+  RequestSnapshot Snapshot(Clock::time_point now) const;
+
+  const RequestId id;
+  std::vector<int32_t> tokens;  // the prompt, then the generated tokens
+  const int32_t prompt_tokens;
+  const int32_t max_total_tokens;  // min(prompt + max_tokens, max_context)
+  const SamplingParams params;
+  Sampler sampler;
+  // Shared so that a delivery in flight keeps it alive when the request is released.
+  const std::shared_ptr<const TokenSink> sink;  // null without a sink
+
+  RequestState state = RequestState::kQueued;
+  FinishReason reason = FinishReason::kNone;
+  absl::Status error;
+  int32_t computed = 0;              // tokens whose KV is cached
+  std::optional<BlockTable> blocks;  // while running
+  // In the batch of the step in flight: its blocks stay with it until the step ends, even when
+  // it is cancelled meanwhile.
+  bool in_step = false;
+
+  Clock::time_point submitted;
+  std::optional<Clock::time_point> scheduled;  // first scheduled step
+  std::optional<Clock::time_point> first_token;
+  std::optional<Clock::time_point> last_token;
+  std::optional<Clock::time_point> finished;
+};
+
+}  // namespace pulse

@@ -1,0 +1,219 @@
+"""The pulseinfer command: info and generate on SmolLM2 and on a tiny random model, its output
+formats, and its usage errors."""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+
+import pytest
+
+import hf_writer
+import ref_dump_logits
+
+# "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n" in
+# SmolLM2's vocabulary (the same ids as scripts/demo).
+CHAT_PROMPT = [1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
+# "The capital of France is Paris." and <|im_end|>.
+PARIS_ANSWER = [504, 3575, 282, 4649, 314, 7042, 30, 2]
+GREEDY_TOKENS = 12
+
+
+def run(cli: pathlib.Path, *args, timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(cli), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}:\n{output}"
+    assert "Sanitizer" not in output and "terminate called" not in output, output
+    return proc
+
+
+def info_fields(stdout: str) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in stdout.splitlines() if ": " in line)
+
+
+@pytest.fixture(scope="module")
+def cli(tool) -> pathlib.Path:
+    return tool("pulseinfer")
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory) -> pathlib.Path:
+    directory = tmp_path_factory.mktemp("tiny")
+    path = directory / "config.json"
+    path.write_text(json.dumps(hf_writer.config_json(hf_writer.Spec())))
+    return path
+
+
+@pytest.fixture(scope="module")
+def smollm2_greedy_ids(cli, smollm2_path) -> list[int]:
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt-ids",
+               ",".join(map(str, CHAT_PROMPT)), "--max-tokens", GREEDY_TOKENS, "--temperature",
+               0, "--ignore-eos", "--format", "ids", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    return [int(t) for t in proc.stdout.strip().split(",")]
+
+
+def test_info_on_smollm2(cli, smollm2_path):
+    proc = run(cli, "info", "--model", smollm2_path, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    fields = info_fields(proc.stdout)
+    assert fields["architecture"] == "llama"
+    assert fields["format"] == "gguf"
+    assert fields["stored type"] == "Q4_1"
+    assert fields["layers"] == "30"
+    assert fields["hidden size"] == "576"
+    assert fields["intermediate size"] == "1536"
+    assert fields["heads"] == "9"
+    assert fields["kv heads"] == "3"
+    assert fields["head dim"] == "64"
+    assert fields["vocab"] == "49152"
+    assert fields["context"] == "8192"
+    assert fields["tied embeddings"] == "yes"
+    assert fields["parameters"] == "134515008"
+    assert fields["weight type"] == "f32"
+    assert fields["backend"] == "cpu"
+
+
+def test_info_reports_progress_unless_quiet(cli, tiny_config):
+    proc = run(cli, "info", "--model", tiny_config, "--random-weights")
+    assert proc.returncode == 0, proc.stderr
+    assert "loading" in proc.stderr and "loaded in" in proc.stderr
+    assert info_fields(proc.stdout)["format"] == "random"
+
+
+def test_generate_greedy_ids_match_the_reference_tool(smollm2_greedy_ids, build_dir, smollm2_path,
+                                                      tmp_path):
+    assert len(smollm2_greedy_ids) == GREEDY_TOKENS
+    assert all(0 <= t < 49152 for t in smollm2_greedy_ids)
+    dump_tool = build_dir / "bin" / "pulse-dump-logits"
+    if not dump_tool.exists():
+        pytest.skip("pulse-dump-logits is not built")
+    reference = ref_dump_logits.dump_logits(dump_tool, smollm2_path, CHAT_PROMPT, tmp_path,
+                                            greedy=GREEDY_TOKENS)
+    assert smollm2_greedy_ids == reference.greedy
+
+
+def test_generate_json_matches_ids(cli, smollm2_path, smollm2_greedy_ids):
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt-ids",
+               " ".join(map(str, CHAT_PROMPT)), "--max-tokens", GREEDY_TOKENS, "--ignore-eos",
+               "--format", "json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["tokens"] == smollm2_greedy_ids
+    assert result["prompt_tokens"] == len(CHAT_PROMPT)
+    assert result["generated_tokens"] == GREEDY_TOKENS
+    assert result["finish_reason"] == "max_tokens"
+    assert result["ttft_ms"] > 0 and result["total_ms"] >= result["ttft_ms"]
+
+
+def test_generate_answers_and_stops_at_end_of_sequence(cli, smollm2_path, smollm2_greedy_ids):
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt-ids",
+               ",".join(map(str, CHAT_PROMPT)), "--max-tokens", 48, "--format", "json",
+               "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["tokens"] == PARIS_ANSWER
+    assert result["tokens"] == smollm2_greedy_ids[:len(PARIS_ANSWER)]
+    assert result["finish_reason"] == "stop_token"
+
+
+def test_generate_reports_progress_and_a_summary(cli, tiny_config):
+    proc = run(cli, "generate", "--model", tiny_config, "--random-weights", "--prompt-ids",
+               "5,6,7,8", "--max-tokens", 6, "--ignore-eos")
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.strip().split(",")) == 6
+    assert "prefill 4/4 tokens" in proc.stderr
+    assert "6 tokens in" in proc.stderr and "finished: max_tokens" in proc.stderr
+
+
+def test_sampling_is_seeded(cli, tiny_config):
+    def sample(seed: int) -> str:
+        proc = run(cli, "generate", "--model", tiny_config, "--random-weights", "--prompt-ids",
+                   "5,6,7", "--max-tokens", 16, "--ignore-eos", "--temperature", 1.0, "--top-k",
+                   50, "--top-p", 0.9, "--seed", seed, "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert sample(1) == sample(1)
+    assert sample(1) != sample(2)
+
+
+def test_text_format_prints_ids_and_says_so(cli, tiny_config):
+    proc = run(cli, "generate", "--model", tiny_config, "--random-weights", "--prompt-ids",
+               "5,6,7", "--max-tokens", 4, "--ignore-eos", "--format", "text")
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.split()) == 4
+    assert "tokenizer" in proc.stderr
+
+
+def test_text_prompt_needs_the_tokenizer(cli, tiny_config):
+    proc = run(cli, "generate", "--model", tiny_config, "--prompt", "Hello")
+    assert proc.returncode == 2
+    assert "--prompt TEXT needs the tokenizer" in proc.stderr
+    assert "--prompt-ids" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "usage: pulseinfer COMMAND"),
+    (["frobnicate"], "unknown command 'frobnicate'"),
+    (["info"], "--model is required"),
+    (["info", "--model"], "--model needs a value"),
+    (["info", "--model", "x", "--bogus"], "unknown argument '--bogus'"),
+    (["generate", "--model", "x"], "--prompt-ids"),
+    (["generate", "--model", "x", "--prompt-ids", "1,a"], "expects token ids"),
+    (["generate", "--model", "x", "--prompt-ids", "1", "--max-tokens", "abc"],
+     "--max-tokens expects an integer"),
+    (["generate", "--model", "x", "--prompt-ids", "1", "--max-tokens", "-3"],
+     "--max-tokens expects an integer"),
+    (["generate", "--model", "x", "--prompt-ids", "1", "--top-p", "2"],
+     "--top-p expects a number in [0, 1]"),
+    (["generate", "--model", "x", "--prompt-ids", "1", "--temperature=nan"],
+     "--temperature expects a number"),
+    (["generate", "--model", "x", "--prompt-ids", "1", "--format", "xml"],
+     "--format expects ids, text or json"),
+    (["generate", "--model", "x", "--prompt-ids", "1", "--ignore-eos=1"], "takes no value"),
+])
+def test_bad_usage_exits_2(cli, args, message):
+    proc = run(cli, *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["info", "generate"])
+def test_help(cli, command):
+    proc = run(cli, command, "--help")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith(f"usage: pulseinfer {command}")
+    assert "--model PATH" in proc.stdout
+
+
+def test_version(cli):
+    proc = run(cli, "version")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("libpulseinfer ") and "(ABI 0)" in proc.stdout
+    assert "cpu" in proc.stdout
+
+
+def test_missing_model_is_a_clear_error(cli, tmp_path):
+    missing = tmp_path / "missing.gguf"
+    proc = run(cli, "generate", "--model", missing, "--prompt-ids", "1,2", "--quiet")
+    assert proc.returncode == 1
+    assert "cannot load the model (not found)" in proc.stderr
+    assert str(missing) in proc.stderr
+
+
+def test_not_a_model_is_a_clear_error(cli, tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not weights\n")
+    proc = run(cli, "info", "--model", path, "--quiet")
+    assert proc.returncode == 1
+    assert "cannot load the model (invalid model)" in proc.stderr
+
+
+def test_token_outside_the_vocabulary_is_a_clear_error(cli, tiny_config):
+    proc = run(cli, "generate", "--model", tiny_config, "--random-weights", "--prompt-ids",
+               "5,300", "--quiet")
+    assert proc.returncode == 1
+    assert "cannot submit the prompt (invalid argument)" in proc.stderr

@@ -1,0 +1,78 @@
+// Shared helpers of the CPU op tests: seeded random inputs, NaN-poisoned outputs, bf16 rounding
+// written independently of the backend's, and backends with a fixed thread count.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <vector>
+
+#include "core/backend/backend.h"
+#include "core/backend/cpu/cpu_backend.h"
+#include "gtest/gtest.h"
+
+namespace pulse::testing {
+
+inline std::vector<float> RandomValues(size_t count, uint32_t seed, float lo = -1.0f,
+                                       float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+inline std::vector<float> Poisoned(size_t count) {
+  return std::vector<float>(count, std::numeric_limits<float>::quiet_NaN());
+}
+
+// Round to nearest, ties to even, by inspecting the dropped half.
+inline float RoundToBf16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint32_t kept = bits & 0xFFFF0000u;
+  const uint32_t dropped = bits & 0xFFFFu;
+  const bool odd = (kept >> 16) & 1;
+  const uint32_t rounded =
+      (dropped > 0x8000u || (dropped == 0x8000u && odd)) ? kept + 0x10000u : kept;
+  return std::bit_cast<float>(rounded);
+}
+
+inline std::vector<float> RoundToBf16(std::vector<float> values) {
+  for (float& v : values) v = RoundToBf16(v);
+  return values;
+}
+
+inline std::shared_ptr<Backend> MakeCpuBackend(int32_t threads, size_t memory_limit = 0) {
+  CpuBackendOptions options;
+  options.threads = threads;
+  options.memory_limit_bytes = memory_limit;
+  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend(options);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return *backend;
+}
+
+inline bool BitwiseEqual(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+// Expects actual[i] == expected[i] bit for bit.
+inline void ExpectBitwiseEqual(const float* actual, const float* expected, size_t count) {
+  size_t mismatches = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (!BitwiseEqual(actual[i], expected[i]) && mismatches++ < 5) {
+      ADD_FAILURE() << "element " << i << ": " << actual[i] << " != " << expected[i];
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
+}  // namespace pulse::testing
+
+namespace pulse {
+// gtest prints parameters with this.
+inline void PrintTo(WeightType type, std::ostream* os) { *os << WeightTypeName(type); }
+}  // namespace pulse

@@ -1,0 +1,271 @@
+// Real generations on the tiny random model through the ABI: token callbacks, polling, results,
+// statistics, cancellation and release.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pulseinfer/pulseinfer.h"
+#include "tiny_model.h"
+
+namespace {
+
+using pulse::capi_test::CreateTinyEngine;
+using pulse::capi_test::GreedySampling;
+using pulse::capi_test::kTinyVocab;
+using pulse::capi_test::LoadTinyModel;
+using pulse::capi_test::TinyPrompt;
+
+std::string LastError() { return pulse_last_error(); }
+
+struct Recorded {
+  std::vector<pulse_token_event> events;
+  int cancel_at_index = -1;  // the callback returns nonzero on this event
+};
+
+int Record(void* user_data, const pulse_token_event* event) {
+  auto* recorded = static_cast<Recorded*>(user_data);
+  recorded->events.push_back(*event);
+  return event->index == recorded->cancel_at_index ? 1 : 0;
+}
+
+class AbiGeneration : public testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = LoadTinyModel();
+    ASSERT_NE(model_, nullptr);
+    engine_ = CreateTinyEngine(model_);
+    ASSERT_NE(engine_, nullptr);
+  }
+  void TearDown() override {
+    pulse_engine_free(engine_);
+    pulse_model_free(model_);
+  }
+
+  uint64_t Submit(const std::vector<int32_t>& prompt, const pulse_sampling_params& sampling,
+                  Recorded* recorded = nullptr) {
+    uint64_t id = 0;
+    EXPECT_EQ(pulse_request_submit(engine_, prompt.data(), prompt.size(), &sampling,
+                                   recorded != nullptr ? Record : nullptr, recorded, &id),
+              PULSE_OK)
+        << LastError();
+    EXPECT_NE(id, 0u);
+    return id;
+  }
+
+  // Every token of a request by pulse_request_result; expects `status`.
+  std::vector<int32_t> Result(uint64_t id, pulse_status status = PULSE_OK) {
+    size_t count = 0;
+    EXPECT_EQ(pulse_request_result(engine_, id, nullptr, 0, &count), status) << LastError();
+    std::vector<int32_t> tokens(count);
+    EXPECT_EQ(pulse_request_result(engine_, id, tokens.data(), tokens.size(), &count), status);
+    EXPECT_EQ(count, tokens.size());
+    return tokens;
+  }
+
+  pulse_request_stats Stats(uint64_t id) {
+    pulse_request_stats stats;
+    stats.struct_size = sizeof(stats);
+    EXPECT_EQ(pulse_request_stats_get(engine_, id, &stats), PULSE_OK) << LastError();
+    return stats;
+  }
+
+  pulse_model* model_ = nullptr;
+  pulse_engine* engine_ = nullptr;
+};
+
+TEST_F(AbiGeneration, CallbackPollAndResultAgree) {
+  constexpr int kMaxTokens = 12;
+  const std::vector<int32_t> prompt = TinyPrompt(40);
+  Recorded recorded;
+  const uint64_t streamed = Submit(prompt, GreedySampling(kMaxTokens), &recorded);
+  const uint64_t polled = Submit(prompt, GreedySampling(kMaxTokens));
+  ASSERT_NE(streamed, polled);
+
+  std::vector<int32_t> polled_tokens;
+  pulse_request_state state = PULSE_REQUEST_QUEUED;
+  int steps = 0;
+  while (state != PULSE_REQUEST_FINISHED) {
+    ASSERT_LT(steps++, 200) << "the request does not finish";
+    pulse_step_report report;
+    report.struct_size = sizeof(report);
+    ASSERT_EQ(pulse_engine_step(engine_, &report), PULSE_OK) << LastError();
+    int32_t buffer[3];  // smaller than one step's worth sometimes: polls resume where they left
+    size_t count = 0;
+    do {
+      ASSERT_EQ(pulse_request_poll(engine_, polled, buffer, 3, &count, &state), PULSE_OK)
+          << LastError();
+      polled_tokens.insert(polled_tokens.end(), buffer, buffer + count);
+    } while (count == 3);
+  }
+
+  std::vector<int32_t> streamed_tokens;
+  for (size_t i = 0; i < recorded.events.size(); ++i) {
+    const pulse_token_event& event = recorded.events[i];
+    EXPECT_EQ(event.struct_size, sizeof(pulse_token_event));
+    EXPECT_EQ(event.request_id, streamed);
+    EXPECT_EQ(event.index, static_cast<int32_t>(i));
+    EXPECT_GE(event.token, 0);
+    EXPECT_LT(event.token, kTinyVocab);
+    const bool last = i + 1 == recorded.events.size();
+    EXPECT_EQ(event.finished, last ? 1 : 0);
+    EXPECT_EQ(event.finish_reason, last ? PULSE_FINISH_MAX_TOKENS : PULSE_FINISH_NONE);
+    streamed_tokens.push_back(event.token);
+  }
+  ASSERT_EQ(streamed_tokens.size(), size_t{kMaxTokens});
+  // Greedy decoding of the same prompt: the same tokens, however they are read.
+  EXPECT_EQ(polled_tokens, streamed_tokens);
+  EXPECT_EQ(Result(streamed), streamed_tokens);
+  EXPECT_EQ(Result(polled), streamed_tokens);
+
+  const pulse_request_stats stats = Stats(streamed);
+  EXPECT_EQ(stats.state, PULSE_REQUEST_FINISHED);
+  EXPECT_EQ(stats.finish_reason, PULSE_FINISH_MAX_TOKENS);
+  EXPECT_EQ(stats.prompt_tokens, 40);
+  EXPECT_EQ(stats.generated_tokens, kMaxTokens);
+  EXPECT_EQ(stats.error, PULSE_OK);
+  EXPECT_GT(stats.ttft_ms, 0.0);
+  EXPECT_GE(stats.total_ms, stats.ttft_ms);
+}
+
+TEST_F(AbiGeneration, PollSizeQueryReadsNothing) {
+  const uint64_t id = Submit(TinyPrompt(8), GreedySampling(5));
+  size_t count = 99;
+  pulse_request_state state = -1;
+  ASSERT_EQ(pulse_request_poll(engine_, id, nullptr, 0, &count, &state), PULSE_OK);
+  EXPECT_EQ(count, 0u);
+  EXPECT_EQ(state, PULSE_REQUEST_QUEUED);
+  ASSERT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+
+  ASSERT_EQ(pulse_request_poll(engine_, id, nullptr, 0, &count, &state), PULSE_OK);
+  EXPECT_EQ(count, 5u);
+  EXPECT_EQ(state, PULSE_REQUEST_RUNNING) << "finished but unread reads as running";
+  std::vector<int32_t> tokens(8);
+  ASSERT_EQ(pulse_request_poll(engine_, id, tokens.data(), tokens.size(), &count, &state),
+            PULSE_OK);
+  EXPECT_EQ(count, 5u);
+  EXPECT_EQ(state, PULSE_REQUEST_FINISHED);
+  tokens.resize(count);
+  EXPECT_EQ(tokens, Result(id));
+  ASSERT_EQ(pulse_request_poll(engine_, id, nullptr, 0, &count, &state), PULSE_OK);
+  EXPECT_EQ(count, 0u);
+}
+
+TEST_F(AbiGeneration, ResultWhileRunningIsAgain) {
+  const uint64_t id = Submit(TinyPrompt(8), GreedySampling(6));
+  EXPECT_TRUE(Result(id, PULSE_AGAIN).empty());
+  EXPECT_NE(LastError().find("not finished"), std::string::npos) << LastError();
+  ASSERT_EQ(pulse_engine_step(engine_, nullptr), PULSE_OK) << LastError();
+  EXPECT_EQ(Result(id, PULSE_AGAIN).size(), 1u);
+  EXPECT_EQ(Stats(id).state, PULSE_REQUEST_RUNNING);
+}
+
+TEST_F(AbiGeneration, CancelledRequestKeepsItsStateAndTokens) {
+  const uint64_t before_start = Submit(TinyPrompt(8), GreedySampling(6));
+  ASSERT_EQ(pulse_request_cancel(engine_, before_start), PULSE_OK) << LastError();
+  size_t count = 9;
+  pulse_request_state state = -1;
+  ASSERT_EQ(pulse_request_poll(engine_, before_start, nullptr, 0, &count, &state), PULSE_OK);
+  EXPECT_EQ(count, 0u);
+  EXPECT_EQ(state, PULSE_REQUEST_FINISHED);
+  EXPECT_TRUE(Result(before_start, PULSE_CANCELLED).empty());
+  EXPECT_EQ(Stats(before_start).finish_reason, PULSE_FINISH_CANCELLED);
+
+  const uint64_t midway = Submit(TinyPrompt(8), GreedySampling(6));
+  ASSERT_EQ(pulse_engine_step(engine_, nullptr), PULSE_OK);
+  ASSERT_EQ(pulse_engine_step(engine_, nullptr), PULSE_OK);
+  ASSERT_EQ(pulse_request_cancel(engine_, midway), PULSE_OK) << LastError();
+  ASSERT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+  EXPECT_EQ(Result(midway, PULSE_CANCELLED).size(), 2u);
+  EXPECT_EQ(pulse_request_cancel(engine_, midway), PULSE_OK) << "cancel of a finished request";
+  EXPECT_EQ(pulse_request_release(engine_, midway), PULSE_OK);
+  EXPECT_EQ(pulse_request_poll(engine_, midway, nullptr, 0, &count, &state), PULSE_NOT_FOUND);
+}
+
+TEST_F(AbiGeneration, NonzeroCallbackReturnCancels) {
+  Recorded recorded;
+  recorded.cancel_at_index = 2;
+  const uint64_t id = Submit(TinyPrompt(8), GreedySampling(10), &recorded);
+  ASSERT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+  EXPECT_EQ(recorded.events.size(), 3u);
+  EXPECT_EQ(Result(id, PULSE_CANCELLED).size(), 3u);
+  EXPECT_EQ(Stats(id).finish_reason, PULSE_FINISH_CANCELLED);
+}
+
+TEST_F(AbiGeneration, StopTokenEndsTheRequest) {
+  constexpr int kMaxTokens = 8;
+  const std::vector<int32_t> free_run = [&] {
+    const uint64_t id = Submit(TinyPrompt(8), GreedySampling(kMaxTokens));
+    EXPECT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+    return Result(id);
+  }();
+  ASSERT_EQ(free_run.size(), size_t{kMaxTokens});
+  pulse_sampling_params sampling = GreedySampling(kMaxTokens);
+  sampling.stop_token_ids = &free_run[3];
+  sampling.stop_token_count = 1;
+  const uint64_t id = Submit(TinyPrompt(8), sampling);
+  ASSERT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+  const std::vector<int32_t> stopped = Result(id);
+  ASSERT_FALSE(stopped.empty());
+  EXPECT_EQ(stopped.back(), free_run[3]);
+  EXPECT_LE(stopped.size(), 4u);
+  EXPECT_EQ(Stats(id).finish_reason, PULSE_FINISH_STOP_TOKEN);
+}
+
+TEST_F(AbiGeneration, EngineKeepsTheModelAlive) {
+  pulse_model* extra = pulse_model_retain(model_);
+  EXPECT_EQ(extra, model_);
+  pulse_model_free(extra);
+  pulse_model_free(model_);  // the engine's reference remains
+  model_ = nullptr;
+  const uint64_t id = Submit(TinyPrompt(8), GreedySampling(4));
+  ASSERT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+  EXPECT_EQ(Result(id).size(), 4u);
+}
+
+TEST_F(AbiGeneration, PollFromAnotherThreadWhileStepping) {
+  constexpr int kMaxTokens = 16;
+  const uint64_t id = Submit(TinyPrompt(8), GreedySampling(kMaxTokens));
+  std::vector<int32_t> polled;
+  std::thread reader([&] {
+    pulse_request_state state = PULSE_REQUEST_QUEUED;
+    while (state != PULSE_REQUEST_FINISHED) {
+      int32_t buffer[4];
+      size_t count = 0;
+      ASSERT_EQ(pulse_request_poll(engine_, id, buffer, 4, &count, &state), PULSE_OK);
+      polled.insert(polled.end(), buffer, buffer + count);
+      std::this_thread::yield();
+    }
+  });
+  ASSERT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+  reader.join();
+  EXPECT_EQ(polled, Result(id));
+  EXPECT_EQ(polled.size(), size_t{kMaxTokens});
+}
+
+TEST_F(AbiGeneration, ModelInfoDescribesTheTinyModel) {
+  pulse_model_info info;
+  info.struct_size = sizeof(info);
+  ASSERT_EQ(pulse_model_info_get(model_, &info), PULSE_OK) << LastError();
+  EXPECT_STREQ(info.architecture, "llama");
+  EXPECT_STREQ(info.format, "random");
+  EXPECT_STREQ(info.weight_type, "f32");
+  EXPECT_STREQ(info.backend, "cpu");
+  EXPECT_EQ(info.num_layers, 2);
+  EXPECT_EQ(info.num_heads, 4);
+  EXPECT_EQ(info.num_kv_heads, 2);
+  EXPECT_EQ(info.head_dim, 16);
+  EXPECT_EQ(info.hidden_size, 64);
+  EXPECT_EQ(info.intermediate_size, 160);
+  EXPECT_EQ(info.vocab_size, kTinyVocab);
+  EXPECT_EQ(info.context_length, 256);
+  EXPECT_EQ(info.tie_word_embeddings, 0);
+  // Embeddings and head 2*300*64; per layer: q,o 64*64 each, k,v 32*64 each, MLP 3*64*160,
+  // two norms of 64; the final norm 64.
+  const int64_t per_layer = 2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 160 + 2 * 64;
+  EXPECT_EQ(info.parameter_count, 2 * 300 * 64 + 2 * per_layer + 64);
+}
+
+}  // namespace

@@ -1,0 +1,300 @@
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "core/model/dequant.h"
+#include "core/model/expected_tensors.h"
+#include "core/model/gguf_reader.h"
+#include "core/model/tensor_source.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/model/gguf_writer.h"
+#include "tests/unit/model/test_configs.h"
+
+namespace pulse {
+namespace {
+
+using ::pulse::testing::GgufWriter;
+using ::pulse::testing::WriteTempFile;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// llama.cpp's convert_hf_to_gguf.py permute(): rows of each head go from [half 0; half 1] to
+// interleaved pairs. w.reshape(n_head, 2, rows / n_head / 2, cols).swapaxes(1, 2).
+std::vector<float> PermuteLikeConverter(const std::vector<float>& hf, int64_t n_head, int64_t rows,
+                                        int64_t cols) {
+  std::vector<float> gguf(hf.size());
+  const int64_t half = rows / n_head / 2;
+  for (int64_t h = 0; h < n_head; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t from = (h * 2 + j) * half + i;
+        const int64_t to = (h * half + i) * 2 + j;
+        std::copy_n(&hf[from * cols], cols, &gguf[to * cols]);
+      }
+    }
+  }
+  return gguf;
+}
+
+std::vector<float> Iota(size_t n, float start) {
+  std::vector<float> values(n);
+  std::iota(values.begin(), values.end(), start);
+  return values;
+}
+
+// hidden 8, 2 heads of 4, 1 KV head, MLP 12, one layer, vocab 6.
+struct TinyModel {
+  std::vector<float> q = Iota(8 * 8, 100);
+  std::vector<float> k = Iota(4 * 8, 200);
+  std::vector<float> q_bias = Iota(8, 300);
+  std::vector<float> k_bias = Iota(4, 400);
+
+  GgufWriter Writer(std::string_view arch, bool permute, bool with_bias) const {
+    GgufWriter w;
+    w.AddString("general.architecture", arch);
+    const auto key = [arch](std::string_view suffix) {
+      return std::string(arch) + "." + std::string(suffix);
+    };
+    w.AddU32(key("embedding_length"), 8);
+    w.AddU32(key("feed_forward_length"), 12);
+    w.AddU32(key("block_count"), 1);
+    w.AddU32(key("attention.head_count"), 2);
+    w.AddU32(key("attention.head_count_kv"), 1);
+    w.AddU32(key("context_length"), 64);
+    w.AddF32(key("attention.layer_norm_rms_epsilon"), 1e-5f);
+    w.AddF32(key("rope.freq_base"), 5000.0f);
+    w.AddStringArray("tokenizer.ggml.tokens", {"a", "b", "c", "d", "e", "f"});
+    w.AddU32("tokenizer.ggml.bos_token_id", 1);
+    w.AddU32("tokenizer.ggml.eos_token_id", 2);
+    w.AddU32("tokenizer.ggml.eot_token_id", 3);
+    const std::vector<float> norm(8, 1.0f);
+    w.AddF32Tensor("token_embd.weight", {8, 6}, Iota(48, 0));
+    w.AddF32Tensor("blk.0.attn_norm.weight", {8}, norm);
+    w.AddF32Tensor("blk.0.attn_q.weight", {8, 8}, permute ? PermuteLikeConverter(q, 2, 8, 8) : q);
+    w.AddF32Tensor("blk.0.attn_k.weight", {8, 4}, permute ? PermuteLikeConverter(k, 1, 4, 8) : k);
+    w.AddF32Tensor("blk.0.attn_v.weight", {8, 4}, Iota(32, 500));
+    if (with_bias) {
+      w.AddF32Tensor("blk.0.attn_q.bias", {8},
+                     permute ? PermuteLikeConverter(q_bias, 2, 8, 1) : q_bias);
+      w.AddF32Tensor("blk.0.attn_k.bias", {4},
+                     permute ? PermuteLikeConverter(k_bias, 1, 4, 1) : k_bias);
+      w.AddF32Tensor("blk.0.attn_v.bias", {4}, Iota(4, 600));
+    }
+    w.AddF32Tensor("blk.0.attn_output.weight", {8, 8}, Iota(64, 700));
+    w.AddF32Tensor("blk.0.ffn_norm.weight", {8}, norm);
+    w.AddF32Tensor("blk.0.ffn_gate.weight", {8, 12}, Iota(96, 800));
+    w.AddF32Tensor("blk.0.ffn_up.weight", {8, 12}, Iota(96, 900));
+    w.AddF32Tensor("blk.0.ffn_down.weight", {12, 8}, Iota(96, 1000));
+    w.AddF32Tensor("output_norm.weight", {8}, norm);
+    return w;
+  }
+};
+
+std::vector<float> ReadAll(const TensorSource& source, std::string_view name) {
+  for (const TensorInfo& tensor : source.tensors()) {
+    if (tensor.name != name) continue;
+    std::vector<float> values(tensor.elements());
+    const absl::Status status = source.Read(name, values);
+    EXPECT_TRUE(status.ok()) << status;
+    return values;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
+TEST(GgufSourceTest, LlamaConfigNamesAndUnpermutedRows) {
+  const TinyModel model;
+  const std::string path =
+      WriteTempFile("tiny-llama.gguf", model.Writer("llama", true, true).Bytes());
+  absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  const ModelConfig& config = (*source)->config();
+  EXPECT_EQ((*source)->format(), "gguf");
+  EXPECT_EQ(config.architecture, Architecture::kLlama);
+  EXPECT_EQ(config.hidden_size, 8);
+  EXPECT_EQ(config.intermediate_size, 12);
+  EXPECT_EQ(config.num_layers, 1);
+  EXPECT_EQ(config.num_heads, 2);
+  EXPECT_EQ(config.num_kv_heads, 1);
+  EXPECT_EQ(config.head_dim, 4);
+  EXPECT_EQ(config.vocab_size, 6);
+  EXPECT_EQ(config.max_position, 64);
+  EXPECT_EQ(config.rope_theta, 5000.0f);
+  EXPECT_TRUE(config.tie_word_embeddings);
+  EXPECT_TRUE(config.attention_bias);
+  EXPECT_EQ(config.bos_token_id, 1);
+  EXPECT_THAT(config.eos_token_ids, ElementsAre(2, 3));
+  EXPECT_TRUE(CheckTensors(**source).ok()) << CheckTensors(**source);
+
+  EXPECT_EQ((*source)->tensors()[0].name, "model.embed_tokens.weight");
+  EXPECT_THAT((*source)->tensors()[0].shape, ElementsAre(6, 8));
+  EXPECT_EQ((*source)->tensors()[0].stored_type, "F32");
+  EXPECT_EQ(ReadAll(**source, "model.layers.0.self_attn.q_proj.weight"), model.q);
+  EXPECT_EQ(ReadAll(**source, "model.layers.0.self_attn.k_proj.weight"), model.k);
+  EXPECT_EQ(ReadAll(**source, "model.layers.0.self_attn.q_proj.bias"), model.q_bias);
+  EXPECT_EQ(ReadAll(**source, "model.layers.0.self_attn.k_proj.bias"), model.k_bias);
+  EXPECT_EQ(ReadAll(**source, "model.layers.0.self_attn.v_proj.weight"), Iota(32, 500));
+  EXPECT_EQ(ReadAll(**source, "model.layers.0.mlp.down_proj.weight"), Iota(96, 1000));
+
+  EXPECT_EQ((*source)->metadata().at("general.architecture"), "llama");
+  EXPECT_EQ((*source)->metadata().at("llama.block_count"), "1");
+  EXPECT_EQ((*source)->metadata().at("tokenizer.ggml.tokens"),
+            "[\"a\", \"b\", \"c\", \"d\", \"e\", \"f\"]");
+
+  std::vector<float> wrong(3);
+  EXPECT_THAT((*source)->Read("model.norm.weight", wrong).message(), HasSubstr("output holds 3"));
+  EXPECT_EQ((*source)->Read("lm_head.weight", wrong).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(GgufSourceTest, Qwen2RowsAreNotPermuted) {
+  const TinyModel model;
+  const std::string path =
+      WriteTempFile("tiny-qwen2.gguf", model.Writer("qwen2", false, true).Bytes());
+  absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ((*source)->config().architecture, Architecture::kQwen2);
+  EXPECT_TRUE((*source)->config().attention_bias);
+  EXPECT_EQ(ReadAll(**source, "model.layers.0.self_attn.q_proj.weight"), model.q);
+  EXPECT_EQ(ReadAll(**source, "model.layers.0.self_attn.k_proj.bias"), model.k_bias);
+}
+
+TEST(GgufSourceTest, RopeFreqsAndOutputWeight) {
+  GgufWriter writer = TinyModel().Writer("llama", true, false);
+  const std::vector<float> factors = {1.0f, 4.0f};
+  writer.AddF32Tensor("rope_freqs.weight", {2}, factors);
+  writer.AddF32Tensor("output.weight", {8, 6}, Iota(48, 2000));
+  absl::StatusOr<std::unique_ptr<TensorSource>> source =
+      OpenTensorSource(WriteTempFile("rope-freqs.gguf", writer.Bytes()));
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_THAT((*source)->config().rope_freq_factors, ElementsAre(1.0f, 4.0f));
+  EXPECT_FALSE((*source)->config().tie_word_embeddings);
+  EXPECT_FALSE((*source)->config().attention_bias);
+  EXPECT_EQ(ReadAll(**source, "lm_head.weight"), Iota(48, 2000));
+  for (const TensorInfo& tensor : (*source)->tensors()) EXPECT_NE(tensor.name, "rope_freqs.weight");
+  EXPECT_TRUE(CheckTensors(**source).ok()) << CheckTensors(**source);
+}
+
+std::string OpenError(const GgufWriter& writer) {
+  const absl::StatusOr<std::unique_ptr<TensorSource>> source =
+      OpenTensorSource(WriteTempFile("bad-model.gguf", writer.Bytes()));
+  EXPECT_FALSE(source.ok());
+  return std::string(source.status().message());
+}
+
+TEST(GgufSourceTest, MetadataErrorsAreNamed) {
+  GgufWriter duplicate = TinyModel().Writer("llama", true, false);
+  duplicate.AddString("llama.attention.head_count", "9");
+  EXPECT_THAT(OpenError(duplicate), HasSubstr("duplicate metadata key"));
+
+  GgufWriter string_heads;
+  string_heads.AddString("general.architecture", "llama");
+  string_heads.AddU32("llama.embedding_length", 8);
+  string_heads.AddU32("llama.feed_forward_length", 12);
+  string_heads.AddU32("llama.block_count", 1);
+  string_heads.AddString("llama.attention.head_count", "2");
+  EXPECT_THAT(OpenError(string_heads),
+              HasSubstr("'llama.attention.head_count' is string, expected an integer"));
+
+  GgufWriter missing;
+  missing.AddString("general.architecture", "llama");
+  EXPECT_THAT(OpenError(missing), HasSubstr("no metadata key 'llama.embedding_length'"));
+
+  GgufWriter unknown;
+  unknown.AddString("general.architecture", "gemma2");
+  EXPECT_THAT(OpenError(unknown), HasSubstr("unsupported architecture 'gemma2'"));
+
+  GgufWriter no_arch;
+  EXPECT_THAT(OpenError(no_arch), HasSubstr("general.architecture"));
+
+  GgufWriter extra = TinyModel().Writer("llama", true, false);
+  extra.AddF32Tensor("blk.0.attn_q_norm.weight", {4}, Iota(4, 0));
+  EXPECT_THAT(OpenError(extra), HasSubstr("unexpected tensor 'blk.0.attn_q_norm.weight'"));
+
+  GgufWriter huge = TinyModel().Writer("llama", true, false);
+  huge.AddU64("llama.vocab_size", uint64_t{1} << 40);
+  EXPECT_THAT(OpenError(huge), HasSubstr("'llama.vocab_size' = 1099511627776 does not fit"));
+
+  GgufWriter yarn = TinyModel().Writer("llama", true, false);
+  yarn.AddString("llama.rope.scaling.type", "yarn");
+  EXPECT_THAT(OpenError(yarn), HasSubstr("'yarn' is not supported"));
+}
+
+// --- the real SmolLM2 asset -----------------------------------------------------------------
+
+std::string SmolLm2Path() {
+  const char* root = std::getenv("PULSE_SOURCE_DIR");
+  return std::string(root == nullptr ? "." : root) +
+         "/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+TEST(SmolLm2Test, OpensWithTheKnownConfig) {
+  const std::string path = SmolLm2Path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  const double open_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const ModelConfig& config = (*source)->config();
+  const ModelConfig expected = ::pulse::testing::SmolLm2Config();
+  EXPECT_EQ(config.architecture, Architecture::kLlama);
+  EXPECT_EQ(config.num_layers, expected.num_layers);
+  EXPECT_EQ(config.hidden_size, expected.hidden_size);
+  EXPECT_EQ(config.num_heads, expected.num_heads);
+  EXPECT_EQ(config.num_kv_heads, expected.num_kv_heads);
+  EXPECT_EQ(config.head_dim, expected.head_dim);
+  EXPECT_EQ(config.intermediate_size, expected.intermediate_size);
+  EXPECT_EQ(config.vocab_size, expected.vocab_size);
+  EXPECT_EQ(config.rope_theta, expected.rope_theta);
+  EXPECT_TRUE(config.tie_word_embeddings);
+  EXPECT_FALSE(config.attention_bias);
+  EXPECT_EQ(config.rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_TRUE(config.rope_freq_factors.empty());
+  EXPECT_EQ(config.bos_token_id, 1);
+  EXPECT_THAT(config.eos_token_ids, ElementsAre(2));
+  EXPECT_EQ(config.ParameterCount(), 134'515'008);
+  EXPECT_TRUE(CheckTensors(**source).ok()) << CheckTensors(**source);
+  EXPECT_EQ((*source)->tensors().size(), 272u);
+  EXPECT_EQ((*source)->metadata().at("tokenizer.ggml.tokens"), "[array of 49152 string]");
+  EXPECT_EQ((*source)->metadata().at("tokenizer.ggml.model"), "gpt2");
+  RecordProperty("open_ms", std::to_string(open_ms));
+
+  absl::StatusOr<GgufFile> file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const absl::StatusOr<std::vector<std::string>> tokens =
+      file->GetStringArray("tokenizer.ggml.tokens");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(tokens->size(), 49152u);
+  EXPECT_EQ(file->GetStringArray("tokenizer.ggml.merges")->size(), 48900u);
+  EXPECT_EQ(file->GetIntArray("tokenizer.ggml.token_type")->size(), 49152u);
+}
+
+TEST(SmolLm2Test, QkUnpermutationRoundTrips) {
+  const std::string path = SmolLm2Path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
+  absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<GgufFile> file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  for (const int layer : {0, 29}) {
+    for (const auto& [gguf_name, hf_name, heads, rows] :
+         {std::tuple{"attn_q", "q_proj", 9, 576}, std::tuple{"attn_k", "k_proj", 3, 192}}) {
+      const GgufTensorInfo* raw =
+          file->FindTensor(absl::StrCat("blk.", layer, ".", gguf_name, ".weight"));
+      ASSERT_NE(raw, nullptr);
+      EXPECT_EQ(raw->type, GgmlType::kQ4_1);
+      std::vector<float> gguf(raw->elements);
+      ASSERT_TRUE(Dequantize(raw->type, file->TensorData(*raw), gguf).ok());
+      const std::vector<float> hf = ReadAll(
+          **source, absl::StrCat("model.layers.", layer, ".self_attn.", hf_name, ".weight"));
+      EXPECT_NE(hf, gguf);
+      EXPECT_EQ(PermuteLikeConverter(hf, heads, rows, 576), gguf) << layer << " " << gguf_name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pulse

@@ -1,0 +1,148 @@
+// ModelRunner on its own: a batch equals its sequences run one by one, and bad batches are
+// rejected before any kernel sees them.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/kv/kv_cache.h"
+#include "core/model/forward.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/sched/tiny_model.h"
+
+namespace pulse {
+namespace {
+
+using ::pulse::testing::Prompt;
+using ::pulse::testing::TinyConfig;
+using ::pulse::testing::TinyModel;
+using ::testing::HasSubstr;
+
+constexpr int32_t kBlockTokens = 4;
+constexpr int32_t kBlocks = 32;
+
+ModelRunner MakeRunner(std::shared_ptr<const Model> model) {
+  const ModelConfig& config = model->config();
+  KvCache cache = *KvCache::Create(model->backend(),
+                                   {.block_tokens = kBlockTokens,
+                                    .num_kv_heads = config.num_kv_heads,
+                                    .head_dim = config.head_dim},
+                                   config.num_layers, kBlocks);
+  absl::StatusOr<ModelRunner> runner =
+      ModelRunner::Create(std::move(model), std::move(cache),
+                          {.max_step_tokens = 64, .max_seqs = 4, .max_blocks_per_seq = 8});
+  EXPECT_TRUE(runner.ok()) << runner.status();
+  return *std::move(runner);
+}
+
+class ModelRunnerTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<const Model> model_ = TinyModel();
+  ModelRunner runner_ = MakeRunner(model_);
+  const size_t vocab_ = static_cast<size_t>(TinyConfig().vocab_size);
+};
+
+TEST_F(ModelRunnerTest, ABatchEqualsItsSequencesAloneBitwise) {
+  const std::vector<int32_t> a = Prompt(9, TinyConfig().vocab_size, 1);
+  const std::vector<int32_t> b = Prompt(5, TinyConfig().vocab_size, 2);
+  const std::vector<int32_t> blocks_a = {3, 0, 7};
+  const std::vector<int32_t> blocks_b = {12, 5};
+
+  std::vector<float> alone(2 * vocab_);
+  StepBatch batch;
+  batch.AddSequence(a, 0, blocks_a, true);
+  ASSERT_TRUE(runner_.Forward(batch, std::span<float>(alone).first(vocab_)).ok());
+  batch.Clear();
+  batch.AddSequence(b, 0, blocks_b, true);
+  ASSERT_TRUE(runner_.Forward(batch, std::span<float>(alone).last(vocab_)).ok());
+
+  std::vector<float> together(2 * vocab_);
+  batch.Clear();
+  batch.AddSequence(a, 0, blocks_a, true);
+  batch.AddSequence(b, 0, blocks_b, true);
+  ASSERT_TRUE(runner_.Forward(batch, together).ok());
+  EXPECT_EQ(std::memcmp(alone.data(), together.data(), alone.size() * sizeof(float)), 0);
+}
+
+TEST_F(ModelRunnerTest, OnlyTheWantedRowsAreReturned) {
+  StepBatch batch;
+  batch.AddSequence(Prompt(6, TinyConfig().vocab_size, 3), 0, std::vector<int32_t>{1, 2}, false);
+  batch.AddSequence(Prompt(3, TinyConfig().vocab_size, 4), 0, std::vector<int32_t>{4}, true);
+  EXPECT_EQ(batch.num_logit_rows(), 1);
+  EXPECT_THAT(batch.logit_rows(), ::testing::ElementsAre(8));
+  std::vector<float> logits(vocab_);
+  EXPECT_TRUE(runner_.Forward(batch, logits).ok());
+  std::vector<float> wrong_size(2 * vocab_);
+  EXPECT_EQ(runner_.Forward(batch, wrong_size).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelRunnerTest, BadBatchesAreRejected) {
+  const auto expect_rejected = [&](const StepBatch& batch, const char* message) {
+    std::vector<float> logits(static_cast<size_t>(batch.num_logit_rows()) * vocab_);
+    const absl::Status status = runner_.Forward(batch, logits);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_THAT(status.message(), HasSubstr(message));
+  };
+  const std::vector<int32_t> one_block = {0};
+  StepBatch batch;
+  expect_rejected(batch, "0 sequences");
+  batch.AddSequence(std::vector<int32_t>{1, TinyConfig().vocab_size}, 0, one_block, true);
+  expect_rejected(batch, "token 101");
+  batch.Clear();
+  batch.AddSequence(Prompt(5, TinyConfig().vocab_size, 5), 0, one_block, true);
+  expect_rejected(batch, "5 new of 5 tokens in 1 blocks");
+  batch.Clear();
+  batch.AddSequence(std::vector<int32_t>{1}, 0, std::vector<int32_t>{kBlocks}, true);
+  expect_rejected(batch, "KV block 32");
+  batch.Clear();
+  batch.AddSequence(std::vector<int32_t>{1}, 0, std::vector<int32_t>(9, 0), true);
+  expect_rejected(batch, "9 KV blocks");
+  batch.Clear();
+  for (int32_t s = 0; s < 5; ++s) batch.AddSequence(std::vector<int32_t>{1}, 0, one_block, true);
+  expect_rejected(batch, "5 sequences");
+  batch.Clear();
+  batch.AddSequence(std::vector<int32_t>(65, 1), 0, std::vector<int32_t>(8, 0), true);
+  expect_rejected(batch, "65 tokens");
+}
+
+TEST(ModelLoadTest, TiedEmbeddingsHaveNoLmHead) {
+  ModelConfig config = TinyConfig();
+  config.tie_word_embeddings = true;
+  const std::shared_ptr<const Model> tied = TinyModel(config);
+  EXPECT_FALSE(tied->weights().lm_head.has_value());
+  EXPECT_EQ(tied->weights().output().data, tied->weights().embed.view().data);
+  const std::shared_ptr<const Model> untied = TinyModel();
+  ASSERT_TRUE(untied->weights().lm_head.has_value());
+  EXPECT_EQ(untied->weights().output().data, untied->weights().lm_head->view().data);
+  EXPECT_EQ(untied->format(), "random");
+  EXPECT_EQ(untied->stored_type(), "random");
+  EXPECT_EQ(untied->weight_type(), WeightType::kF32);
+  // q, k and v rows fused: 4 heads + 2 * 2 KV heads of 8 dims.
+  EXPECT_EQ(untied->weights().layers[0].qkv.rows, 64);
+  EXPECT_EQ(untied->weights().layers[0].gate_up.rows, 2 * TinyConfig().intermediate_size);
+}
+
+TEST(ModelRunnerCreateTest, MismatchedCacheAndOptionsAreRejected) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const ModelConfig& config = model->config();
+  KvCache wrong_heads = *KvCache::Create(
+      model->backend(), {.block_tokens = 4, .num_kv_heads = 1, .head_dim = config.head_dim},
+      config.num_layers, 4);
+  EXPECT_EQ(ModelRunner::Create(model, std::move(wrong_heads),
+                                {.max_step_tokens = 8, .max_seqs = 2, .max_blocks_per_seq = 2})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  KvCache cache = *KvCache::Create(
+      model->backend(),
+      {.block_tokens = 4, .num_kv_heads = config.num_kv_heads, .head_dim = config.head_dim},
+      config.num_layers, 4);
+  EXPECT_EQ(ModelRunner::Create(model, std::move(cache),
+                                {.max_step_tokens = 0, .max_seqs = 2, .max_blocks_per_seq = 2})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pulse
