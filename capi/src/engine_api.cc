@@ -26,7 +26,7 @@ pulse_status pulse_engine_params_init(pulse_engine_params* params, size_t struct
   });
 }
 
-pulse_status pulse_engine_create(pulse_model* model, const pulse_engine_params* params,
+pulse_status pulse_engine_create(const pulse_model* model, const pulse_engine_params* params,
                                  pulse_engine** out_engine) {
   return Guard("pulse_engine_create", [&]() -> absl::Status {
     if (out_engine == nullptr) return absl::InvalidArgumentError("out_engine is NULL");

@@ -4,7 +4,6 @@
 #include <string_view>
 #include <system_error>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/backend/cpu/cpu_backend.h"
@@ -45,22 +44,6 @@ absl::StatusOr<std::unique_ptr<TensorSource>> OpenRandom(const std::string& path
   return OpenRandomSource(config, seed);
 }
 
-// The stored type that holds the most weights, e.g. "Q4_1" for a Q4_1 GGUF file.
-std::string MainStoredType(const TensorSource& source) {
-  absl::flat_hash_map<std::string, int64_t> elements;
-  for (const TensorInfo& tensor : source.tensors())
-    elements[tensor.stored_type] += tensor.elements();
-  std::string main;
-  int64_t most = -1;
-  for (const auto& [type, count] : elements) {
-    if (count > most || (count == most && type < main)) {
-      main = type;
-      most = count;
-    }
-  }
-  return main;
-}
-
 }  // namespace
 
 absl::StatusOr<ModelLoadPlan> PlanModelLoad(const pulse_model_params& params) {
@@ -99,7 +82,7 @@ absl::StatusOr<std::unique_ptr<pulse_model>> LoadModel(const std::string& path,
   auto handle = std::make_unique<pulse_model>();
   handle->architecture = std::string(ArchitectureName(model->config().architecture));
   handle->format = std::string(model->format());
-  handle->stored_type = MainStoredType(*source);
+  handle->stored_type = std::string(model->stored_type());
   handle->weight_type = std::string(WeightTypeName(model->weight_type()));
   handle->backend = std::string(model->backend().name());
   handle->model = std::move(model);

@@ -10,9 +10,9 @@ namespace pulse {
 namespace {
 
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
-// The first prefix of the candidates that top-p (without top-k) sorts; doubled until it holds
-// the nucleus, so a peaked distribution never sorts the whole vocabulary.
-constexpr size_t kFirstTopPPrefix = 64;
+// Top-p cuts the candidates by rank (the best this many first, then halves) down to a range this
+// short, then sorts it.
+constexpr ptrdiff_t kTopPSortedTail = 64;
 
 absl::Status CheckLogits(std::span<const float> logits) {
   bool any_finite = false;
@@ -86,23 +86,16 @@ void Sampler::Filter(std::span<const float> logits) {
   for (size_t i = 0; i < logits.size(); ++i) {
     candidates_[i] = {logits[i], static_cast<int32_t>(i)};
   }
-  size_t sorted = 0;
   const size_t top_k = static_cast<size_t>(params_.top_k);
   if (top_k > 0 && top_k < candidates_.size()) {
     std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(top_k),
                      candidates_.end(), Better);
     candidates_.resize(top_k);
-    std::sort(candidates_.begin(), candidates_.end(), Better);
-    sorted = top_k;
   }
 
   max_logit_ = -kInfinity;
   for (const Candidate& c : candidates_) max_logit_ = std::max(max_logit_, c.logit);
-  if (params_.top_p < 1.0f) {
-    double total = 0.0;
-    for (const Candidate& c : candidates_) total += Weight(c);
-    KeepTopP(sorted, total);
-  }
+  if (params_.top_p < 1.0f) KeepTopP();
   weights_.resize(candidates_.size());
   for (size_t i = 0; i < candidates_.size(); ++i) weights_[i] = Weight(candidates_[i]);
 
@@ -120,21 +113,33 @@ void Sampler::Filter(std::span<const float> logits) {
   }
 }
 
-void Sampler::KeepTopP(size_t sorted, double total) {
+void Sampler::KeepTopP() {
+  double total = 0.0;
+  for (const Candidate& c : candidates_) total += Weight(c);
   const double target = static_cast<double>(params_.top_p) * total;
-  size_t kept = 0;
-  double mass = 0.0;
-  while (true) {
-    for (; kept < sorted && mass < target; ++kept) mass += Weight(candidates_[kept]);
-    if (mass >= target || sorted == candidates_.size()) break;
-    // Everything past `sorted` ranks below the sorted prefix, so sorting more extends it.
-    const size_t next = std::min(candidates_.size(), std::max(2 * sorted, kFirstTopPPrefix));
-    std::partial_sort(candidates_.begin() + static_cast<ptrdiff_t>(sorted),
-                      candidates_.begin() + static_cast<ptrdiff_t>(next), candidates_.end(),
-                      Better);
-    sorted = next;
+  // Cut by rank: [begin, first) ranks above [first, last), which ranks above [last, end);
+  // [begin, first) holds less than the target mass and [begin, last) at least as much (or last
+  // is the end), so the nucleus ends inside [first, last). Linear on average, with no full sort.
+  auto first = candidates_.begin();
+  auto last = candidates_.end();
+  double kept_mass = 0.0;  // of [begin, first)
+  while (last - first > kTopPSortedTail) {
+    // The first cut is just below the best few, where a peaked distribution's nucleus ends.
+    const auto middle =
+        first == candidates_.begin() ? first + kTopPSortedTail : first + (last - first) / 2;
+    std::nth_element(first, middle, last, Better);
+    double mass = 0.0;
+    for (auto it = first; it != middle; ++it) mass += Weight(*it);
+    if (kept_mass + mass >= target) {
+      last = middle;
+    } else {
+      kept_mass += mass;
+      first = middle;
+    }
   }
-  candidates_.resize(kept);
+  std::sort(first, last, Better);
+  for (; first != last && kept_mass < target; ++first) kept_mass += Weight(*first);
+  candidates_.erase(first, candidates_.end());
 }
 
 bool Sampler::Better(const Candidate& a, const Candidate& b) {

@@ -33,9 +33,8 @@ class Sampler {
   std::span<const float> Penalise(std::span<const float> logits, std::span<const int32_t> history);
   // Fills candidates_ with the tokens that survive top-k, top-p and min-p, and weights_.
   void Filter(std::span<const float> logits);
-  // Keeps the smallest best-first prefix of the candidates (the first `sorted` already in
-  // order) whose mass is >= top_p * total, sorting more of them only when needed.
-  void KeepTopP(size_t sorted, double total);
+  // Keeps the smallest set of best candidates whose tempered mass is >= top_p of theirs.
+  void KeepTopP();
   // A strict total order, best first: higher logit, then lower id.
   static bool Better(const Candidate& a, const Candidate& b);
   // The tempered probability of `c` relative to the best candidate's (which is exactly 1).

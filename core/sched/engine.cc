@@ -275,7 +275,8 @@ void EngineImpl::Deliver(const std::vector<Delivery>& deliveries) {
   for (const Delivery& delivery : deliveries) {
     const TokenEvent& event = delivery.event;
     if (!event.finished) {
-      // An unfinished request cannot have been released, only cancelled.
+      // Skip it when the request was cancelled since (and perhaps released: it is unfinished, so
+      // only a cancel lets it go).
       absl::MutexLock lock(&mu_);
       const auto it = requests_.find(event.id);
       if (it == requests_.end() || it->second->reason == FinishReason::kCancelled) continue;

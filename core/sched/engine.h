@@ -78,8 +78,9 @@ struct TokenEvent {
 // but not Step):
 //  - one event per generated token, index 0, 1, 2...; the last one has finished = true and its
 //    reason (kMaxTokens, kStopToken or kContext);
-//  - when the request fails (kError), one last event with token -1, finished = true, reason
-//    kError (the status is in RequestSnapshot::error); its earlier tokens stay valid;
+//  - when the request fails (kError), one last event with token -1, index = the number of tokens
+//    generated before, finished = true, reason kError (the status is in RequestSnapshot::error);
+//    its earlier tokens stay valid;
 //  - after the request is cancelled (Cancel, or this sink returning false), no event at all,
 //    also none for a token of the same step not yet delivered. Only a Cancel racing from
 //    another thread with the delivery of an event can still see that one event arrive.

@@ -94,14 +94,20 @@ static int parse_format(const char* name, output_format* format) {
   return 1;
 }
 
-/* Streams each token to stdout as it comes (not for json, which prints once at the end). */
+/* Streams each token to stdout as it comes (not for json, which prints once at the end). The
+ * first token also ends the prefill, which is reported then, before the token appears. */
 typedef struct token_stream {
   output_format format;
+  int quiet;
+  size_t prompt_tokens;
   int32_t printed;
 } token_stream;
 
 static int on_token(void* user_data, const pulse_token_event* event) {
   token_stream* stream = (token_stream*)user_data;
+  if (event->index == 0 && !stream->quiet) {
+    fprintf(stderr, "prefill %zu/%zu tokens\n", stream->prompt_tokens, stream->prompt_tokens);
+  }
   if (stream->format == kFormatJson) return 0;
   const char* separator = stream->printed == 0 ? "" : stream->format == kFormatIds ? "," : " ";
   printf("%s%d", separator, (int)event->token);
@@ -142,7 +148,7 @@ static pulse_engine* create_engine(pulse_model* model, size_t prompt_tokens, int
   return NULL;
 }
 
-/* Steps until the request finished, reporting the prefill on stderr. */
+/* Steps until the request finished, reporting the prefill chunks before the last on stderr. */
 static int run_to_completion(pulse_engine* engine, size_t prompt_tokens, int quiet) {
   pulse_step_report report;
   report.struct_size = sizeof(report);
@@ -155,7 +161,7 @@ static int run_to_completion(pulse_engine* engine, size_t prompt_tokens, int qui
       return 0;
     }
     prefilled += (size_t)report.prefill_tokens;
-    if (!quiet && report.prefill_tokens > 0) {
+    if (!quiet && report.prefill_tokens > 0 && prefilled < prompt_tokens) {
       fprintf(stderr, "prefill %zu/%zu tokens\n", prefilled, prompt_tokens);
     }
   } while (report.pending > 0);
@@ -176,7 +182,10 @@ static int finish(pulse_engine* engine, uint64_t id, output_format format, int q
   }
   status = pulse_request_result(engine, id, tokens, count, &count);
   const pulse_status stats_status = pulse_request_stats_get(engine, id, &stats);
-  if (format != kFormatJson) putchar('\n');
+  if (format != kFormatJson) {
+    putchar('\n');
+    fflush(stdout); /* before the summary on (unbuffered) stderr */
+  }
   if (status != PULSE_OK || stats_status != PULSE_OK) {
     fprintf(stderr, "pulseinfer: generation failed (%s): %s\n", pulse_status_string(status),
             pulse_last_error());
@@ -214,7 +223,7 @@ static int generate(const generate_flags* flags, output_format format, const int
   sampling.max_tokens = flags->max_tokens;
   sampling.ignore_eos = flags->ignore_eos;
 
-  token_stream stream = {format, 0};
+  token_stream stream = {format, flags->quiet, prompt_count, 0};
   uint64_t id = 0;
   const double start = clock_seconds();
   const pulse_status status =

@@ -151,10 +151,11 @@ typedef struct pulse_model_info {
   int32_t hidden_size;
   int32_t intermediate_size;
   int32_t vocab_size;
-  int32_t context_length;      /* the context the model was trained for */
+  int32_t context_length;      /* the longest context the model supports */
   int32_t tie_word_embeddings; /* 1 when the output projection is the embedding table */
   int64_t parameter_count;     /* tied embeddings counted once */
-  /* NUL-terminated strings owned by the model, valid while any reference to it lives. */
+  /* NUL-terminated strings owned by the model handle, valid until its last pulse_model_free
+   * (the reference an engine holds does not keep them). */
   const char* architecture; /* "llama", "mistral", "qwen2" */
   const char* format;       /* "gguf", "safetensors", "random" */
   const char* stored_type;  /* the file's type holding most weights: "Q4_1", "bf16"... */
@@ -172,12 +173,13 @@ typedef struct pulse_engine pulse_engine;
 
 typedef struct pulse_engine_params {
   uint32_t struct_size;
-  int32_t max_batch;          /* sequences in one step; default 16 */
-  int32_t prefill_chunk;      /* prompt tokens of one request in one step; default 256 */
-  int32_t max_step_tokens;    /* tokens (prefill plus decode) in one step; default 512 */
-  int32_t block_tokens;       /* tokens of one KV block; default 32 */
-  int32_t max_context;        /* prompt plus generated tokens; 0 (default): the model's context */
-  int64_t kv_capacity_tokens; /* KV cache size in tokens; 0 (default): 8 full contexts, capped */
+  int32_t max_batch;       /* sequences in one step; default 16 */
+  int32_t prefill_chunk;   /* prompt tokens of one request in one step; default 256 */
+  int32_t max_step_tokens; /* tokens (prefill plus decode) in one step; default 512 */
+  int32_t block_tokens;    /* tokens of one KV block; default 32 */
+  int32_t max_context;     /* prompt plus generated tokens; 0 (default): the model's context */
+  /* KV cache size in tokens; 0 (default): 8 full contexts, capped at 1 GiB of KV */
+  int64_t kv_capacity_tokens;
 } pulse_engine_params;
 
 /* Fills `params` with the defaults; see pulse_model_params_init for the rules. */
@@ -186,7 +188,8 @@ PULSE_API pulse_status pulse_engine_params_init(pulse_engine_params* params, siz
 /* Creates an engine over `model`, which gains a reference held until pulse_engine_free (the
  * caller keeps its own). `params` may be NULL for the defaults. The KV cache is allocated now:
  * PULSE_OUT_OF_MEMORY when it does not fit. On error *out_engine is NULL. */
-PULSE_API pulse_status pulse_engine_create(pulse_model* model, const pulse_engine_params* params,
+PULSE_API pulse_status pulse_engine_create(const pulse_model* model,
+                                           const pulse_engine_params* params,
                                            pulse_engine** out_engine);
 
 /* Destroys the engine, its requests and their results, and drops its model reference. NULL is
@@ -210,7 +213,8 @@ typedef struct pulse_step_report {
 PULSE_API pulse_status pulse_engine_step(pulse_engine* engine, pulse_step_report* report);
 
 /* Steps until no request is queued or running. Same rules as pulse_engine_step; stops at the
- * first failing step and returns its status. */
+ * first failing step and returns its status (PULSE_INTERNAL for a step that schedules nothing
+ * while requests are pending, which would otherwise loop forever). */
 PULSE_API pulse_status pulse_engine_run(pulse_engine* engine);
 
 /* ---- requests --------------------------------------------------------------------------- */

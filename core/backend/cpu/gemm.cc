@@ -10,9 +10,11 @@
 namespace pulse::cpu {
 namespace {
 
-// Register tile: kMr rows of x times kNr rows of w, kLanes accumulators each.
+// Register tile: up to kMr rows of x times NrFor(rows) rows of w, one Vec accumulator each.
+// Few rows of x (decode) take more rows of w at once: more loads in flight per x vector.
 constexpr int kMr = 4;
-constexpr int kNr = 4;
+constexpr int kNr = 8;
+constexpr int64_t NrFor(int64_t mr) { return mr <= 2 ? 8 : 4; }
 // Cache tile: kTileN rows of w (kept in L2) times kTileM rows of x; threads take whole tiles.
 constexpr int64_t kTileN = 64;
 constexpr int64_t kTileM = 64;
@@ -85,8 +87,8 @@ template <typename W>
 void RunTile(const GemmArgs& a, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   for (int64_t i = i_begin; i < i_end; i += kMr) {
     const int64_t mr = std::min<int64_t>(kMr, i_end - i);
-    for (int64_t j = j_begin; j < j_end; j += kNr) {
-      const int64_t nr = std::min<int64_t>(kNr, j_end - j);
+    for (int64_t j = j_begin; j < j_end; j += NrFor(mr)) {
+      const int64_t nr = std::min<int64_t>(NrFor(mr), j_end - j);
       kKernels<W>[mr - 1][nr - 1](a, i, j);
     }
   }

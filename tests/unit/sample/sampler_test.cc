@@ -201,19 +201,22 @@ TEST(SamplerTest, TopPOnALargeVocabularyMatchesAFullSort) {
   });
   double total = 0.0;
   for (const float l : logits) total += std::exp(static_cast<double>(l) - logits[order[0]]);
-  std::set<int32_t> nucleus;
+  std::vector<int32_t> nucleus;  // best first
   double mass = 0.0;
   for (const int32_t id : order) {
     if (mass >= kTopP * total) break;
     mass += std::exp(static_cast<double>(logits[id]) - logits[order[0]]);
-    nucleus.insert(id);
+    nucleus.push_back(id);
   }
   ASSERT_GT(nucleus.size(), 256u);
 
-  const std::set<int32_t> drawn = Drawn(Histogram({.top_p = kTopP, .seed = 5}, logits, 5000));
-  EXPECT_TRUE(std::includes(nucleus.begin(), nucleus.end(), drawn.begin(), drawn.end()));
-  // The draws reach into the nucleus's tail, so it was not cut short.
-  EXPECT_GT(drawn.size(), nucleus.size() / 2);
+  const std::set<int32_t> drawn = Drawn(Histogram({.top_p = kTopP, .seed = 5}, logits, 1000));
+  const std::set<int32_t> allowed(nucleus.begin(), nucleus.end());
+  EXPECT_TRUE(std::includes(allowed.begin(), allowed.end(), drawn.begin(), drawn.end()));
+  // The draws reach the last quarter of the nucleus, so it was not cut short.
+  const std::set<int32_t> tail(nucleus.begin() + static_cast<ptrdiff_t>(nucleus.size() * 3 / 4),
+                               nucleus.end());
+  EXPECT_TRUE(std::any_of(drawn.begin(), drawn.end(), [&](int32_t id) { return tail.count(id); }));
 }
 
 TEST(SamplerTest, NonFiniteLogitsAreAnError) {

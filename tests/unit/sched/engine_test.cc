@@ -1,8 +1,10 @@
 #include "core/sched/engine.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -440,6 +442,43 @@ TEST_F(EngineTest, StatsAreFilledAndSane) {
   EXPECT_GE(totals.steps, 6);
   EXPECT_EQ(totals.queued + totals.running, 0);
   EXPECT_EQ(totals.kv_blocks_in_use, 0);
+}
+
+TEST_F(EngineTest, SubmitAndCancelFromAnotherThreadWhileStepping) {
+  const std::vector<Spec> specs = MixedSpecs();
+  const std::vector<std::vector<int32_t>> alone = AloneResults(model_, specs);
+  std::unique_ptr<Engine> engine = MakeEngine(model_, SmallSteps());
+  std::atomic<bool> submitted{false};
+  std::vector<RequestId> ids;
+  std::thread client([&] {
+    for (int32_t round = 0; round < 3; ++round) {
+      for (const Spec& spec : specs) {
+        ids.push_back(*engine->Submit(spec.prompt, spec.params, nullptr));
+      }
+      // Every third request of the round is cancelled, wherever it is by then.
+      for (size_t i = ids.size() - specs.size(); i < ids.size(); i += 3) {
+        EXPECT_TRUE(engine->Cancel(ids[i]).ok());
+      }
+    }
+    submitted = true;
+  });
+  while (!submitted || engine->pending() > 0) ASSERT_TRUE(engine->Step().ok());
+  client.join();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const RequestSnapshot snapshot = SnapshotOf(*engine, ids[i]);
+    EXPECT_EQ(snapshot.state, RequestState::kFinished);
+    const std::vector<int32_t>& expected = alone[i % specs.size()];
+    // A cancel that loses the race with the request's last step finds it finished.
+    if (snapshot.reason == FinishReason::kCancelled) {
+      EXPECT_EQ(i % specs.size() % 3, 0u) << i;
+      // What it generated before the cancel is a prefix of its tokens alone.
+      EXPECT_THAT(snapshot.tokens,
+                  ElementsAreArray(expected.begin(), expected.begin() + snapshot.tokens.size()));
+    } else {
+      EXPECT_THAT(snapshot.tokens, ElementsAreArray(expected)) << i;
+    }
+  }
+  EXPECT_EQ(engine->stats().kv_blocks_in_use, 0);
 }
 
 TEST(EngineCreateTest, BadOptionsAndTooLargeCachesAreRejected) {
