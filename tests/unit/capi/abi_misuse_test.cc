@@ -276,8 +276,7 @@ TEST(AbiModelFiles, MemoryLimitGivesOutOfMemory) {
   params.random_weights = 1;
   params.memory_limit_bytes = 4096;  // far below the tiny model's weights
   pulse_model* model = nullptr;
-  EXPECT_EQ(pulse_model_load(config.c_str(), &params, &model), PULSE_OUT_OF_MEMORY)
-      << LastError();
+  EXPECT_EQ(pulse_model_load(config.c_str(), &params, &model), PULSE_OUT_OF_MEMORY) << LastError();
   EXPECT_EQ(model, nullptr);
 
   params.memory_limit_bytes = 8 << 20;  // the weights fit, a KV cache of 2^20 tokens does not
