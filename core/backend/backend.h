@@ -29,7 +29,8 @@ size_t WeightTypeBytes(WeightType type);
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  DeviceBuffer(Backend* owner, void* data, size_t bytes) : owner_(owner), data_(data), bytes_(bytes) {}
+  DeviceBuffer(Backend* owner, void* data, size_t bytes)
+      : owner_(owner), data_(data), bytes_(bytes) {}
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -114,22 +115,21 @@ class Backend {
 
   // --- ops --------------------------------------------------------------------------------
   // out[i] = table row tokens[i], for i < count.
-  virtual void Embed(const MatrixView& table, const int32_t* tokens, int64_t count,
-                     float* out) = 0;
+  virtual void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) = 0;
   // y[m][w.rows] = x[m][w.cols] * w^T (+ bias[w.rows] when bias is not null).
   virtual void Gemm(const float* x, int64_t m, const MatrixView& w, const float* bias,
                     float* y) = 0;
   // y = x / rms(x) * weight, row-wise over rows x cols.
-  virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols,
-                       float eps, float* y) = 0;
+  virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
+                       float* y) = 0;
   // residual += x; y = RmsNorm(residual).
   virtual void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows,
                           int64_t cols, float eps, float* y) = 0;
   // Rotary embedding in the rotate-half (Hugging Face) convention, in place: for each of `rows`
   // rows (row r starts at x + r * row_stride) and each of num_heads heads of head_dim, pairs
   // (i, i + head_dim/2) rotate by positions[r] * inv_freq[i].
-  virtual void Rope(float* x, int64_t rows, int64_t row_stride, int32_t num_heads,
-                    int32_t head_dim, const int32_t* positions, const float* inv_freq) = 0;
+  virtual void Rope(float* x, int64_t rows, int64_t row_stride, int32_t num_heads, int32_t head_dim,
+                    const int32_t* positions, const float* inv_freq) = 0;
   // out[m][inter] = silu(gate_up[m][0:inter]) * gate_up[m][inter:2*inter].
   virtual void SwiGlu(const float* gate_up, int64_t m, int64_t inter, float* out) = 0;
   // Writes each query row's new key and value (row r: k at k + r*row_stride, v likewise, each
