@@ -20,6 +20,7 @@
 #include "core/model/model.h"
 #include "core/model/tensor_source.h"
 #include "core/sched/engine.h"
+#include "tests/tools/tool_main.h"
 
 namespace pulse {
 namespace {
@@ -168,16 +169,6 @@ absl::Status Run(const Args& args) {
 }  // namespace pulse
 
 int main(int argc, char** argv) {
-  const absl::StatusOr<pulse::Args> args = pulse::ParseArgs(argc, argv);
-  if (!args.ok()) {
-    std::fprintf(stderr, "pulse-engine-bench: %s\n%s\n", args.status().ToString().c_str(),
-                 std::string(pulse::kUsage).c_str());
-    return 1;
-  }
-  const absl::Status status = pulse::Run(*args);
-  if (!status.ok()) {
-    std::fprintf(stderr, "pulse-engine-bench: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return pulse::RunTool("pulse-engine-bench", pulse::kUsage, pulse::ParseArgs(argc, argv),
+                        &pulse::Run);
 }
