@@ -36,8 +36,8 @@ pulse_status pulse_engine_create(const pulse_model* model, const pulse_engine_pa
                            pulse::capi::ReadVersioned(params, pulse::capi::DefaultEngineParams()));
     auto handle = std::make_unique<pulse_engine>();
     PULSE_ASSIGN_OR_RETURN(
-        handle->engine,
-        pulse::Engine::Create(model->model, pulse::capi::ToEngineOptions(complete)));
+        handle->engine, pulse::Engine::Create(model->model, pulse::capi::ToEngineOptions(complete),
+                                              model->tokenizer));
     *out_engine = handle.release();
     return absl::OkStatus();
   });

@@ -11,8 +11,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "core/chat/chat_template.h"
 #include "core/model/model.h"
 #include "core/sched/engine.h"
+#include "core/tokenizer/tokenizer.h"
 #include "pulseinfer/pulseinfer.h"
 
 struct pulse_model {
@@ -23,6 +25,12 @@ struct pulse_model {
   std::string stored_type;
   std::string weight_type;
   std::string backend;
+  std::shared_ptr<const pulse::Tokenizer> tokenizer;  // null when the model has none
+  std::string tokenizer_name;                         // "" without a tokenizer
+  // The recognised chat template, or why there is none (NotFound, Unimplemented).
+  absl::StatusOr<std::unique_ptr<const pulse::ChatTemplate>> chat_template =
+      absl::NotFoundError("the model has no tokenizer");
+  std::string chat_template_family;  // "" without a recognised template
   std::atomic<int64_t> references{1};
 };
 

@@ -27,6 +27,8 @@ const char* pulse_status_string(pulse_status status) {
       return "cancelled";
     case PULSE_AGAIN:
       return "not finished yet";
+    case PULSE_BUFFER_TOO_SMALL:
+      return "buffer too small";
     case PULSE_INVALID_ARGUMENT:
       return "invalid argument";
     case PULSE_NOT_FOUND:
@@ -64,6 +66,8 @@ const char* pulse_finish_reason_string(pulse_finish_reason reason) {
       return "capacity";
     case PULSE_FINISH_ERROR:
       return "error";
+    case PULSE_FINISH_STOP_STRING:
+      return "stop_string";
     default:
       return "unknown";
   }

@@ -80,6 +80,10 @@ pulse_status pulse_model_info_get(const pulse_model* model, pulse_model_info* in
     value.stored_type = model->stored_type.c_str();
     value.weight_type = model->weight_type.c_str();
     value.backend = model->backend.c_str();
+    value.bos_token = model->tokenizer != nullptr ? model->tokenizer->bos_id() : -1;
+    value.eos_token = model->tokenizer != nullptr ? model->tokenizer->eos_id() : -1;
+    value.tokenizer = model->tokenizer_name.c_str();
+    value.chat_template = model->chat_template_family.c_str();
     pulse::capi::WriteVersioned(value, info);
     return absl::OkStatus();
   });

@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/base/mapped_file.h"
+#include "core/model/gguf_reader.h"
 #include "core/model/tensor_source.h"
 
 namespace pulse::capi {
@@ -42,6 +43,52 @@ absl::StatusOr<std::unique_ptr<TensorSource>> OpenRandom(const std::string& path
                               file.bytes().size());
   PULSE_ASSIGN_OR_RETURN(const ModelConfig config, ParseHfConfig(text));
   return OpenRandomSource(config, seed);
+}
+
+// The directory a Hugging Face path names: itself, or the folder of a file in it.
+std::string DirectoryOf(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) return path;
+  return std::filesystem::path(path).parent_path().string();
+}
+
+// The model's tokenizer: from the GGUF's metadata, or tokenizer.json beside a Hugging Face
+// model (also beside a random model's config.json). Null when the model has none.
+absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizer(const std::string& path,
+                                                               std::string_view format) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer;
+  if (format == "gguf") {
+    PULSE_ASSIGN_OR_RETURN(const GgufFile gguf, GgufFile::Open(path));
+    tokenizer = Tokenizer::FromGguf(gguf);
+  } else {
+    tokenizer = Tokenizer::FromHfDirectory(DirectoryOf(path));
+  }
+  if (absl::IsNotFound(tokenizer.status())) return nullptr;
+  // tokenizer.json is not read yet: such a model still loads, without text functions.
+  if (format != "gguf" && absl::IsUnimplemented(tokenizer.status())) return nullptr;
+  if (!tokenizer.ok()) {
+    return absl::Status(tokenizer.status().code(),
+                        absl::StrCat("the tokenizer: ", tokenizer.status().message()));
+  }
+  return std::shared_ptr<const Tokenizer>(std::move(*tokenizer));
+}
+
+// The text of a special token for the chat template's bos_token / eos_token ("" for none).
+std::string_view SpecialText(const Tokenizer& tokenizer, int32_t id) {
+  return id < 0 ? std::string_view() : tokenizer.TokenPiece(id);
+}
+
+void AttachTokenizer(std::shared_ptr<const Tokenizer> tokenizer, pulse_model& handle) {
+  if (tokenizer == nullptr) return;
+  handle.tokenizer_name = std::string(tokenizer->model_name());
+  const std::string_view source = tokenizer->chat_template();
+  handle.chat_template =
+      ChatTemplate::Recognize(source, SpecialText(*tokenizer, tokenizer->bos_id()),
+                              SpecialText(*tokenizer, tokenizer->eos_id()));
+  if (handle.chat_template.ok()) {
+    handle.chat_template_family = std::string((*handle.chat_template)->family());
+  }
+  handle.tokenizer = std::move(tokenizer);
 }
 
 }  // namespace
@@ -85,6 +132,14 @@ absl::StatusOr<std::unique_ptr<pulse_model>> LoadModel(const std::string& path,
   handle->stored_type = std::string(model->stored_type());
   handle->weight_type = std::string(WeightTypeName(model->weight_type()));
   handle->backend = std::string(model->backend().name());
+  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tokenizer,
+                         LoadTokenizer(path, handle->format));
+  if (tokenizer != nullptr && tokenizer->vocab_size() > model->config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("the tokenizer has ", tokenizer->vocab_size(),
+                                                   " tokens, more than the model's vocabulary of ",
+                                                   model->config().vocab_size));
+  }
+  AttachTokenizer(std::move(tokenizer), *handle);
   handle->model = std::move(model);
   return handle;
 }

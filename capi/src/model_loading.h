@@ -1,7 +1,8 @@
 // pulse_model_load behind the ABI, in two parts so that each error is reported against what
 // caused it: PlanModelLoad checks the caller's parameters and creates the backend;
 // LoadModel opens the weight source (a file, a directory, or seeded random weights from a
-// config.json) and uploads the model, and its errors describe the model file.
+// config.json), uploads the model and loads its tokenizer and chat template, and its errors
+// describe the model file.
 #pragma once
 
 #include <memory>

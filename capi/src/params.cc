@@ -54,6 +54,8 @@ pulse_sampling_params DefaultSamplingParams() {
   params.seed = sampling.seed;
   params.stop_token_ids = nullptr;
   params.stop_token_count = 0;
+  params.stop_strings = nullptr;
+  params.stop_string_count = 0;
   return params;
 }
 
@@ -63,7 +65,19 @@ absl::StatusOr<SamplingParams> ToSamplingParams(const pulse_sampling_params& par
                                                    "but stop_token_count is ",
                                                    params.stop_token_count));
   }
+  if (params.stop_strings == nullptr && params.stop_string_count > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pulse_sampling_params.stop_strings is NULL ",
+                                                   "but stop_string_count is ",
+                                                   params.stop_string_count));
+  }
   SamplingParams sampling;
+  for (size_t i = 0; i < params.stop_string_count; ++i) {
+    if (params.stop_strings[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pulse_sampling_params.stop_strings[", i, "] is NULL"));
+    }
+    sampling.stop_strings.emplace_back(params.stop_strings[i]);
+  }
   sampling.temperature = params.temperature;
   sampling.top_k = params.top_k;
   sampling.top_p = params.top_p;
@@ -107,6 +121,8 @@ pulse_finish_reason ToPulseFinishReason(FinishReason reason) {
       return PULSE_FINISH_CAPACITY;
     case FinishReason::kError:
       return PULSE_FINISH_ERROR;
+    case FinishReason::kStopString:
+      return PULSE_FINISH_STOP_STRING;
   }
   return PULSE_FINISH_ERROR;
 }

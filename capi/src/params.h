@@ -15,8 +15,8 @@ pulse_engine_params DefaultEngineParams();
 EngineOptions ToEngineOptions(const pulse_engine_params& params);
 
 pulse_sampling_params DefaultSamplingParams();
-// InvalidArgument for a stop-token array that is NULL but counted; the values are checked by
-// the engine against the model.
+// InvalidArgument for a stop-token or stop-string array that is NULL but counted (or a NULL
+// string); the values are checked by the engine against the model.
 absl::StatusOr<SamplingParams> ToSamplingParams(const pulse_sampling_params& params);
 
 pulse_request_state ToPulseState(RequestState state);

@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "capi/src/guard.h"
 #include "capi/src/handles.h"
+#include "capi/src/output_buffer.h"
 #include "capi/src/params.h"
+#include "capi/src/text_codec.h"
 #include "capi/src/versioned_struct.h"
 
 using pulse::capi::Guard;
@@ -37,6 +39,9 @@ pulse::TokenSink MakeSink(pulse_token_callback callback, void* user_data) {
     c_event.index = event.index;
     c_event.finished = event.finished ? 1 : 0;
     c_event.finish_reason = pulse::capi::ToPulseFinishReason(event.reason);
+    // The engine's text lives in a std::string for the call, so it is NUL-terminated.
+    c_event.text = event.text.data();
+    c_event.text_len = event.text.size();
     try {
       return callback(user_data, &c_event) == 0;
     } catch (...) {
@@ -78,6 +83,19 @@ pulse_status ResultCode(uint64_t id, const pulse::RequestSnapshot& snapshot) {
           : absl::StrCat("request ", id, " failed: ", snapshot.error.message()));
 }
 
+absl::Status Submit(pulse_engine& engine, std::vector<int32_t> prompt,
+                    const pulse_sampling_params* sampling, pulse_token_callback callback,
+                    void* user_data, uint64_t& out_id) {
+  PULSE_ASSIGN_OR_RETURN(
+      const pulse_sampling_params complete,
+      pulse::capi::ReadVersioned(sampling, pulse::capi::DefaultSamplingParams()));
+  PULSE_ASSIGN_OR_RETURN(const pulse::SamplingParams params,
+                         pulse::capi::ToSamplingParams(complete));
+  PULSE_ASSIGN_OR_RETURN(
+      out_id, engine.engine->Submit(std::move(prompt), params, MakeSink(callback, user_data)));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 extern "C" {
@@ -96,23 +114,31 @@ pulse_status pulse_request_submit(pulse_engine* engine, const int32_t* tokens, s
     if (out_id == nullptr) return absl::InvalidArgumentError("out_id is NULL");
     *out_id = 0;
     PULSE_RETURN_IF_ERROR(CheckEngine(engine));
-    if (count == 0) return absl::InvalidArgumentError("the prompt is empty");
-    if (tokens == nullptr) {
+    if (tokens == nullptr && count > 0) {
       return absl::InvalidArgumentError(absl::StrCat("tokens is NULL but count is ", count));
     }
     if (count > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
       return absl::InvalidArgumentError(
           absl::StrCat("a prompt of ", count, " tokens is longer than any context"));
     }
+    return Submit(*engine, std::vector<int32_t>(tokens, tokens + count), sampling, callback,
+                  user_data, *out_id);
+  });
+}
+
+pulse_status pulse_request_submit_text(pulse_engine* engine, const char* text, size_t text_len,
+                                       uint32_t tokenize_flags,
+                                       const pulse_sampling_params* sampling,
+                                       pulse_token_callback callback, void* user_data,
+                                       uint64_t* out_id) {
+  return Guard("pulse_request_submit_text", [&]() -> absl::Status {
+    if (out_id == nullptr) return absl::InvalidArgumentError("out_id is NULL");
+    *out_id = 0;
+    PULSE_RETURN_IF_ERROR(CheckEngine(engine));
     PULSE_ASSIGN_OR_RETURN(
-        const pulse_sampling_params complete,
-        pulse::capi::ReadVersioned(sampling, pulse::capi::DefaultSamplingParams()));
-    PULSE_ASSIGN_OR_RETURN(const pulse::SamplingParams params,
-                           pulse::capi::ToSamplingParams(complete));
-    PULSE_ASSIGN_OR_RETURN(
-        *out_id, engine->engine->Submit(std::vector<int32_t>(tokens, tokens + count), params,
-                                        MakeSink(callback, user_data)));
-    return absl::OkStatus();
+        std::vector<int32_t> prompt,
+        pulse::capi::EncodeText(engine->engine->tokenizer(), text, text_len, tokenize_flags));
+    return Submit(*engine, std::move(prompt), sampling, callback, user_data, *out_id);
   });
 }
 
@@ -165,6 +191,20 @@ pulse_status pulse_request_result(pulse_engine* engine, uint64_t id, int32_t* to
     }
     *out_count = snapshot.tokens.size();
     return ResultCode(id, snapshot);
+  });
+}
+
+pulse_status pulse_request_text(pulse_engine* engine, uint64_t id, char* text, size_t capacity,
+                                size_t* out_len) {
+  constexpr absl::string_view kFunction = "pulse_request_text";
+  return Guard(kFunction, [&]() -> absl::StatusOr<pulse_status> {
+    if (out_len == nullptr) return absl::InvalidArgumentError("out_len is NULL");
+    *out_len = 0;
+    PULSE_RETURN_IF_ERROR(CheckEngine(engine));
+    PULSE_RETURN_IF_ERROR(pulse::capi::CheckBuffer(text, capacity, "text"));
+    PULSE_RETURN_IF_ERROR(pulse::capi::CheckTokenizer(engine->engine->tokenizer()));
+    PULSE_ASSIGN_OR_RETURN(const pulse::RequestSnapshot snapshot, engine->engine->Snapshot(id));
+    return pulse::capi::WriteText(snapshot.text, text, capacity, out_len, kFunction);
   });
 }
 

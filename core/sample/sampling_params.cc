@@ -33,6 +33,9 @@ absl::Status SamplingParams::Validate(int32_t vocab_size) const {
           absl::StrFormat("stop token id %d is outside the vocabulary [0, %d)", id, vocab_size));
     }
   }
+  for (const std::string& stop : stop_strings) {
+    if (stop.empty()) return absl::InvalidArgumentError("a stop string is empty");
+  }
   return absl::OkStatus();
 }
 

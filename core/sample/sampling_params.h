@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/base/status.h"
@@ -23,6 +24,9 @@ struct SamplingParams {
   // In [0, vocab); the engine adds the model's EOS ids unless ignore_eos.
   std::vector<int32_t> stop_token_ids = {};
   bool ignore_eos = false;
+  // Strings that end the generation when they appear in its text (needs the model's tokenizer);
+  // the text stops before the stop string, which is not part of it. Non-empty.
+  std::vector<std::string> stop_strings = {};
 
   // InvalidArgument naming the first field out of range.
   absl::Status Validate(int32_t vocab_size) const;

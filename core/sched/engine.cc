@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -25,16 +26,34 @@ constexpr int32_t kMaxBlockTokens = 4096;
 constexpr int64_t kDefaultKvContexts = 8;
 constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;
 
+// Streams the request's new token into its text: returns the piece the token's event carries,
+// and turns `reason` into kStopString when a stop string ends the text. A finishing request's
+// last piece includes the text held back.
+std::string AppendText(Request& request, int32_t token, FinishReason& reason) {
+  if (!request.text_stream) return {};
+  TextStream::Piece piece = request.text_stream->Add(token);
+  if (piece.stopped) {
+    reason = FinishReason::kStopString;
+  } else if (reason != FinishReason::kNone) {
+    piece.text += request.text_stream->Finish();
+  }
+  request.text += piece.text;
+  return std::move(piece.text);
+}
+
 // A token event to deliver once the engine lock is released.
 struct Delivery {
   std::shared_ptr<const TokenSink> sink;
-  TokenEvent event;
+  TokenEvent event;  // its text is set from `text` at delivery
+  std::string text;
 };
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(std::shared_ptr<const Model> model, const EngineOptions& options, ModelRunner runner)
+  EngineImpl(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+             const EngineOptions& options, ModelRunner runner)
       : model_(std::move(model)),
+        tokenizer_(std::move(tokenizer)),
         options_(options),
         runner_(std::move(runner)),
         scheduler_({options.max_batch, options.prefill_chunk, options.max_step_tokens,
@@ -51,6 +70,7 @@ class EngineImpl final : public Engine {
   EngineStats stats() const override;
 
   const Model& model() const override { return *model_; }
+  const Tokenizer* tokenizer() const override { return tokenizer_.get(); }
   const EngineOptions& options() const override { return options_; }
 
  private:
@@ -70,7 +90,8 @@ class EngineImpl final : public Engine {
   void Deliver(const std::vector<Delivery>& deliveries) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::shared_ptr<const Model> model_;
-  const EngineOptions options_;  // with every 0 resolved
+  const std::shared_ptr<const Tokenizer> tokenizer_;  // may be null
+  const EngineOptions options_;                       // with every 0 resolved
 
   absl::Mutex step_mu_;  // one Step at a time; held through the forward pass and the sinks
   ModelRunner runner_ ABSL_GUARDED_BY(step_mu_);
@@ -105,9 +126,12 @@ absl::StatusOr<RequestId> EngineImpl::Submit(std::vector<int32_t> prompt,
                                              const SamplingParams& params, TokenSink sink) {
   PULSE_RETURN_IF_ERROR(CheckPrompt(prompt));
   PULSE_RETURN_IF_ERROR(params.Validate(model_->config().vocab_size));
+  if (!params.stop_strings.empty() && tokenizer_ == nullptr) {
+    return absl::FailedPreconditionError("stop strings need a tokenizer, and this engine has none");
+  }
   absl::MutexLock lock(&mu_);
   auto request = std::make_shared<Request>(next_id_, std::move(prompt), params, std::move(sink),
-                                           options_.max_context, Clock::now());
+                                           options_.max_context, tokenizer_.get(), Clock::now());
   if (!scheduler_.CanEverFit(*request)) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the request needs KV for %d tokens (%d blocks), more than the whole cache holds (%d "
@@ -252,7 +276,8 @@ void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const absl
     ++totals_.generated_tokens;
     if (!request.first_token) request.first_token = now;
     request.last_token = now;
-    const FinishReason reason = request.FinishAfterToken(eos_ids);
+    FinishReason reason = request.FinishAfterToken(eos_ids);
+    std::string text = AppendText(request, *token, reason);
     if (reason != FinishReason::kNone) Finish(request, reason, now);
     if (request.sink != nullptr) {
       deliveries.push_back({request.sink,
@@ -261,7 +286,8 @@ void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const absl
                              .index = request.generated() - 1,
                              .finished = reason != FinishReason::kNone,
                              .reason = reason,
-                             .logits = row_logits}});
+                             .logits = row_logits},
+                            std::move(text)});
     }
   }
   report.scheduled = static_cast<int32_t>(work.size());
@@ -281,7 +307,9 @@ void EngineImpl::Deliver(const std::vector<Delivery>& deliveries) {
       const auto it = requests_.find(event.id);
       if (it == requests_.end() || it->second->reason == FinishReason::kCancelled) continue;
     }
-    if (!(*delivery.sink)(event)) Cancel(event.id).IgnoreError();  // released meanwhile: moot
+    TokenEvent with_text = event;
+    with_text.text = delivery.text;
+    if (!(*delivery.sink)(with_text)) Cancel(event.id).IgnoreError();  // released meanwhile: moot
   }
 }
 
@@ -343,7 +371,8 @@ absl::Status EngineOptions::Validate() const {
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model,
-                                                       const EngineOptions& options) {
+                                                       const EngineOptions& options,
+                                                       std::shared_ptr<const Tokenizer> tokenizer) {
   if (model == nullptr) return absl::InvalidArgumentError("Engine::Create: no model");
   PULSE_RETURN_IF_ERROR(options.Validate());
   const ModelConfig& config = model->config();
@@ -379,7 +408,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
       .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens)};
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(model, std::move(cache), runner_options));
-  return std::make_unique<EngineImpl>(std::move(model), resolved, std::move(runner));
+  if (tokenizer != nullptr && tokenizer->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the tokenizer has %d tokens, more than the model's vocabulary (%d)",
+                        tokenizer->vocab_size(), config.vocab_size));
+  }
+  return std::make_unique<EngineImpl>(std::move(model), std::move(tokenizer), resolved,
+                                      std::move(runner));
 }
 
 }  // namespace pulse

@@ -19,11 +19,14 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/base/status.h"
 #include "core/model/model.h"
 #include "core/sample/sampling_params.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace pulse {
 
@@ -43,13 +46,14 @@ struct EngineOptions {
 enum class RequestState : uint8_t { kQueued, kRunning, kFinished };
 
 enum class FinishReason : uint8_t {
-  kNone,       // still running
-  kMaxTokens,  // generated max_tokens
-  kStopToken,  // sampled a stop token (it is part of the output)
-  kContext,    // reached max_context
-  kCancelled,  // Cancel() or a sink that returned false
-  kCapacity,   // can never fit the KV cache (this engine rejects those at Submit instead)
-  kError,      // see RequestSnapshot::error
+  kNone,        // still running
+  kMaxTokens,   // generated max_tokens
+  kStopToken,   // sampled a stop token (it is part of the output)
+  kContext,     // reached max_context
+  kCancelled,   // Cancel() or a sink that returned false
+  kCapacity,    // can never fit the KV cache (this engine rejects those at Submit instead)
+  kError,       // see RequestSnapshot::error
+  kStopString,  // its text reached one of the stop strings
 };
 
 struct RequestStats {
@@ -71,6 +75,11 @@ struct TokenEvent {
   // first token, those of the last prompt position. Valid only during the sink call; empty on
   // an error event.
   std::span<const float> logits = {};
+  // The text this event adds to the request's text, when the engine has a tokenizer: always at
+  // UTF-8 character boundaries, so it may be empty (half a character, a control token, text that
+  // may begin a stop string) and the last event carries what was held back. Valid only during the
+  // sink call.
+  std::string_view text = {};
 };
 
 // The events a request's sink sees, in order, all on the thread that runs Step(), after the step's
@@ -92,6 +101,7 @@ struct RequestSnapshot {
   FinishReason reason = FinishReason::kNone;
   absl::Status error;
   std::vector<int32_t> tokens;  // every generated token so far
+  std::string text;             // the text of the events so far (empty without a tokenizer)
   RequestStats stats;
 };
 
@@ -118,9 +128,11 @@ struct StepReport {
 class Engine {
  public:
   // Allocates the KV cache (ResourceExhausted when it does not fit the backend) and the step's
-  // scratch memory. InvalidArgument for bad options.
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const Model> model,
-                                                        const EngineOptions& options);
+  // scratch memory. InvalidArgument for bad options. `tokenizer` may be null: then events carry
+  // no text and stop strings are refused.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      std::shared_ptr<const Model> model, const EngineOptions& options,
+      std::shared_ptr<const Tokenizer> tokenizer = nullptr);
   virtual ~Engine() = default;
 
   // Queues a request. InvalidArgument for an empty prompt, a token outside the vocabulary, a
@@ -144,6 +156,7 @@ class Engine {
   virtual EngineStats stats() const = 0;
 
   virtual const Model& model() const = 0;
+  virtual const Tokenizer* tokenizer() const = 0;  // null without one
   virtual const EngineOptions& options() const = 0;
 };
 

@@ -17,7 +17,8 @@ bool Contains(const std::vector<int32_t>& ids, int32_t id) {
 }  // namespace
 
 Request::Request(RequestId id, std::vector<int32_t> prompt, const SamplingParams& params,
-                 TokenSink sink, int32_t max_context, Clock::time_point now)
+                 TokenSink sink, int32_t max_context, const Tokenizer* tokenizer,
+                 Clock::time_point now)
     : id(id),
       tokens(std::move(prompt)),
       prompt_tokens(static_cast<int32_t>(tokens.size())),
@@ -26,7 +27,9 @@ Request::Request(RequestId id, std::vector<int32_t> prompt, const SamplingParams
       params(params),
       sampler(params),
       sink(sink ? std::make_shared<const TokenSink>(std::move(sink)) : nullptr),
-      submitted(now) {}
+      submitted(now) {
+  if (tokenizer != nullptr) text_stream.emplace(*tokenizer, params.stop_strings);
+}
 
 FinishReason Request::FinishAfterToken(const std::vector<int32_t>& eos_ids) const {
   const int32_t token = tokens.back();
@@ -44,6 +47,7 @@ RequestSnapshot Request::Snapshot(Clock::time_point now) const {
   snapshot.reason = reason;
   snapshot.error = error;
   snapshot.tokens.assign(tokens.begin() + prompt_tokens, tokens.end());
+  snapshot.text = text;
   RequestStats& stats = snapshot.stats;
   stats.prompt_tokens = prompt_tokens;
   stats.generated_tokens = generated();

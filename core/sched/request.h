@@ -6,20 +6,23 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/kv/block_table.h"
 #include "core/sample/sampler.h"
 #include "core/sample/sampling_params.h"
 #include "core/sched/engine.h"
+#include "core/text/text_stream.h"
 
 namespace pulse {
 
 using Clock = std::chrono::steady_clock;
 
 struct Request {
+  // `tokenizer` (may be null) must outlive the request.
   Request(RequestId id, std::vector<int32_t> prompt, const SamplingParams& params, TokenSink sink,
-          int32_t max_context, Clock::time_point now);
+          int32_t max_context, const Tokenizer* tokenizer, Clock::time_point now);
 
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_tokens; }
   // Tokens fed to the model but not yet in the KV cache.
@@ -39,6 +42,8 @@ struct Request {
   Sampler sampler;
   // Shared so that a delivery in flight keeps it alive when the request is released.
   const std::shared_ptr<const TokenSink> sink;  // null without a sink
+  std::optional<TextStream> text_stream;        // with a tokenizer
+  std::string text;                             // what the events carried so far
 
   RequestState state = RequestState::kQueued;
   FinishReason reason = FinishReason::kNone;

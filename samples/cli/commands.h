@@ -5,5 +5,6 @@
 
 int command_info(int argc, char** argv);
 int command_generate(int argc, char** argv);
+int command_chat(int argc, char** argv);
 
 #endif /* PULSEINFER_CLI_COMMANDS_H_ */

@@ -1,4 +1,4 @@
-/* pulseinfer generate: one request through the engine, its tokens streamed to stdout. */
+/* pulseinfer generate: one request through the engine, its text (or tokens) streamed to stdout. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,25 +6,23 @@
 #include "args.h"
 #include "clock.h"
 #include "commands.h"
+#include "engine_run.h"
 #include "model_flags.h"
+#include "sampling_flags.h"
+
+enum { kDefaultMaxTokens = 64 };
 
 static const char kGenerateHelp[] =
-    "usage: pulseinfer generate --model PATH (--prompt-ids IDS | --prompt TEXT) [options]\n"
-    "Generates tokens after a prompt and streams them to stdout as they come.\n"
+    "usage: pulseinfer generate --model PATH (--prompt TEXT | --prompt-ids IDS) [options]\n"
+    "Generates after a prompt and streams the text (or the token ids) to stdout as it comes.\n"
     "\n"
     "options:\n" MODEL_FLAGS_HELP
-    "  --prompt-ids IDS      the prompt as token ids: 1,2,3 or \"1 2 3\"\n"
-    "  --prompt TEXT         the prompt as text (needs the tokenizer: not in this build yet)\n"
-    "  --max-tokens N        tokens to generate (default 64)\n"
-    "  --temperature T       0 is greedy (default 0)\n"
-    "  --top-k K             keep the K most likely tokens, 0 for all (default 0)\n"
-    "  --top-p P             nucleus sampling, 1 is off (default 1)\n"
-    "  --min-p P             drop tokens below P times the top one, 0 is off (default 0)\n"
-    "  --repetition-penalty R  1 is off (default 1)\n"
-    "  --seed S              sampling seed (default 0)\n"
-    "  --ignore-eos          do not stop at the model's end-of-sequence tokens\n"
-    "  --format F            ids (comma-separated), text, or json (one object at the end)\n"
-    "                        (default ids; text prints ids until the tokenizer lands)\n"
+    "  --prompt TEXT         the prompt as text, encoded with the model's tokenizer\n"
+    "  --chat                TEXT is a user message: format it with the model's chat template\n"
+    "  --system TEXT         with --chat: a system message before it\n"
+    "  --prompt-ids IDS      the prompt as token ids: 1,2,3 or \"1 2 3\"\n" SAMPLING_FLAGS_HELP
+    "  --format F            text, ids (comma-separated) or json (one object at the end)\n"
+    "                        (default text; ids for a model without a tokenizer)\n"
     "  --quiet               no progress on stderr\n"
     "  --help                this message\n";
 
@@ -32,52 +30,37 @@ typedef enum { kFormatIds, kFormatText, kFormatJson } output_format;
 
 typedef struct generate_flags {
   model_flags model;
+  sampling_flags sampling;
   const char* prompt;
   const char* prompt_ids;
+  const char* system;
   const char* format;
-  int32_t max_tokens;
-  float temperature;
-  int32_t top_k;
-  float top_p;
-  float min_p;
-  float repetition_penalty;
-  uint64_t seed;
-  int ignore_eos;
+  int chat;
   int quiet;
 } generate_flags;
 
-enum { kGenerateFlagCount = kModelFlagCount + 12 };
+enum { kGenerateFlagCount = kModelFlagCount + kSamplingFlagCount + 6 };
 
 static void generate_flags_init(generate_flags* flags, flag_spec* specs) {
   model_flags_init(&flags->model, specs);
+  sampling_flags_init(&flags->sampling, kDefaultMaxTokens, specs + kModelFlagCount);
   flags->prompt = NULL;
   flags->prompt_ids = NULL;
-  flags->format = "ids";
-  flags->max_tokens = 64;
-  flags->temperature = 0.0f;
-  flags->top_k = 0;
-  flags->top_p = 1.0f;
-  flags->min_p = 0.0f;
-  flags->repetition_penalty = 1.0f;
-  flags->seed = 0;
-  flags->ignore_eos = 0;
+  flags->system = NULL;
+  flags->format = "text";
+  flags->chat = 0;
   flags->quiet = 0;
-  const flag_spec own[kGenerateFlagCount - kModelFlagCount] = {
+  const flag_spec own[kGenerateFlagCount - kModelFlagCount - kSamplingFlagCount] = {
       {"--prompt-ids", kFlagString, &flags->prompt_ids, 0, 0},
       {"--prompt", kFlagString, &flags->prompt, 0, 0},
-      {"--max-tokens", kFlagInt32, &flags->max_tokens, 1, 1 << 24},
-      {"--temperature", kFlagFloat, &flags->temperature, 0, 100},
-      {"--top-k", kFlagInt32, &flags->top_k, 0, 1 << 24},
-      {"--top-p", kFlagFloat, &flags->top_p, 0, 1},
-      {"--min-p", kFlagFloat, &flags->min_p, 0, 1},
-      {"--repetition-penalty", kFlagFloat, &flags->repetition_penalty, 0, 100},
-      {"--seed", kFlagUint64, &flags->seed, 0, 0},
-      {"--ignore-eos", kFlagSwitch, &flags->ignore_eos, 0, 0},
+      {"--system", kFlagString, &flags->system, 0, 0},
+      {"--chat", kFlagSwitch, &flags->chat, 0, 0},
       {"--format", kFlagString, &flags->format, 0, 0},
       {"--quiet", kFlagSwitch, &flags->quiet, 0, 0},
   };
-  for (int i = 0; i < kGenerateFlagCount - kModelFlagCount; ++i)
-    specs[kModelFlagCount + i] = own[i];
+  for (int i = 0; i < kGenerateFlagCount - kModelFlagCount - kSamplingFlagCount; ++i) {
+    specs[kModelFlagCount + kSamplingFlagCount + i] = own[i];
+  }
 }
 
 static int parse_format(const char* name, output_format* format) {
@@ -109,63 +92,35 @@ static int on_token(void* user_data, const pulse_token_event* event) {
     fprintf(stderr, "prefill %zu/%zu tokens\n", stream->prompt_tokens, stream->prompt_tokens);
   }
   if (stream->format == kFormatJson) return 0;
-  const char* separator = stream->printed == 0 ? "" : stream->format == kFormatIds ? "," : " ";
-  printf("%s%d", separator, (int)event->token);
+  if (stream->format == kFormatText) {
+    fwrite(event->text, 1, event->text_len, stdout);
+  } else {
+    printf("%s%d", stream->printed == 0 ? "" : ",", (int)event->token);
+  }
   fflush(stdout);
   stream->printed += 1;
   return 0;
 }
 
-static void print_json(const int32_t* tokens, size_t count, const pulse_request_stats* stats) {
+static void print_json(pulse_engine* engine, uint64_t id, const int32_t* tokens, size_t count,
+                       const pulse_request_stats* stats) {
   printf("{\"prompt_tokens\": %d, \"tokens\": [", (int)stats->prompt_tokens);
   for (size_t i = 0; i < count; ++i) printf("%s%d", i == 0 ? "" : ", ", (int)tokens[i]);
-  printf("], \"generated_tokens\": %d, \"finish_reason\": \"%s\", ", (int)stats->generated_tokens,
+  printf("], ");
+  size_t text_len = 0;
+  if (pulse_request_text(engine, id, NULL, 0, &text_len) == PULSE_BUFFER_TOO_SMALL) {
+    char* text = (char*)malloc(text_len + 1);
+    if (text != NULL && pulse_request_text(engine, id, text, text_len + 1, &text_len) == PULSE_OK) {
+      fputs("\"text\": ", stdout);
+      print_json_string(text, text_len);
+      fputs(", ", stdout);
+    }
+    free(text);
+  }
+  printf("\"generated_tokens\": %d, \"finish_reason\": \"%s\", ", (int)stats->generated_tokens,
          pulse_finish_reason_string(stats->finish_reason));
   printf("\"queue_ms\": %.3f, \"ttft_ms\": %.3f, \"tpot_ms\": %.3f, \"total_ms\": %.3f}\n",
          stats->queue_ms, stats->ttft_ms, stats->tpot_ms, stats->total_ms);
-}
-
-/* An engine sized for this one request: its KV cache holds exactly its context. */
-static pulse_engine* create_engine(pulse_model* model, size_t prompt_tokens, int32_t max_tokens) {
-  pulse_model_info info;
-  info.struct_size = sizeof(info);
-  pulse_engine_params params;
-  pulse_engine_params_init(&params, sizeof(params));
-  pulse_status status = pulse_model_info_get(model, &info);
-  if (status == PULSE_OK) {
-    size_t context = prompt_tokens + (size_t)max_tokens;
-    if (context > (size_t)info.context_length) context = (size_t)info.context_length;
-    const size_t block = (size_t)params.block_tokens;
-    params.max_batch = 1;
-    params.max_context = (int32_t)context;
-    params.kv_capacity_tokens = (int64_t)((context + block - 1) / block * block);
-    pulse_engine* engine = NULL;
-    status = pulse_engine_create(model, &params, &engine);
-    if (status == PULSE_OK) return engine;
-  }
-  fprintf(stderr, "pulseinfer: cannot create the engine (%s): %s\n", pulse_status_string(status),
-          pulse_last_error());
-  return NULL;
-}
-
-/* Steps until the request finished, reporting the prefill chunks before the last on stderr. */
-static int run_to_completion(pulse_engine* engine, size_t prompt_tokens, int quiet) {
-  pulse_step_report report;
-  report.struct_size = sizeof(report);
-  size_t prefilled = 0;
-  do {
-    const pulse_status status = pulse_engine_step(engine, &report);
-    if (status != PULSE_OK) {
-      fprintf(stderr, "\npulseinfer: step failed (%s): %s\n", pulse_status_string(status),
-              pulse_last_error());
-      return 0;
-    }
-    prefilled += (size_t)report.prefill_tokens;
-    if (!quiet && report.prefill_tokens > 0 && prefilled < prompt_tokens) {
-      fprintf(stderr, "prefill %zu/%zu tokens\n", prefilled, prompt_tokens);
-    }
-  } while (report.pending > 0);
-  return 1;
 }
 
 /* Prints the result (json) or ends the streamed line, and the summary on stderr. */
@@ -192,7 +147,7 @@ static int finish(pulse_engine* engine, uint64_t id, output_format format, int q
     free(tokens);
     return kExitFailure;
   }
-  if (format == kFormatJson) print_json(tokens, count, &stats);
+  if (format == kFormatJson) print_json(engine, id, tokens, count, &stats);
   if (!quiet) {
     fprintf(stderr,
             "%d tokens in %.2f s: time to first token %.1f ms, %.1f ms per token after it; "
@@ -204,41 +159,116 @@ static int finish(pulse_engine* engine, uint64_t id, output_format format, int q
   return kExitOk;
 }
 
-static int generate(const generate_flags* flags, output_format format, const int32_t* prompt,
-                    size_t prompt_count) {
-  pulse_model* model = model_flags_load(&flags->model, flags->quiet);
-  if (model == NULL) return kExitFailure;
-  pulse_engine* engine = create_engine(model, prompt_count, flags->max_tokens);
-  pulse_model_free(model); /* the engine holds its own reference */
-  if (engine == NULL) return kExitFailure;
-
-  pulse_sampling_params sampling;
-  pulse_sampling_params_init(&sampling, sizeof(sampling));
-  sampling.temperature = flags->temperature;
-  sampling.top_k = flags->top_k;
-  sampling.top_p = flags->top_p;
-  sampling.min_p = flags->min_p;
-  sampling.repetition_penalty = flags->repetition_penalty;
-  sampling.seed = flags->seed;
-  sampling.max_tokens = flags->max_tokens;
-  sampling.ignore_eos = flags->ignore_eos;
-
-  token_stream stream = {format, flags->quiet, prompt_count, 0};
-  uint64_t id = 0;
-  const double start = clock_seconds();
-  const pulse_status status =
-      pulse_request_submit(engine, prompt, prompt_count, &sampling, on_token, &stream, &id);
+/* The prompt as text: the flag itself, or a user (and system) message through the chat
+ * template. Returns a malloc'ed string (free it) with its length, or NULL after printing why. */
+static char* prompt_text(const pulse_model* model, const generate_flags* flags, size_t* len) {
+  if (!flags->chat) {
+    *len = strlen(flags->prompt);
+    char* copy = (char*)malloc(*len + 1);
+    if (copy != NULL) memcpy(copy, flags->prompt, *len + 1);
+    return copy;
+  }
+  pulse_chat_message messages[2];
+  size_t count = 0;
+  if (flags->system != NULL) messages[count++] = (pulse_chat_message){"system", flags->system};
+  messages[count++] = (pulse_chat_message){"user", flags->prompt};
+  pulse_status status = pulse_chat_apply_template(model, messages, count, 1, NULL, 0, len);
+  char* text = NULL;
+  if (status == PULSE_BUFFER_TOO_SMALL) {
+    text = (char*)malloc(*len + 1);
+    if (text == NULL) return NULL;
+    status = pulse_chat_apply_template(model, messages, count, 1, text, *len + 1, len);
+  }
   if (status != PULSE_OK) {
-    fprintf(stderr, "pulseinfer: cannot submit the prompt (%s): %s\n", pulse_status_string(status),
-            pulse_last_error());
-    pulse_engine_free(engine);
+    fprintf(stderr, "pulseinfer: cannot apply the chat template (%s): %s\n",
+            pulse_status_string(status), pulse_last_error());
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+/* The prompt to submit: token ids, or text the library encodes with `tokenize_flags`. */
+typedef struct prompt {
+  const int32_t* ids;
+  char* text;    /* malloc'ed */
+  size_t length; /* ids, or bytes of text */
+  uint32_t tokenize_flags;
+  size_t tokens;
+} prompt;
+
+/* Builds the text prompt and counts its tokens. Returns 1, or 0 after printing why. */
+static int prepare_text(const pulse_model* model, const generate_flags* flags, prompt* out) {
+  out->text = prompt_text(model, flags, &out->length);
+  if (out->text == NULL) return 0;
+  /* Templated text already holds the template's BOS text. */
+  out->tokenize_flags = flags->chat ? PULSE_TOKENIZE_PARSE_SPECIAL : PULSE_TOKENIZE_DEFAULT;
+  const pulse_status status =
+      pulse_tokenize(model, out->text, out->length, out->tokenize_flags, NULL, 0, &out->tokens);
+  if (status == PULSE_OK || status == PULSE_BUFFER_TOO_SMALL) return 1;
+  fprintf(stderr, "pulseinfer: cannot tokenize the prompt (%s): %s\n", pulse_status_string(status),
+          pulse_last_error());
+  return 0;
+}
+
+static int submit(pulse_engine* engine, const prompt* input, const pulse_sampling_params* sampling,
+                  token_stream* stream, uint64_t* id) {
+  const pulse_status status =
+      input->ids != NULL
+          ? pulse_request_submit(engine, input->ids, input->length, sampling, on_token, stream, id)
+          : pulse_request_submit_text(engine, input->text, input->length, input->tokenize_flags,
+                                      sampling, on_token, stream, id);
+  if (status == PULSE_OK) return 1;
+  fprintf(stderr, "pulseinfer: cannot submit the prompt (%s): %s\n", pulse_status_string(status),
+          pulse_last_error());
+  return 0;
+}
+
+/* Loads the model, generates, and prints; the prompt's text (if any) is freed by the caller. */
+static int generate_with(pulse_model* model, const generate_flags* flags, output_format format,
+                         prompt* input) {
+  pulse_model_info info;
+  info.struct_size = sizeof(info);
+  if (pulse_model_info_get(model, &info) != PULSE_OK) {
+    fprintf(stderr, "pulseinfer: %s\n", pulse_last_error());
     return kExitFailure;
   }
+  if (input->ids == NULL) {
+    if (info.tokenizer[0] == '\0') {
+      fputs("pulseinfer generate: the model has no tokenizer: pass the prompt with --prompt-ids\n",
+            stderr);
+      return kExitUsage;
+    }
+    if (!prepare_text(model, flags, input)) return kExitFailure;
+  }
+  if (format == kFormatText && info.tokenizer[0] == '\0') format = kFormatIds;
+
+  const char* stop_storage = NULL;
+  pulse_sampling_params sampling;
+  sampling_flags_apply(&flags->sampling, &stop_storage, &sampling);
+  token_stream stream = {format, flags->quiet, input->tokens, 0};
+  pulse_engine* engine =
+      create_single_engine(model, input->tokens + (size_t)flags->sampling.max_tokens);
+  if (engine == NULL) return kExitFailure;
+  uint64_t id = 0;
+  const double start = clock_seconds();
   int exit_code = kExitFailure;
-  if (run_to_completion(engine, prompt_count, flags->quiet)) {
+  if (submit(engine, input, &sampling, &stream, &id) &&
+      run_to_completion(engine, input->tokens, flags->quiet)) {
     exit_code = finish(engine, id, format, flags->quiet, clock_seconds() - start);
   }
   pulse_engine_free(engine);
+  return exit_code;
+}
+
+static int generate(const generate_flags* flags, output_format format, const int32_t* ids,
+                    size_t id_count) {
+  pulse_model* model = model_flags_load(&flags->model, flags->quiet);
+  if (model == NULL) return kExitFailure;
+  prompt input = {ids, NULL, id_count, 0, id_count};
+  const int exit_code = generate_with(model, flags, format, &input);
+  free(input.text);
+  pulse_model_free(model);
   return exit_code;
 }
 
@@ -248,7 +278,7 @@ int command_generate(int argc, char** argv) {
   generate_flags_init(&flags, specs);
   switch (parse_flags("pulseinfer generate", argc, argv, 0, specs, kGenerateFlagCount)) {
     case kParsedHelp:
-      fputs(kGenerateHelp, stdout);
+      printf(kGenerateHelp, kDefaultMaxTokens);
       return kExitOk;
     case kParsedBadUsage:
       return kExitUsage;
@@ -261,27 +291,25 @@ int command_generate(int argc, char** argv) {
     fputs("pulseinfer generate: --model is required (see pulseinfer generate --help)\n", stderr);
     return kExitUsage;
   }
-  if (flags.prompt != NULL) {
-    fputs(
-        "pulseinfer generate: --prompt TEXT needs the tokenizer, which this build does not have "
-        "yet; pass the prompt's token ids with --prompt-ids\n",
-        stderr);
+  if ((flags.prompt == NULL) == (flags.prompt_ids == NULL)) {
+    fputs("pulseinfer generate: give the prompt with either --prompt or --prompt-ids\n", stderr);
     return kExitUsage;
   }
-  if (flags.prompt_ids == NULL) {
-    fputs("pulseinfer generate: give the prompt with --prompt-ids (see --help)\n", stderr);
+  if ((flags.chat || flags.system != NULL) && flags.prompt == NULL) {
+    fputs("pulseinfer generate: --chat and --system need --prompt TEXT\n", stderr);
     return kExitUsage;
   }
-  int32_t* prompt = NULL;
-  size_t prompt_count = 0;
-  if (!parse_token_ids("--prompt-ids", flags.prompt_ids, &prompt, &prompt_count)) {
+  if (flags.system != NULL && !flags.chat) {
+    fputs("pulseinfer generate: --system needs --chat\n", stderr);
     return kExitUsage;
   }
-  if (format == kFormatText && !flags.quiet) {
-    fputs("note: text output needs the tokenizer (not in this build yet); printing token ids\n",
-          stderr);
+  int32_t* ids = NULL;
+  size_t id_count = 0;
+  if (flags.prompt_ids != NULL &&
+      !parse_token_ids("--prompt-ids", flags.prompt_ids, &ids, &id_count)) {
+    return kExitUsage;
   }
-  const int exit_code = generate(&flags, format, prompt, prompt_count);
-  free(prompt);
+  const int exit_code = generate(&flags, format, ids, id_count);
+  free(ids);
   return exit_code;
 }

@@ -11,7 +11,8 @@ static const char kUsage[] =
     "\n"
     "commands:\n"
     "  info        describe a model\n"
-    "  generate    generate tokens after a prompt\n"
+    "  generate    generate text after a prompt\n"
+    "  chat        chat with a model through its chat template (stdin to stdout)\n"
     "  version     print the library version, ABI version and features\n"
     "\n"
     "`pulseinfer COMMAND --help` describes a command's options.\n";
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   const char* command = argv[1];
   if (strcmp(command, "info") == 0) return command_info(argc - 2, argv + 2);
   if (strcmp(command, "generate") == 0) return command_generate(argc - 2, argv + 2);
+  if (strcmp(command, "chat") == 0) return command_chat(argc - 2, argv + 2);
   if (strcmp(command, "version") == 0 || strcmp(command, "--version") == 0) {
     return command_version();
   }

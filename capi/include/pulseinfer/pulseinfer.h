@@ -26,6 +26,15 @@
  * - Out-parameters. On error, an out-pointer that was given is set to NULL / 0 unless its
  *   function says otherwise, and no object is created or changed.
  *
+ * - Output buffers (the size-query convention). A function that writes a variable amount of
+ *   tokens or text into a caller's buffer takes (buffer, capacity, out_size). When the result
+ *   does not fit, nothing is written to the buffer, *out_size is the size needed, and the status
+ *   is PULSE_BUFFER_TOO_SMALL; so a call with (NULL, 0) asks for the size. Text is written with a
+ *   terminating NUL that capacity must include (*out_size does not count it).
+ *
+ * - Text is UTF-8 and passed with its length in bytes; it need not be NUL-terminated unless a
+ *   comment says so. Any bytes are accepted.
+ *
  * - Threads. Functions may be called from any thread unless their comment says otherwise.
  *   Token callbacks run on the thread that calls pulse_engine_step (or pulse_engine_run), with
  *   no library lock held.
@@ -60,6 +69,8 @@ enum pulse_status_code {
   PULSE_NO_CAPACITY = 1, /* the engine cannot take this work now; step, then retry */
   PULSE_CANCELLED = 2,   /* the request was cancelled; its tokens so far are still readable */
   PULSE_AGAIN = 3,       /* the request is not finished yet; step, then ask again */
+  PULSE_BUFFER_TOO_SMALL =
+      4, /* an output buffer is too small: only the size it needs was written */
   /* Errors (< 0). */
   PULSE_INVALID_ARGUMENT = -1,    /* a NULL, out-of-range or inconsistent argument */
   PULSE_NOT_FOUND = -2,           /* no such file, request id, or tensor */
@@ -161,6 +172,16 @@ typedef struct pulse_model_info {
   const char* stored_type;  /* the file's type holding most weights: "Q4_1", "bf16"... */
   const char* weight_type;  /* as stored on the backend: "f32", "bf16" */
   const char* backend;      /* "cpu", "cuda" */
+  /* The tokenizer's special tokens, -1 when it has none (or there is no tokenizer). */
+  int32_t bos_token;
+  int32_t eos_token;
+  /* "gpt2" (byte-level BPE), "llama" (SentencePiece-style BPE), or "" when the model has no
+   * tokenizer (random weights; then the text functions return PULSE_UNSUPPORTED). */
+  const char* tokenizer;
+  /* The chat template's family as recognised ("chatml"), or ""
+   * when the model has none or it is not one this library renders (pulse_chat_apply_template
+   * says which). */
+  const char* chat_template;
 } pulse_model_info;
 
 /* Describes `model`. The caller sets info->struct_size; the library writes at most that many
@@ -236,6 +257,13 @@ typedef struct pulse_sampling_params {
    * when stop_token_count is 0. */
   const int32_t* stop_token_ids;
   size_t stop_token_count;
+  /* Stop strings (need the model's tokenizer, else PULSE_FAILED_PRECONDITION at submit): the
+   * generation ends as soon as its text contains one, and the text ends just before it
+   * (PULSE_FINISH_STOP_STRING); a stop string split across tokens is caught, and no part of it
+   * reaches a token event. The tokens that formed it stay in the token results. NUL-terminated,
+   * non-empty, copied at submit; NULL when stop_string_count is 0. */
+  const char* const* stop_strings;
+  size_t stop_string_count;
 } pulse_sampling_params;
 
 /* Fills `params` with the defaults; see pulse_model_params_init for the rules. */
@@ -257,7 +285,8 @@ enum pulse_finish_reason_code {
   PULSE_FINISH_CONTEXT = 3,    /* reached the engine's max_context */
   PULSE_FINISH_CANCELLED = 4,  /* pulse_request_cancel or a callback's nonzero return */
   PULSE_FINISH_CAPACITY = 5,   /* can never fit the KV cache */
-  PULSE_FINISH_ERROR = 6       /* failed; pulse_request_stats gives the status */
+  PULSE_FINISH_ERROR = 6,      /* failed; pulse_request_stats gives the status */
+  PULSE_FINISH_STOP_STRING = 7 /* its text reached a stop string (which is not in the text) */
 };
 
 /* A static name of a finish reason ("max_tokens", "stop_token"...); never NULL. */
@@ -273,6 +302,14 @@ typedef struct pulse_token_event {
   int32_t index;                     /* 0 for the first generated token */
   int32_t finished;                  /* 1 on the request's last event */
   pulse_finish_reason finish_reason; /* PULSE_FINISH_NONE unless finished */
+  /* The text this token adds to the request's text (NULL and 0 when the engine's model has no
+   * tokenizer). It holds only whole UTF-8 characters, so it may be empty: half a character, a
+   * control token (<|im_end|> renders nothing), or text that may begin a stop string waits for
+   * the next event; the last event carries what was held back. The concatenated texts of a
+   * request equal pulse_detokenize of its tokens (up to a stop string). text[text_len] is a NUL.
+   * Read these fields only when struct_size covers them. */
+  const char* text;
+  size_t text_len;
 } pulse_token_event;
 
 /* Receives each generated token. Runs on the thread calling pulse_engine_step, with no library
@@ -293,6 +330,17 @@ PULSE_API pulse_status pulse_request_submit(pulse_engine* engine, const int32_t*
                                             size_t count, const pulse_sampling_params* sampling,
                                             pulse_token_callback callback, void* user_data,
                                             uint64_t* out_id);
+
+/* As pulse_request_submit, for a prompt given as text: text[text_len] is encoded with the
+ * model's tokenizer and `tokenize_flags` (PULSE_TOKENIZE_*; pass PULSE_TOKENIZE_DEFAULT for
+ * plain text, and PULSE_TOKENIZE_PARSE_SPECIAL alone for the output of
+ * pulse_chat_apply_template, which already holds the template's BOS text). Errors as
+ * pulse_request_submit, and PULSE_UNSUPPORTED when the model has no tokenizer. */
+PULSE_API pulse_status pulse_request_submit_text(pulse_engine* engine, const char* text,
+                                                 size_t text_len, uint32_t tokenize_flags,
+                                                 const pulse_sampling_params* sampling,
+                                                 pulse_token_callback callback, void* user_data,
+                                                 uint64_t* out_id);
 
 /* Cancels a request: it leaves the batch before the next step and finishes with
  * PULSE_FINISH_CANCELLED; its tokens so far stay readable until it is released. PULSE_OK (no
@@ -321,6 +369,14 @@ PULSE_API pulse_status pulse_request_poll(pulse_engine* engine, uint64_t id, int
 PULSE_API pulse_status pulse_request_result(pulse_engine* engine, uint64_t id, int32_t* tokens,
                                             size_t capacity, size_t* out_count);
 
+/* Copies the request's text so far (the concatenated texts of its token events; see
+ * pulse_token_event) into text[capacity] with a NUL; *out_len is its length. Output buffer
+ * convention as described at the top (PULSE_BUFFER_TOO_SMALL). PULSE_OK whatever the request's
+ * state (read it with pulse_request_stats_get); PULSE_NOT_FOUND for an unknown id,
+ * PULSE_UNSUPPORTED when the engine's model has no tokenizer. */
+PULSE_API pulse_status pulse_request_text(pulse_engine* engine, uint64_t id, char* text,
+                                          size_t capacity, size_t* out_len);
+
 typedef struct pulse_request_stats {
   uint32_t struct_size;
   pulse_request_state state;
@@ -342,6 +398,55 @@ PULSE_API pulse_status pulse_request_stats_get(pulse_engine* engine, uint64_t id
 /* Forgets a finished request and its tokens; its id is then unknown. PULSE_FAILED_PRECONDITION
  * while it is queued or running (cancel it first), PULSE_NOT_FOUND for an unknown id. */
 PULSE_API pulse_status pulse_request_release(pulse_engine* engine, uint64_t id);
+
+/* ---- text ------------------------------------------------------------------------------ */
+
+/* Flags of pulse_tokenize and pulse_request_submit_text. */
+#define PULSE_TOKENIZE_ADD_SPECIAL ((uint32_t)1 << 0) /* BOS (and EOS) as the tokenizer adds */
+#define PULSE_TOKENIZE_PARSE_SPECIAL \
+  ((uint32_t)1 << 1) /* "<|im_start|>" in the text is its token */
+#define PULSE_TOKENIZE_DEFAULT (PULSE_TOKENIZE_ADD_SPECIAL | PULSE_TOKENIZE_PARSE_SPECIAL)
+
+/* Encodes text[text_len] with the model's tokenizer into tokens[capacity]; *out_count is the
+ * number of tokens (output buffer convention as described at the top). Any bytes are accepted:
+ * invalid UTF-8 is encoded byte by byte, so pulse_detokenize gives the same bytes back. Errors:
+ * PULSE_INVALID_ARGUMENT (NULL model or out_count, text NULL with text_len > 0, unknown flag
+ * bits), PULSE_UNSUPPORTED (the model has no tokenizer); *out_count is 0 then. Thread-safe. */
+PULSE_API pulse_status pulse_tokenize(const pulse_model* model, const char* text, size_t text_len,
+                                      uint32_t flags, int32_t* tokens, size_t capacity,
+                                      size_t* out_count);
+
+/* Flags of pulse_detokenize. */
+#define PULSE_DETOKENIZE_RENDER_SPECIAL ((uint32_t)1 << 0) /* control tokens as their text */
+
+/* Decodes tokens[count] into text[capacity] with a NUL; *out_len is the text's length (output
+ * buffer convention as described at the top). Control tokens (<|im_end|>, <s>) decode to nothing
+ * unless PULSE_DETOKENIZE_RENDER_SPECIAL. Errors: PULSE_INVALID_ARGUMENT (a token outside the
+ * vocabulary, NULL arguments, unknown flag bits), PULSE_UNSUPPORTED (no tokenizer); *out_len is
+ * 0 then. Thread-safe. */
+PULSE_API pulse_status pulse_detokenize(const pulse_model* model, const int32_t* tokens,
+                                        size_t count, uint32_t flags, char* text, size_t capacity,
+                                        size_t* out_len);
+
+/* One message of a conversation. This struct is fixed: it will never grow. */
+typedef struct pulse_chat_message {
+  const char* role;    /* "system", "user" or "assistant"; NUL-terminated */
+  const char* content; /* NUL-terminated */
+} pulse_chat_message;
+
+/* Formats messages[count] with the model's chat template (its tokenizer.chat_template) exactly
+ * as the template renders them, into text[capacity] with a NUL; *out_len is the length (output
+ * buffer convention as described at the top). A nonzero add_generation_prompt ends the text with
+ * the assistant's header, ready to generate. Submit the result with pulse_request_submit_text and
+ * PULSE_TOKENIZE_PARSE_SPECIAL. Errors: PULSE_NOT_FOUND (the model has no chat template),
+ * PULSE_UNSUPPORTED (a template this library does not render: it renders ChatML, Llama 3 and
+ * 3.1, and Mistral; format the prompt yourself and submit it as text), PULSE_INVALID_ARGUMENT
+ * (NULL role or content, a conversation the template refuses, such as roles that do not
+ * alternate); *out_len is 0 then. Thread-safe. */
+PULSE_API pulse_status pulse_chat_apply_template(const pulse_model* model,
+                                                 const pulse_chat_message* messages, size_t count,
+                                                 int32_t add_generation_prompt, char* text,
+                                                 size_t capacity, size_t* out_len);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,0 +1,74 @@
+#include "engine_run.h"
+
+#include <stdio.h>
+
+pulse_engine* create_single_engine(pulse_model* model, size_t context) {
+  pulse_model_info info;
+  info.struct_size = sizeof(info);
+  pulse_engine_params params;
+  pulse_engine_params_init(&params, sizeof(params));
+  pulse_status status = pulse_model_info_get(model, &info);
+  if (status == PULSE_OK) {
+    if (context > (size_t)info.context_length) context = (size_t)info.context_length;
+    const size_t block = (size_t)params.block_tokens;
+    params.max_batch = 1;
+    params.max_context = (int32_t)context;
+    params.kv_capacity_tokens = (int64_t)((context + block - 1) / block * block);
+    pulse_engine* engine = NULL;
+    status = pulse_engine_create(model, &params, &engine);
+    if (status == PULSE_OK) return engine;
+  }
+  fprintf(stderr, "pulseinfer: cannot create the engine (%s): %s\n", pulse_status_string(status),
+          pulse_last_error());
+  return NULL;
+}
+
+int run_to_completion(pulse_engine* engine, size_t prompt_tokens, int quiet) {
+  pulse_step_report report;
+  report.struct_size = sizeof(report);
+  size_t prefilled = 0;
+  do {
+    const pulse_status status = pulse_engine_step(engine, &report);
+    if (status != PULSE_OK) {
+      fprintf(stderr, "\npulseinfer: step failed (%s): %s\n", pulse_status_string(status),
+              pulse_last_error());
+      return 0;
+    }
+    prefilled += (size_t)report.prefill_tokens;
+    if (!quiet && report.prefill_tokens > 0 && prefilled < prompt_tokens) {
+      fprintf(stderr, "prefill %zu/%zu tokens\n", prefilled, prompt_tokens);
+    }
+  } while (report.pending > 0);
+  return 1;
+}
+
+void print_json_string(const char* text, size_t len) {
+  putchar('"');
+  for (size_t i = 0; i < len; ++i) {
+    const unsigned char c = (unsigned char)text[i];
+    switch (c) {
+      case '"':
+        fputs("\\\"", stdout);
+        break;
+      case '\\':
+        fputs("\\\\", stdout);
+        break;
+      case '\n':
+        fputs("\\n", stdout);
+        break;
+      case '\r':
+        fputs("\\r", stdout);
+        break;
+      case '\t':
+        fputs("\\t", stdout);
+        break;
+      default:
+        if (c < 0x20) {
+          printf("\\u%04x", c);
+        } else {
+          putchar(c);
+        }
+    }
+  }
+  putchar('"');
+}
