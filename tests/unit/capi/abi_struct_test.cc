@@ -42,7 +42,6 @@ TEST(AbiStructs, Version0LayoutsAreFrozen) {
   EXPECT_OFFSET(pulse_model_info, stored_type, 64);
   EXPECT_OFFSET(pulse_model_info, weight_type, 72);
   EXPECT_OFFSET(pulse_model_info, backend, 80);
-  EXPECT_EQ(sizeof(pulse_model_info), 88u);
 
   EXPECT_OFFSET(pulse_engine_params, max_batch, 4);
   EXPECT_OFFSET(pulse_engine_params, prefill_chunk, 8);
@@ -68,14 +67,12 @@ TEST(AbiStructs, Version0LayoutsAreFrozen) {
   EXPECT_OFFSET(pulse_sampling_params, seed, 32);
   EXPECT_OFFSET(pulse_sampling_params, stop_token_ids, 40);
   EXPECT_OFFSET(pulse_sampling_params, stop_token_count, 48);
-  EXPECT_EQ(sizeof(pulse_sampling_params), 56u);
 
   EXPECT_OFFSET(pulse_token_event, token, 4);
   EXPECT_OFFSET(pulse_token_event, request_id, 8);
   EXPECT_OFFSET(pulse_token_event, index, 16);
   EXPECT_OFFSET(pulse_token_event, finished, 20);
   EXPECT_OFFSET(pulse_token_event, finish_reason, 24);
-  EXPECT_EQ(sizeof(pulse_token_event), 32u);
 
   EXPECT_OFFSET(pulse_request_stats, state, 4);
   EXPECT_OFFSET(pulse_request_stats, finish_reason, 8);
@@ -87,6 +84,24 @@ TEST(AbiStructs, Version0LayoutsAreFrozen) {
   EXPECT_OFFSET(pulse_request_stats, tpot_ms, 40);
   EXPECT_OFFSET(pulse_request_stats, total_ms, 48);
   EXPECT_EQ(sizeof(pulse_request_stats), 56u);
+}
+
+// Fields appended after version 0, in the order they were added: they only ever extend a
+// struct, so the version-0 offsets above never move.
+TEST(AbiStructs, FieldsAppendedAfterVersion0) {
+  EXPECT_OFFSET(pulse_model_info, bos_token, 88);
+  EXPECT_OFFSET(pulse_model_info, eos_token, 92);
+  EXPECT_OFFSET(pulse_model_info, tokenizer, 96);
+  EXPECT_OFFSET(pulse_model_info, chat_template, 104);
+  EXPECT_EQ(sizeof(pulse_model_info), 112u);
+
+  EXPECT_OFFSET(pulse_sampling_params, stop_strings, 56);
+  EXPECT_OFFSET(pulse_sampling_params, stop_string_count, 64);
+  EXPECT_EQ(sizeof(pulse_sampling_params), 72u);
+
+  EXPECT_OFFSET(pulse_token_event, text, 32);
+  EXPECT_OFFSET(pulse_token_event, text_len, 40);
+  EXPECT_EQ(sizeof(pulse_token_event), 48u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {
