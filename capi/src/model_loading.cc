@@ -64,7 +64,8 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizer(const std::string
     tokenizer = Tokenizer::FromHfDirectory(DirectoryOf(path));
   }
   if (absl::IsNotFound(tokenizer.status())) return nullptr;
-  // tokenizer.json is not read yet: such a model still loads, without text functions.
+  // A tokenizer.json of a kind this library does not read (Unigram, WordPiece...): the weights
+  // still load, without text functions; a corrupt one is an error of the model.
   if (format != "gguf" && absl::IsUnimplemented(tokenizer.status())) return nullptr;
   if (!tokenizer.ok()) {
     return absl::Status(tokenizer.status().code(),

@@ -1,75 +1,80 @@
 #include "core/tokenizer/byte_level.h"
 
-#include "absl/container/flat_hash_map.h"
+#include <array>
+
+#include "core/tokenizer/utf8_scan.h"
 
 namespace pulse {
 namespace {
 
-std::string Utf8(uint32_t code_point) {
+struct Alphabet {
+  std::array<std::string, 256> symbol;  // byte -> UTF-8 of its code point
+  std::array<int16_t, 324> byte_of;     // code point (< 324) -> byte, or -1
+};
+
+std::string EncodeUtf8(uint32_t code_point) {
   std::string out;
   if (code_point < 0x80) {
-    out += static_cast<char>(code_point);
-  } else if (code_point < 0x800) {
-    out += static_cast<char>(0xC0 | (code_point >> 6));
-    out += static_cast<char>(0x80 | (code_point & 0x3F));
+    out.push_back(static_cast<char>(code_point));
   } else {
-    out += static_cast<char>(0xE0 | (code_point >> 12));
-    out += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (code_point & 0x3F));
+    out.push_back(static_cast<char>(0xC0 | (code_point >> 6)));
+    out.push_back(static_cast<char>(0x80 | (code_point & 0x3F)));
   }
   return out;
 }
 
-// Printable Latin-1 bytes stand for themselves; the others take U+0100 onwards, in byte order.
-std::array<std::string, 256> BuildAlphabet() {
-  std::array<std::string, 256> alphabet;
-  uint32_t next = 256;
-  for (uint32_t byte = 0; byte < 256; ++byte) {
-    const bool printable = (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) ||
-                           (byte >= 0xAE && byte <= 0xFF);
-    alphabet[byte] = Utf8(printable ? byte : next++);
+Alphabet MakeAlphabet() {
+  Alphabet alphabet;
+  alphabet.byte_of.fill(-1);
+  const auto printable = [](int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  };
+  uint32_t next_extra = 256;
+  for (int b = 0; b < 256; ++b) {
+    const uint32_t code_point = printable(b) ? static_cast<uint32_t>(b) : next_extra++;
+    alphabet.symbol[b] = EncodeUtf8(code_point);
+    alphabet.byte_of[code_point] = static_cast<int16_t>(b);
   }
   return alphabet;
 }
 
-size_t Utf8Length(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if ((lead >> 5) == 0x6) return 2;
-  if ((lead >> 4) == 0xE) return 3;
-  if ((lead >> 3) == 0x1E) return 4;
-  return 1;
-}
-
-const absl::flat_hash_map<std::string, uint8_t>& InverseAlphabet() {
-  static const absl::flat_hash_map<std::string, uint8_t> inverse = [] {
-    absl::flat_hash_map<std::string, uint8_t> map;
-    for (int byte = 0; byte < 256; ++byte) map[ByteLevelAlphabet()[byte]] = byte;
-    return map;
-  }();
-  return inverse;
+const Alphabet& GetAlphabet() {
+  static const Alphabet alphabet = MakeAlphabet();
+  return alphabet;
 }
 
 }  // namespace
 
-const std::array<std::string, 256>& ByteLevelAlphabet() {
-  static const std::array<std::string, 256> alphabet = BuildAlphabet();
-  return alphabet;
+std::string_view ByteLevelSymbol(uint8_t byte) { return GetAlphabet().symbol[byte]; }
+
+std::string ByteLevelEncode(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const char c : bytes) out += ByteLevelSymbol(static_cast<uint8_t>(c));
+  return out;
 }
 
 std::string ByteLevelDecode(std::string_view text) {
-  const auto& inverse = InverseAlphabet();
+  const Alphabet& alphabet = GetAlphabet();
   std::string out;
-  for (size_t i = 0; i < text.size();) {
-    const size_t length =
-        std::min(Utf8Length(static_cast<unsigned char>(text[i])), text.size() - i);
-    const std::string character(text.substr(i, length));
-    const auto it = inverse.find(character);
-    if (it != inverse.end()) {
-      out += static_cast<char>(it->second);
-    } else {
-      out += character;
+  out.reserve(text.size());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t length = Utf8SequenceLength(text.substr(pos));
+    uint32_t code_point = 0x110000;
+    if (length == 1) {
+      code_point = static_cast<uint8_t>(text[pos]);
+    } else if (length == 2) {
+      code_point = ((static_cast<uint8_t>(text[pos]) & 0x1F) << 6) |
+                   (static_cast<uint8_t>(text[pos + 1]) & 0x3F);
     }
-    i += length;
+    const size_t consumed = length == 0 ? 1 : length;
+    if (code_point < alphabet.byte_of.size() && alphabet.byte_of[code_point] >= 0) {
+      out.push_back(static_cast<char>(alphabet.byte_of[code_point]));
+    } else {
+      out.append(text.substr(pos, consumed));
+    }
+    pos += consumed;
   }
   return out;
 }

@@ -3,118 +3,155 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include <string>
-#include <utility>
+#include <array>
 
 #include "absl/strings/str_cat.h"
 
 namespace pulse {
 namespace {
 
-constexpr char kGpt2Pattern[] =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-constexpr char kLlama3Pattern[] =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr char kQwen2Pattern[] =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr char kDigitPattern[] = R"(\p{N})";
-
-struct CodeDeleter {
-  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+struct NamedPreTokenizer {
+  std::string_view name;
+  std::vector<std::string_view> patterns;
 };
+
+const std::vector<NamedPreTokenizer>& NamedPreTokenizers() {
+  static const std::vector<NamedPreTokenizer> known = {
+      {"gpt2", {kGpt2Pattern}},     {"llama-bpe", {kLlama3Pattern}},
+      {"llama3", {kLlama3Pattern}}, {"smollm", {kIndividualDigitsPattern, kGpt2Pattern}},
+      {"qwen2", {kQwen2Pattern}},
+  };
+  return known;
+}
+
 struct MatchDataDeleter {
   void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
 };
+struct MatchContextDeleter {
+  void operator()(pcre2_match_context* context) const { pcre2_match_context_free(context); }
+};
+struct JitStackDeleter {
+  void operator()(pcre2_jit_stack* stack) const { pcre2_jit_stack_free(stack); }
+};
 
-// One compiled expression; Split is thread-safe (match data is per call).
-class Regex {
+constexpr size_t kJitStackMinBytes = 32 * 1024;
+constexpr size_t kJitStackMaxBytes = 4 * 1024 * 1024;
+
+// The per-call state of matching (PCRE2's match data and JIT stack are not shareable).
+class Matcher {
  public:
-  static absl::StatusOr<Regex> Compile(std::string_view pattern) {
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    pcre2_code* code =
-        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
-    if (code == nullptr) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(error, message, sizeof(message));
-      return absl::InternalError(absl::StrCat("pre-tokenizer pattern does not compile at ", offset,
-                                              ": ", reinterpret_cast<const char*>(message)));
+  Matcher()
+      : data_(pcre2_match_data_create(1, nullptr)),
+        context_(pcre2_match_context_create(nullptr)),
+        stack_(pcre2_jit_stack_create(kJitStackMinBytes, kJitStackMaxBytes, nullptr)) {
+    if (context_ != nullptr && stack_ != nullptr) {
+      pcre2_jit_stack_assign(context_.get(), nullptr, stack_.get());
     }
-    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without JIT it still matches, slower
-    return Regex(code);
   }
 
-  // Appends the pieces of `text` to `pieces`: matches and the stretches between them.
-  void Split(std::string_view text, std::vector<std::string_view>& pieces) const {
-    const std::unique_ptr<pcre2_match_data, MatchDataDeleter> data(
-        pcre2_match_data_create_from_pattern(code_.get(), nullptr));
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t start = 0;
-    size_t gap = 0;
-    while (start < text.size()) {
-      const int found =
-          pcre2_match(code_.get(), subject, text.size(), start, 0, data.get(), nullptr);
-      if (found < 0) break;
-      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
-      const size_t begin = ovector[0];
+  bool ok() const { return data_ != nullptr; }
+
+  // Splits `piece` by `code` into matches and the text between them.
+  void SplitPiece(const pcre2_code* code, std::string_view piece,
+                  std::vector<std::string_view>& out) {
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
+    size_t emitted = 0;
+    size_t offset = 0;
+    while (offset < piece.size()) {
+      const int rc =
+          pcre2_match(code, subject, piece.size(), offset, 0, data_.get(), context_.get());
+      if (rc < 0) break;  // no further match (or a matching error: the rest is one piece)
+      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data_.get());
+      const size_t start = ovector[0];
       const size_t end = ovector[1];
-      if (end == begin) {  // the expressions match no empty string, but be safe
-        start = begin + 1;
+      if (end <= start) {  // an empty match: try again one character further
+        offset = start + 1;
+        while (offset < piece.size() && (static_cast<uint8_t>(piece[offset]) & 0xC0) == 0x80) {
+          ++offset;
+        }
         continue;
       }
-      if (begin > gap) pieces.push_back(text.substr(gap, begin - gap));
-      pieces.push_back(text.substr(begin, end - begin));
-      gap = start = end;
+      if (start > emitted) out.push_back(piece.substr(emitted, start - emitted));
+      out.push_back(piece.substr(start, end - start));
+      emitted = offset = end;
     }
-    if (gap < text.size()) pieces.push_back(text.substr(gap));
+    if (emitted < piece.size()) out.push_back(piece.substr(emitted));
   }
 
  private:
-  explicit Regex(pcre2_code* code) : code_(code) {}
-  std::unique_ptr<pcre2_code, CodeDeleter> code_;
+  std::unique_ptr<pcre2_match_data, MatchDataDeleter> data_;
+  std::unique_ptr<pcre2_match_context, MatchContextDeleter> context_;
+  std::unique_ptr<pcre2_jit_stack, JitStackDeleter> stack_;
 };
-
-// The expressions applied in sequence, each splitting the pieces of the one before.
-class RegexPreTokenizer final : public PreTokenizer {
- public:
-  explicit RegexPreTokenizer(std::vector<Regex> stages) : stages_(std::move(stages)) {}
-
-  std::vector<std::string_view> Split(std::string_view text) const override {
-    std::vector<std::string_view> pieces = {text};
-    for (const Regex& stage : stages_) {
-      std::vector<std::string_view> next;
-      next.reserve(pieces.size() * 2);
-      for (const std::string_view piece : pieces) stage.Split(piece, next);
-      pieces = std::move(next);
-    }
-    return pieces;
-  }
-
- private:
-  std::vector<Regex> stages_;
-};
-
-absl::StatusOr<std::unique_ptr<PreTokenizer>> Build(std::vector<std::string_view> patterns) {
-  std::vector<Regex> stages;
-  for (const std::string_view pattern : patterns) {
-    PULSE_ASSIGN_OR_RETURN(Regex regex, Regex::Compile(pattern));
-    stages.push_back(std::move(regex));
-  }
-  return std::make_unique<RegexPreTokenizer>(std::move(stages));
-}
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::Create(std::string_view name) {
-  if (name == "gpt2" || name == "default") return Build({kGpt2Pattern});
-  // SmolLM splits every digit off first (Hugging Face's Digits(individual_digits=True)).
-  if (name == "smollm") return Build({kDigitPattern, kGpt2Pattern});
-  if (name == "llama-bpe" || name == "llama3") return Build({kLlama3Pattern});
-  if (name == "qwen2") return Build({kQwen2Pattern});
+absl::StatusOr<std::vector<std::string>> PreTokenizerPatterns(std::string_view name) {
+  for (const NamedPreTokenizer& known : NamedPreTokenizers()) {
+    if (known.name == name)
+      return std::vector<std::string>(known.patterns.begin(), known.patterns.end());
+  }
   return absl::UnimplementedError(
       absl::StrCat("unsupported pre-tokenizer '", absl::string_view(name.data(), name.size()),
-                   "' (supported: gpt2, default, smollm, llama-bpe, llama3, qwen2)"));
+                   "' (supported: gpt2, llama-bpe, llama3, smollm, qwen2)"));
+}
+
+std::string_view PreTokenizerNameOf(std::span<const std::string> patterns) {
+  for (const NamedPreTokenizer& known : NamedPreTokenizers()) {
+    if (known.patterns.size() != patterns.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < patterns.size(); ++i) same = same && known.patterns[i] == patterns[i];
+    if (same) return known.name;
+  }
+  return "";
+}
+
+void PreTokenizer::CodeDeleter::operator()(pcre2_real_code_8* code) const { pcre2_code_free(code); }
+
+PreTokenizer::~PreTokenizer() = default;
+
+absl::StatusOr<PreTokenizer> PreTokenizer::Create(std::span<const std::string> patterns) {
+  std::vector<Code> steps;
+  for (const std::string& pattern : patterns) {
+    int error = 0;
+    PCRE2_SIZE error_offset = 0;
+    Code code(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                            PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &error_offset,
+                            nullptr));
+    if (code == nullptr) {
+      std::array<PCRE2_UCHAR, 256> message{};
+      pcre2_get_error_message(error, message.data(), message.size());
+      return absl::InvalidArgumentError(
+          absl::StrCat("pre-tokenizer regex '", pattern, "' does not compile at offset ",
+                       error_offset, ": ", reinterpret_cast<const char*>(message.data())));
+    }
+    // Without JIT (unsupported platform) the interpreter gives the same matches, slower.
+    pcre2_jit_compile(code.get(), PCRE2_JIT_COMPLETE);
+    steps.push_back(std::move(code));
+  }
+  return PreTokenizer(std::move(steps));
+}
+
+void PreTokenizer::Split(std::string_view text, std::vector<std::string_view>& pieces) const {
+  if (steps_.empty()) {
+    if (!text.empty()) pieces.push_back(text);
+    return;
+  }
+  Matcher matcher;
+  if (!matcher.ok()) {  // out of memory for PCRE2's match data: keep the text whole
+    pieces.push_back(text);
+    return;
+  }
+  std::vector<std::string_view> current = {text};
+  std::vector<std::string_view> next;
+  for (size_t step = 0; step < steps_.size(); ++step) {
+    std::vector<std::string_view>& out = step + 1 == steps_.size() ? pieces : next;
+    for (const std::string_view piece : current) matcher.SplitPiece(steps_[step].get(), piece, out);
+    if (&out == &next) {
+      current.swap(next);
+      next.clear();
+    }
+  }
 }
 
 }  // namespace pulse

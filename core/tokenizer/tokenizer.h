@@ -34,8 +34,9 @@ enum class TokenKind : uint8_t {
 struct EncodeOptions {
   // Prepend BOS (and append EOS) as the tokenizer's configuration asks (add_bos/add_eos).
   bool add_special = true;
-  // Special tokens written in the text ("<|im_start|>") become their ids; when false they are
-  // encoded as the plain text they are.
+  // Control tokens written in the text ("<|im_start|>") become their ids; when false they are
+  // encoded as the plain text they are. User-defined (non-special added) tokens always match,
+  // as in Hugging Face tokenizers and llama.cpp.
   bool parse_special = true;
 };
 
@@ -51,18 +52,25 @@ class Tokenizer {
   // InvalidArgument (the file is inconsistent: counts differ, an id out of range, a malformed
   // merge) otherwise.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& gguf);
-  // From a Hugging Face model directory's tokenizer.json. NotFound without one; Unimplemented
-  // with one, for now: reading tokenizer.json is not written yet.
+  // From a Hugging Face model directory: tokenizer.json (BPE model; ByteLevel, optionally after
+  // Split/Digits, or SentencePiece style: Prepend/Replace normalizer or Metaspace, byte
+  // fallback; added tokens) and, when present, tokenizer_config.json (bos/eos/unk tokens,
+  // add_bos_token/add_eos_token, chat_template), chat_template.jinja and generation_config.json
+  // (eos_token_id: end-of-generation ids). NotFound without tokenizer.json; Unimplemented naming
+  // the unsupported part; InvalidArgument for an inconsistent file.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromHfDirectory(const std::string& directory);
 
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
   virtual ~Tokenizer() = default;
 
-  // Any bytes are accepted: invalid UTF-8 is encoded byte by byte (its bytes never match the
-  // pre-tokenizer, so they form pieces of their own), and Decode(Encode(text)) == text, except
-  // that a byte the vocabulary has no symbol for (SmolLM2 has none for 0xFF, which UTF-8 never
-  // uses) is dropped, as Hugging Face tokenizers drops it.
+  // Any bytes are accepted. Each byte that starts no well-formed UTF-8 sequence stands alone:
+  // the well-formed stretches around it are tokenized as if each were a text of its own
+  // (byte-level) or merged apart from it (SentencePiece), and the byte becomes its byte-level
+  // symbol's token or its <0xAB> token. So Decode(Encode(text)) == text, except that a byte a
+  // byte-level vocabulary has no symbol for (SmolLM2 has none for 0xC0, 0xC1, 0xF5..0xFF, which
+  // UTF-8 never uses) is dropped, as Hugging Face tokenizers drops it, and the SentencePiece
+  // leading-space rule of Decode.
   virtual std::vector<int32_t> Encode(std::string_view text,
                                       const EncodeOptions& options) const = 0;
 
