@@ -1,6 +1,7 @@
 // Chat templates: the model's tokenizer.chat_template (Jinja source) is recognised as one we render
-// natively (today: SmolLM2's ChatML and plain ChatML; Llama 3 and Mistral are still to come), and
-// rendered byte for byte as the Jinja template would render it. An unrecognised template is an
+// natively (ChatML as SmolLM2, Qwen2 and OpenHermes use, Qwen2.5, Llama 3 and 3.1, Mistral v0.1 to
+// v0.3; conversations without tools), by a normal form of its tokens matched against reference
+// templates, and rendered byte for byte as the Jinja template would render it. An unrecognised template is an
 // error that says so; callers can always format the prompt themselves and submit it as text.
 #pragma once
 

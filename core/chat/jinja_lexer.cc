@@ -79,9 +79,8 @@ class Lexer {
   enum class Tag { kVariable, kBlock, kComment };
 
   absl::Status Error(std::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chat template: ", absl::string_view(what.data(), what.size()),
-                     " at byte ", pos_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chat template: ", absl::string_view(what.data(), what.size()), " at byte ", pos_));
   }
 
   void EmitText(std::string_view text) {
@@ -126,9 +125,8 @@ class Lexer {
     if (tag == Tag::kBlock && StartsRawBlock()) {
       return absl::UnimplementedError("chat template: {% raw %} blocks are not supported");
     }
-    tokens_.push_back({tag == Tag::kBlock ? JinjaTokenKind::kBlockBegin
-                                          : JinjaTokenKind::kVariableBegin,
-                       ""});
+    tokens_.push_back(
+        {tag == Tag::kBlock ? JinjaTokenKind::kBlockBegin : JinjaTokenKind::kVariableBegin, ""});
     return LexTagBody(tag);
   }
 
@@ -184,9 +182,8 @@ class Lexer {
     while (pos_ < source_.size()) {
       if (brackets.empty()) {
         if (const auto end = EndMarker(tag)) {
-          tokens_.push_back({tag == Tag::kBlock ? JinjaTokenKind::kBlockEnd
-                                                : JinjaTokenKind::kVariableEnd,
-                             ""});
+          tokens_.push_back(
+              {tag == Tag::kBlock ? JinjaTokenKind::kBlockEnd : JinjaTokenKind::kVariableEnd, ""});
           FinishEnd(pos_ + end->first, end->second, tag == Tag::kBlock);
           return absl::OkStatus();
         }
@@ -246,17 +243,38 @@ class Lexer {
       const char e = rest[i + 1];
       i += 2;
       switch (e) {
-        case '\n': break;
-        case '\\': value.push_back('\\'); break;
-        case '\'': value.push_back('\''); break;
-        case '"': value.push_back('"'); break;
-        case 'a': value.push_back('\a'); break;
-        case 'b': value.push_back('\b'); break;
-        case 'f': value.push_back('\f'); break;
-        case 'n': value.push_back('\n'); break;
-        case 'r': value.push_back('\r'); break;
-        case 't': value.push_back('\t'); break;
-        case 'v': value.push_back('\v'); break;
+        case '\n':
+          break;
+        case '\\':
+          value.push_back('\\');
+          break;
+        case '\'':
+          value.push_back('\'');
+          break;
+        case '"':
+          value.push_back('"');
+          break;
+        case 'a':
+          value.push_back('\a');
+          break;
+        case 'b':
+          value.push_back('\b');
+          break;
+        case 'f':
+          value.push_back('\f');
+          break;
+        case 'n':
+          value.push_back('\n');
+          break;
+        case 'r':
+          value.push_back('\r');
+          break;
+        case 't':
+          value.push_back('\t');
+          break;
+        case 'v':
+          value.push_back('\v');
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -292,8 +310,8 @@ class Lexer {
   }
 
   absl::Status LexOperator(std::string_view rest, std::vector<char>& brackets) {
-    static constexpr std::array<std::string_view, 6> kTwoChar = {"//", "**", "==",
-                                                                 "!=", ">=", "<="};
+    static constexpr std::array<std::string_view, 6> kTwoChar = {
+        "//", "**", "==", "!=", ">=", "<="};
     static constexpr std::string_view kOneChar = "+-/*%~[](){}><=.:|,;";
     std::string_view op;
     for (const std::string_view candidate : kTwoChar) {

@@ -49,8 +49,6 @@ std::string_view PythonRstrip(std::string_view text) {
 
 std::string_view PythonStrip(std::string_view text) { return PythonRstrip(PythonLstrip(text)); }
 
-bool IsAllPythonSpace(std::string_view text) {
-  return !text.empty() && PythonLstrip(text).empty();
-}
+bool IsAllPythonSpace(std::string_view text) { return !text.empty() && PythonLstrip(text).empty(); }
 
 }  // namespace pulse

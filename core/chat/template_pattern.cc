@@ -29,15 +29,15 @@ bool IsIdentifier(std::string_view text) {
 
 bool IsKeyword(std::string_view name) {
   static constexpr std::array<std::string_view, 16> kKeywords = {
-      "and", "or",    "not",  "in",   "is",    "if",   "else", "elif",
-      "for", "true",  "false", "none", "True", "False", "None", "recursive"};
+      "and", "or",   "not",   "in",   "is",   "if",    "else", "elif",
+      "for", "true", "false", "none", "True", "False", "None", "recursive"};
   return std::find(kKeywords.begin(), kKeywords.end(), name) != kKeywords.end();
 }
 
 // x['key'] reads the same as x.key for a dict unless the key names one of its methods.
 bool IsDictMethod(std::string_view name) {
   static constexpr std::array<std::string_view, 11> kMethods = {
-      "keys", "values", "items", "get",        "pop",    "popitem",
+      "keys", "values", "items", "get",        "pop",     "popitem",
       "copy", "update", "clear", "setdefault", "fromkeys"};
   return std::find(kMethods.begin(), kMethods.end(), name) != kMethods.end();
 }
@@ -77,11 +77,11 @@ std::vector<std::span<const JinjaToken>> ConcatenationTerms(std::span<const Jinj
   size_t start = 0;
   for (size_t i = 0; i < expr.size(); ++i) {
     const JinjaToken& token = expr[i];
-    if (token.kind == Kind::kOperator && (token.value == "(" || token.value == "[" ||
-                                          token.value == "{")) {
+    if (token.kind == Kind::kOperator &&
+        (token.value == "(" || token.value == "[" || token.value == "{")) {
       ++depth;
-    } else if (token.kind == Kind::kOperator && (token.value == ")" || token.value == "]" ||
-                                                 token.value == "}")) {
+    } else if (token.kind == Kind::kOperator &&
+               (token.value == ")" || token.value == "]" || token.value == "}")) {
       --depth;
     }
     if (depth != 0 || token.kind == Kind::kString || token.kind == Kind::kNumber) continue;
@@ -170,14 +170,18 @@ std::optional<TemplateCaptures> MatchTemplate(std::span<const JinjaToken> refere
   TemplateCaptures captures;
   for (size_t i = 0; i < reference.size(); ++i) {
     if (reference[i].kind != candidate[i].kind) return std::nullopt;
-    const bool may_capture =
-        reference[i].kind == Kind::kText || reference[i].kind == Kind::kString;
+    const bool may_capture = reference[i].kind == Kind::kText || reference[i].kind == Kind::kString;
     if (may_capture ? !MatchValue(reference[i].value, candidate[i].value, captures)
                     : reference[i].value != candidate[i].value) {
       return std::nullopt;
     }
   }
   return captures;
+}
+
+std::string_view Captured(const TemplateCaptures& captures, std::string_view name) {
+  const auto it = captures.find(name);
+  return it == captures.end() ? std::string_view() : std::string_view(it->second);
 }
 
 absl::StatusOr<std::optional<TemplateCaptures>> MatchReference(

@@ -32,6 +32,9 @@ absl::StatusOr<std::vector<JinjaToken>> CanonicalTemplate(std::string_view sourc
 std::optional<TemplateCaptures> MatchTemplate(std::span<const JinjaToken> reference,
                                               std::span<const JinjaToken> candidate);
 
+// The text captured as `name` ("" when there is no such capture).
+std::string_view Captured(const TemplateCaptures& captures, std::string_view name);
+
 // CanonicalTemplate(reference_source) then MatchTemplate: the reference is one of ours, so a
 // failure to lex it is an Internal error.
 absl::StatusOr<std::optional<TemplateCaptures>> MatchReference(

@@ -48,3 +48,13 @@ def shakespeare_path() -> pathlib.Path:
     if not path.exists():
         pytest.fail(f"{path} is missing: run scripts/setup")
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_text(smollm2_path):
+    """SmolLM2 loaded through libpulseinfer.so for its text functions (see pulse_text.py)."""
+    import pulse_text
+
+    library = pulse_text.TextLibrary(_build_dir() / "lib" / "libpulseinfer.so", smollm2_path)
+    yield library
+    library.close()

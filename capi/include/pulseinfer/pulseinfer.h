@@ -178,9 +178,9 @@ typedef struct pulse_model_info {
   /* "gpt2" (byte-level BPE), "llama" (SentencePiece-style BPE), or "" when the model has no
    * tokenizer (random weights; then the text functions return PULSE_UNSUPPORTED). */
   const char* tokenizer;
-  /* The chat template's family as recognised ("chatml"), or ""
-   * when the model has none or it is not one this library renders (pulse_chat_apply_template
-   * says which). */
+  /* The chat template's family as recognised ("chatml", "qwen2.5", "llama3", "llama3.1",
+   * "mistral", "mistral-v3"), or "" when the model has none or it is not one this library renders
+   * (pulse_chat_apply_template says which). */
   const char* chat_template;
 } pulse_model_info;
 
@@ -439,10 +439,10 @@ typedef struct pulse_chat_message {
  * buffer convention as described at the top). A nonzero add_generation_prompt ends the text with
  * the assistant's header, ready to generate. Submit the result with pulse_request_submit_text and
  * PULSE_TOKENIZE_PARSE_SPECIAL. Errors: PULSE_NOT_FOUND (the model has no chat template),
- * PULSE_UNSUPPORTED (a template this library does not render: it renders ChatML, Llama 3 and
- * 3.1, and Mistral; format the prompt yourself and submit it as text), PULSE_INVALID_ARGUMENT
- * (NULL role or content, a conversation the template refuses, such as roles that do not
- * alternate); *out_len is 0 then. Thread-safe. */
+ * PULSE_UNSUPPORTED (a template this library does not render: it renders ChatML and Qwen2.5,
+ * Llama 3 and 3.1, and Mistral v0.1-v0.3, for conversations without tools; format the prompt
+ * yourself and submit it as text), PULSE_INVALID_ARGUMENT (NULL role or content, a conversation the
+ * template refuses, such as roles that do not alternate); *out_len is 0 then. Thread-safe. */
 PULSE_API pulse_status pulse_chat_apply_template(const pulse_model* model,
                                                  const pulse_chat_message* messages, size_t count,
                                                  int32_t add_generation_prompt, char* text,
