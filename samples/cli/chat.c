@@ -90,28 +90,12 @@ static void history_free(history* h) {
   free(h->owned);
 }
 
-/* The conversation through the template, malloc'ed (free it), or NULL after printing why. */
-static char* render(const pulse_model* model, const history* h, size_t* len) {
-  pulse_status status = pulse_chat_apply_template(model, h->messages, h->count, 1, NULL, 0, len);
-  char* text = NULL;
-  if (status == PULSE_BUFFER_TOO_SMALL) {
-    text = malloc(*len + 1);
-    if (text == NULL) return NULL;
-    status = pulse_chat_apply_template(model, h->messages, h->count, 1, text, *len + 1, len);
-  }
-  if (status == PULSE_OK) return text;
-  fprintf(stderr, "pulseinfer chat: cannot apply the chat template (%s): %s\n",
-          pulse_status_string(status), pulse_last_error());
-  free(text);
-  return NULL;
-}
-
 /* Renders the conversation, dropping the oldest turns until it and a reply of `reply_tokens`
  * fit `context`. NULL (after printing why) when even the newest message alone does not fit. */
 static char* render_within(const pulse_model* model, history* h, size_t context,
                            size_t reply_tokens, size_t* len, size_t* tokens) {
   for (;;) {
-    char* text = render(model, h, len);
+    char* text = copy_chat_prompt(model, h->messages, h->count, len, "pulseinfer chat");
     if (text == NULL) return NULL;
     const pulse_status status =
         pulse_tokenize(model, text, *len, PULSE_TOKENIZE_PARSE_SPECIAL, NULL, 0, tokens);
@@ -141,18 +125,6 @@ static int on_text(void* user_data, const pulse_token_event* event) {
   return 0;
 }
 
-/* The request's text, malloc'ed, or NULL. */
-static char* reply_text(pulse_engine* engine, uint64_t id) {
-  size_t len = 0;
-  if (pulse_request_text(engine, id, NULL, 0, &len) != PULSE_BUFFER_TOO_SMALL) return NULL;
-  char* text = malloc(len + 1);
-  if (text != NULL && pulse_request_text(engine, id, text, len + 1, &len) != PULSE_OK) {
-    free(text);
-    return NULL;
-  }
-  return text;
-}
-
 /* One turn: the user's line in, the reply streamed out and kept. Returns 0 when the chat must
  * end (an engine failure); a message that cannot be answered is reported and dropped. */
 static int chat_turn(pulse_model* model, pulse_engine* engine, history* h,
@@ -177,7 +149,8 @@ static int chat_turn(pulse_model* model, pulse_engine* engine, history* h,
   const int ran = run_to_completion(engine, tokens, quiet);
   putchar('\n');
   fflush(stdout);
-  char* reply = ran ? reply_text(engine, id) : NULL;
+  size_t reply_len = 0;
+  char* reply = ran ? copy_request_text(engine, id, &reply_len) : NULL;
   pulse_request_release(engine, id);
   if (reply == NULL || !history_push(h, "assistant", reply)) {
     free(reply);

@@ -1,6 +1,7 @@
 #include "engine_run.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 pulse_engine* create_single_engine(pulse_model* model, size_t context) {
   pulse_model_info info;
@@ -40,6 +41,32 @@ int run_to_completion(pulse_engine* engine, size_t prompt_tokens, int quiet) {
     }
   } while (report.pending > 0);
   return 1;
+}
+
+char* copy_request_text(pulse_engine* engine, uint64_t id, size_t* len) {
+  if (pulse_request_text(engine, id, NULL, 0, len) != PULSE_BUFFER_TOO_SMALL) return NULL;
+  char* text = (char*)malloc(*len + 1);
+  if (text != NULL && pulse_request_text(engine, id, text, *len + 1, len) != PULSE_OK) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+char* copy_chat_prompt(const pulse_model* model, const pulse_chat_message* messages, size_t count,
+                       size_t* len, const char* command) {
+  pulse_status status = pulse_chat_apply_template(model, messages, count, 1, NULL, 0, len);
+  char* text = NULL;
+  if (status == PULSE_BUFFER_TOO_SMALL) {
+    text = (char*)malloc(*len + 1);
+    if (text == NULL) return NULL;
+    status = pulse_chat_apply_template(model, messages, count, 1, text, *len + 1, len);
+  }
+  if (status == PULSE_OK) return text;
+  fprintf(stderr, "%s: cannot apply the chat template (%s): %s\n", command,
+          pulse_status_string(status), pulse_last_error());
+  free(text);
+  return NULL;
 }
 
 void print_json_string(const char* text, size_t len) {

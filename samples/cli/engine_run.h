@@ -15,6 +15,15 @@ pulse_engine* create_single_engine(pulse_model* model, size_t context);
  * `quiet`. Returns 1, or 0 after printing why a step failed. */
 int run_to_completion(pulse_engine* engine, size_t prompt_tokens, int quiet);
 
+/* The request's text so far (pulse_request_text), malloc'ed with a NUL (free it), its length in
+ * *len; NULL when it cannot be read. */
+char* copy_request_text(pulse_engine* engine, uint64_t id, size_t* len);
+
+/* messages[count] through the model's chat template with the generation prompt, malloc'ed with a
+ * NUL (free it), its length in *len; NULL after printing why, prefixed by `command`. */
+char* copy_chat_prompt(const pulse_model* model, const pulse_chat_message* messages, size_t count,
+                       size_t* len, const char* command);
+
 /* Writes text[len] to stdout as a JSON string literal. */
 void print_json_string(const char* text, size_t len);
 

@@ -108,13 +108,11 @@ static void print_json(pulse_engine* engine, uint64_t id, const int32_t* tokens,
   for (size_t i = 0; i < count; ++i) printf("%s%d", i == 0 ? "" : ", ", (int)tokens[i]);
   printf("], ");
   size_t text_len = 0;
-  if (pulse_request_text(engine, id, NULL, 0, &text_len) == PULSE_BUFFER_TOO_SMALL) {
-    char* text = (char*)malloc(text_len + 1);
-    if (text != NULL && pulse_request_text(engine, id, text, text_len + 1, &text_len) == PULSE_OK) {
-      fputs("\"text\": ", stdout);
-      print_json_string(text, text_len);
-      fputs(", ", stdout);
-    }
+  char* text = copy_request_text(engine, id, &text_len);
+  if (text != NULL) {
+    fputs("\"text\": ", stdout);
+    print_json_string(text, text_len);
+    fputs(", ", stdout);
     free(text);
   }
   printf("\"generated_tokens\": %d, \"finish_reason\": \"%s\", ", (int)stats->generated_tokens,
@@ -172,20 +170,7 @@ static char* prompt_text(const pulse_model* model, const generate_flags* flags, 
   size_t count = 0;
   if (flags->system != NULL) messages[count++] = (pulse_chat_message){"system", flags->system};
   messages[count++] = (pulse_chat_message){"user", flags->prompt};
-  pulse_status status = pulse_chat_apply_template(model, messages, count, 1, NULL, 0, len);
-  char* text = NULL;
-  if (status == PULSE_BUFFER_TOO_SMALL) {
-    text = (char*)malloc(*len + 1);
-    if (text == NULL) return NULL;
-    status = pulse_chat_apply_template(model, messages, count, 1, text, *len + 1, len);
-  }
-  if (status != PULSE_OK) {
-    fprintf(stderr, "pulseinfer: cannot apply the chat template (%s): %s\n",
-            pulse_status_string(status), pulse_last_error());
-    free(text);
-    return NULL;
-  }
-  return text;
+  return copy_chat_prompt(model, messages, count, len, "pulseinfer");
 }
 
 /* The prompt to submit: token ids, or text the library encodes with `tokenize_flags`. */
