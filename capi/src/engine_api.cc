@@ -75,4 +75,25 @@ pulse_status pulse_engine_run(pulse_engine* engine) {
   });
 }
 
+pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* stats) {
+  return Guard("pulse_engine_stats_get", [&]() -> absl::Status {
+    if (engine == nullptr) return absl::InvalidArgumentError("engine is NULL");
+    PULSE_RETURN_IF_ERROR(pulse::capi::CheckOutput(stats));
+    const pulse::EngineStats totals = engine->engine->stats();
+    pulse_engine_stats value{};
+    value.struct_size = sizeof(value);
+    value.steps = totals.steps;
+    value.prefill_tokens = totals.prefill_tokens;
+    value.decode_tokens = totals.decode_tokens;
+    value.generated_tokens = totals.generated_tokens;
+    value.finished_requests = totals.finished_requests;
+    value.queued = totals.queued;
+    value.running = totals.running;
+    value.kv_blocks = totals.kv_blocks;
+    value.kv_blocks_in_use = totals.kv_blocks_in_use;
+    pulse::capi::WriteVersioned(value, stats);
+    return absl::OkStatus();
+  });
+}
+
 }  // extern "C"

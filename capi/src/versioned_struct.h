@@ -34,6 +34,7 @@ PULSE_CAPI_V0_STRUCT(pulse_engine_params, kv_capacity_tokens);
 PULSE_CAPI_V0_STRUCT(pulse_step_report, pending);
 PULSE_CAPI_V0_STRUCT(pulse_sampling_params, stop_token_count);
 PULSE_CAPI_V0_STRUCT(pulse_request_stats, total_ms);
+PULSE_CAPI_V0_STRUCT(pulse_engine_stats, kv_blocks_in_use);
 
 #undef PULSE_CAPI_V0_STRUCT
 

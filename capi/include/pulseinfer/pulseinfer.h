@@ -238,6 +238,24 @@ PULSE_API pulse_status pulse_engine_step(pulse_engine* engine, pulse_step_report
  * while requests are pending, which would otherwise loop forever). */
 PULSE_API pulse_status pulse_engine_run(pulse_engine* engine);
 
+typedef struct pulse_engine_stats {
+  uint32_t struct_size;
+  int64_t steps;             /* steps that ran a forward pass */
+  int64_t prefill_tokens;    /* prompt tokens computed */
+  int64_t decode_tokens;     /* generated tokens fed back into the model */
+  int64_t generated_tokens;  /* tokens sampled */
+  int64_t finished_requests; /* requests that finished, for any reason */
+  int32_t queued;            /* requests waiting now */
+  int32_t running;           /* requests in the batch now */
+  int32_t kv_blocks;         /* blocks of the KV cache */
+  int32_t kv_blocks_in_use;  /* blocks allocated or reserved by running requests */
+} pulse_engine_stats;
+
+/* Totals since the engine was created, and its state now. The caller sets stats->struct_size;
+ * the library writes at most that many bytes. May be called from any thread, also while a step
+ * runs (the figures are then those before or after the step). */
+PULSE_API pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* stats);
+
 /* ---- requests --------------------------------------------------------------------------- */
 
 typedef struct pulse_sampling_params {

@@ -130,6 +130,41 @@ TEST_F(AbiGeneration, CallbackPollAndResultAgree) {
   EXPECT_GE(stats.total_ms, stats.ttft_ms);
 }
 
+TEST_F(AbiGeneration, EngineStatsCountTheWork) {
+  pulse_engine_stats before;
+  before.struct_size = sizeof(before);
+  ASSERT_EQ(pulse_engine_stats_get(engine_, &before), PULSE_OK) << LastError();
+  EXPECT_EQ(before.steps, 0);
+  EXPECT_GT(before.kv_blocks, 0);
+  EXPECT_EQ(before.kv_blocks_in_use, 0);
+
+  Submit(TinyPrompt(40), GreedySampling(6));
+  Submit(TinyPrompt(9), GreedySampling(3));
+  pulse_engine_stats queued;
+  queued.struct_size = sizeof(queued);
+  ASSERT_EQ(pulse_engine_stats_get(engine_, &queued), PULSE_OK) << LastError();
+  EXPECT_EQ(queued.queued, 2);
+  EXPECT_EQ(queued.running, 0);
+
+  ASSERT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+  pulse_engine_stats after;
+  after.struct_size = sizeof(after);
+  ASSERT_EQ(pulse_engine_stats_get(engine_, &after), PULSE_OK) << LastError();
+  EXPECT_GT(after.steps, 0);
+  EXPECT_EQ(after.prefill_tokens, 49);
+  EXPECT_EQ(after.generated_tokens, 9);
+  EXPECT_EQ(after.finished_requests, 2);
+  EXPECT_EQ(after.queued, 0);
+  EXPECT_EQ(after.running, 0);
+  EXPECT_EQ(after.kv_blocks, before.kv_blocks);
+  EXPECT_EQ(after.kv_blocks_in_use, 0);
+
+  EXPECT_EQ(pulse_engine_stats_get(nullptr, &after), PULSE_INVALID_ARGUMENT);
+  EXPECT_EQ(pulse_engine_stats_get(engine_, nullptr), PULSE_INVALID_ARGUMENT);
+  after.struct_size = 4;
+  EXPECT_EQ(pulse_engine_stats_get(engine_, &after), PULSE_INVALID_ARGUMENT);
+}
+
 TEST_F(AbiGeneration, PollSizeQueryReadsNothing) {
   const uint64_t id = Submit(TinyPrompt(8), GreedySampling(5));
   size_t count = 99;

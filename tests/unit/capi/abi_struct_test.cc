@@ -84,6 +84,17 @@ TEST(AbiStructs, Version0LayoutsAreFrozen) {
   EXPECT_OFFSET(pulse_request_stats, tpot_ms, 40);
   EXPECT_OFFSET(pulse_request_stats, total_ms, 48);
   EXPECT_EQ(sizeof(pulse_request_stats), 56u);
+
+  EXPECT_OFFSET(pulse_engine_stats, steps, 8);
+  EXPECT_OFFSET(pulse_engine_stats, prefill_tokens, 16);
+  EXPECT_OFFSET(pulse_engine_stats, decode_tokens, 24);
+  EXPECT_OFFSET(pulse_engine_stats, generated_tokens, 32);
+  EXPECT_OFFSET(pulse_engine_stats, finished_requests, 40);
+  EXPECT_OFFSET(pulse_engine_stats, queued, 48);
+  EXPECT_OFFSET(pulse_engine_stats, running, 52);
+  EXPECT_OFFSET(pulse_engine_stats, kv_blocks, 56);
+  EXPECT_OFFSET(pulse_engine_stats, kv_blocks_in_use, 60);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 64u);
 }
 
 // Fields appended after version 0, in the order they were added: they only ever extend a
