@@ -1,5 +1,6 @@
 // The library-wide entry points: versions, features, status and reason names, last error.
 #include "capi/src/status_map.h"
+#include "core/backend/cuda/cuda_backend.h"
 #include "pulseinfer/pulseinfer.h"
 
 #ifndef PULSEINFER_VERSION
@@ -12,8 +13,12 @@ const char* pulse_version(void) { return PULSEINFER_VERSION; }
 
 int32_t pulse_abi_version(void) { return PULSE_ABI_VERSION; }
 
-// The CUDA bits are set once a CUDA backend is part of the library.
-uint64_t pulse_features(void) { return PULSE_FEATURE_CPU; }
+uint64_t pulse_features(void) {
+  uint64_t features = PULSE_FEATURE_CPU;
+  if (pulse::CudaBackendCompiled()) features |= PULSE_FEATURE_CUDA_COMPILED;
+  if (pulse::CudaDeviceCount() > 0) features |= PULSE_FEATURE_CUDA_DEVICE;
+  return features;
+}
 
 const char* pulse_last_error(void) { return pulse::capi::LastError(); }
 

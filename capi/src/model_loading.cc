@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/cuda/cuda_backend.h"
 #include "core/base/mapped_file.h"
 #include "core/model/gguf_reader.h"
 #include "core/model/tensor_source.h"
@@ -19,16 +20,17 @@ enum class BackendKind { kCpu, kCuda };
 absl::string_view OrAuto(const char* text) { return text == nullptr ? "auto" : text; }
 
 absl::StatusOr<BackendKind> ParseBackend(absl::string_view name) {
-  if (name == "auto" || name == "cpu") return BackendKind::kCpu;
+  if (name == "auto") return CudaDeviceCount() > 0 ? BackendKind::kCuda : BackendKind::kCpu;
+  if (name == "cpu") return BackendKind::kCpu;
   if (name == "cuda") return BackendKind::kCuda;
   return absl::InvalidArgumentError(
       absl::StrCat("pulse_model_params.backend is '", name, "'; expected auto, cpu or cuda"));
 }
 
-absl::StatusOr<WeightType> ParseWeightType(absl::string_view name, BackendKind backend) {
-  if (name == "auto") return backend == BackendKind::kCpu ? WeightType::kF32 : WeightType::kBF16;
-  if (name == "f32") return WeightType::kF32;
-  if (name == "bf16") return WeightType::kBF16;
+absl::StatusOr<DType> ParseWeightType(absl::string_view name, BackendKind backend) {
+  if (name == "auto") return backend == BackendKind::kCpu ? DType::kF32 : DType::kBF16;
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
   return absl::InvalidArgumentError(
       absl::StrCat("pulse_model_params.weight_type is '", name, "'; expected auto, f32 or bf16"));
 }
@@ -103,12 +105,15 @@ absl::StatusOr<ModelLoadPlan> PlanModelLoad(const pulse_model_params& params) {
   ModelLoadPlan plan;
   PULSE_ASSIGN_OR_RETURN(plan.weight_type, ParseWeightType(OrAuto(params.weight_type), backend));
   if (backend == BackendKind::kCuda) {
-    return absl::UnimplementedError("this build of libpulseinfer has no CUDA backend");
+    CudaBackendOptions options;
+    options.memory_limit_bytes = static_cast<size_t>(params.memory_limit_bytes);
+    PULSE_ASSIGN_OR_RETURN(plan.backend, CreateCudaBackend(options));
+  } else {
+    CpuBackendOptions options;
+    options.threads = params.threads;
+    options.memory_limit_bytes = static_cast<size_t>(params.memory_limit_bytes);
+    PULSE_ASSIGN_OR_RETURN(plan.backend, CreateCpuBackend(options));
   }
-  CpuBackendOptions options;
-  options.threads = params.threads;
-  options.memory_limit_bytes = static_cast<size_t>(params.memory_limit_bytes);
-  PULSE_ASSIGN_OR_RETURN(plan.backend, CreateCpuBackend(options));
   plan.random_weights = params.random_weights != 0;
   plan.random_seed = params.random_seed;
   return plan;
@@ -131,7 +136,7 @@ absl::StatusOr<std::unique_ptr<pulse_model>> LoadModel(const std::string& path,
   handle->architecture = std::string(ArchitectureName(model->config().architecture));
   handle->format = std::string(model->format());
   handle->stored_type = std::string(model->stored_type());
-  handle->weight_type = std::string(WeightTypeName(model->weight_type()));
+  handle->weight_type = std::string(DTypeName(model->weight_type()));
   handle->backend = std::string(model->backend().name());
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tokenizer,
                          LoadTokenizer(path, handle->format));

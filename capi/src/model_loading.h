@@ -16,7 +16,7 @@ namespace pulse::capi {
 
 struct ModelLoadPlan {
   std::shared_ptr<Backend> backend;
-  WeightType weight_type = WeightType::kF32;
+  DType weight_type = DType::kF32;
   bool random_weights = false;
   uint64_t random_seed = 0;
 };

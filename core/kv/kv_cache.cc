@@ -14,8 +14,13 @@ absl::StatusOr<KvCache> KvCache::Create(Backend& backend, const PagedKvLayout& l
         "KV cache of %d layers x %d blocks of %d tokens x %d heads x %d dims", num_layers,
         num_blocks, layout.block_tokens, layout.num_kv_heads, layout.head_dim));
   }
+  if (layout.type != backend.kv_type()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV cache of %s on a backend whose KV cache is %s", DTypeName(layout.type),
+                        DTypeName(backend.kv_type())));
+  }
   // Checked: block_elems() of absurd int32 sizes overflows int64.
-  size_t layer_bytes = 2 * sizeof(float);
+  size_t layer_bytes = 2 * DTypeBytes(layout.type);
   for (const int32_t factor :
        {layout.block_tokens, layout.num_kv_heads, layout.head_dim, num_blocks}) {
     if (__builtin_mul_overflow(layer_bytes, static_cast<size_t>(factor), &layer_bytes)) {

@@ -1,5 +1,6 @@
 // The memory of a paged KV cache: per layer one backend buffer of num_blocks blocks laid out as
-// PagedKvLayout says. Which sequence owns which block is the BlockPool's and BlockTable's job.
+// PagedKvLayout says (elements of layout.type, which must be the backend's kv_type()). Which
+// sequence owns which block is the BlockPool's and BlockTable's job.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ class KvCache {
   const PagedKvLayout& layout() const { return layout_; }
   int32_t num_layers() const { return static_cast<int32_t>(layers_.size()); }
   int32_t num_blocks() const { return num_blocks_; }
-  float* layer(int32_t index) const { return layers_[static_cast<size_t>(index)].as<float>(); }
+  void* layer(int32_t index) const { return layers_[static_cast<size_t>(index)].data(); }
   size_t layer_bytes() const { return layer_bytes_; }
 
  private:

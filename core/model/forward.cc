@@ -1,5 +1,6 @@
 #include "core/model/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -13,8 +14,8 @@ constexpr int32_t kMaxStepTokens = 1 << 16;
 constexpr int32_t kMaxSeqs = 1 << 12;
 constexpr int32_t kMaxBlocksPerSeq = 1 << 20;
 
-absl::StatusOr<DeviceBuffer> AllocateFloats(Backend& backend, int64_t count) {
-  return backend.Allocate(static_cast<size_t>(count) * sizeof(float));
+absl::StatusOr<DeviceBuffer> AllocateArray(Backend& backend, int64_t count, DType type) {
+  return backend.Allocate(static_cast<size_t>(count) * DTypeBytes(type));
 }
 
 // Ints of the packed step inputs for the given sizes: tokens and positions [tokens], kv_lens
@@ -47,6 +48,7 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
         config.num_kv_heads, config.head_dim));
   }
   Backend& backend = model->backend();
+  PULSE_RETURN_IF_ERROR(backend.CheckAttention(config.num_heads, layout));
   const int64_t tokens = options.max_step_tokens;
   const int64_t seqs = options.max_seqs;
   const int64_t hidden = config.hidden_size;
@@ -58,15 +60,17 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
                          backend.Allocate(static_cast<size_t>(InputInts(
                                               tokens, seqs, options.max_blocks_per_seq, seqs)) *
                                           sizeof(int32_t)));
-  PULSE_ASSIGN_OR_RETURN(scratch.residual, AllocateFloats(backend, tokens * hidden));
-  PULSE_ASSIGN_OR_RETURN(scratch.normed, AllocateFloats(backend, tokens * hidden));
-  PULSE_ASSIGN_OR_RETURN(scratch.qkv, AllocateFloats(backend, tokens * (q_dim + 2 * kv_dim)));
-  PULSE_ASSIGN_OR_RETURN(scratch.attn, AllocateFloats(backend, tokens * q_dim));
-  PULSE_ASSIGN_OR_RETURN(scratch.delta, AllocateFloats(backend, tokens * hidden));
-  PULSE_ASSIGN_OR_RETURN(scratch.gate_up, AllocateFloats(backend, tokens * 2 * inter));
-  PULSE_ASSIGN_OR_RETURN(scratch.act, AllocateFloats(backend, tokens * inter));
-  PULSE_ASSIGN_OR_RETURN(scratch.gathered, AllocateFloats(backend, seqs * hidden));
-  PULSE_ASSIGN_OR_RETURN(scratch.logits, AllocateFloats(backend, seqs * config.vocab_size));
+  const DType f32 = DType::kF32;
+  const DType act = backend.activation_type();
+  PULSE_ASSIGN_OR_RETURN(scratch.residual, AllocateArray(backend, tokens * hidden, f32));
+  PULSE_ASSIGN_OR_RETURN(scratch.normed, AllocateArray(backend, tokens * hidden, act));
+  PULSE_ASSIGN_OR_RETURN(scratch.qkv, AllocateArray(backend, tokens * (q_dim + 2 * kv_dim), f32));
+  PULSE_ASSIGN_OR_RETURN(scratch.attn, AllocateArray(backend, tokens * q_dim, act));
+  PULSE_ASSIGN_OR_RETURN(scratch.delta, AllocateArray(backend, tokens * hidden, f32));
+  PULSE_ASSIGN_OR_RETURN(scratch.gate_up, AllocateArray(backend, tokens * 2 * inter, f32));
+  PULSE_ASSIGN_OR_RETURN(scratch.act, AllocateArray(backend, tokens * inter, act));
+  PULSE_ASSIGN_OR_RETURN(scratch.gathered, AllocateArray(backend, seqs * hidden, act));
+  PULSE_ASSIGN_OR_RETURN(scratch.logits, AllocateArray(backend, seqs * config.vocab_size, f32));
   return ModelRunner(std::move(model), std::move(cache), options, std::move(scratch));
 }
 
@@ -143,6 +147,10 @@ absl::Status ModelRunner::Prepare(const StepBatch& batch) {
   step.num_seqs = batch.num_seqs();
   step.num_logit_rows = batch.num_logit_rows();
   step.max_blocks_per_seq = batch.max_blocks_per_seq();
+  for (int32_t s = 0; s < step.num_seqs; ++s) {
+    step.max_q_len = std::max(step.max_q_len, batch.q_offsets()[s + 1] - batch.q_offsets()[s]);
+    step.max_kv_len = std::max(step.max_kv_len, batch.kv_lens()[s]);
+  }
 
   staging_.clear();
   const auto append = [this](std::span<const int32_t> values) {
@@ -189,6 +197,9 @@ PagedKvBatch ModelRunner::KvBatch(int32_t layer) const {
   kv.block_tables = step_.block_tables;
   kv.kv_lens = step_.kv_lens;
   kv.q_offsets = step_.q_offsets;
+  kv.num_rows = step_.num_tokens;
+  kv.max_q_len = step_.max_q_len;
+  kv.max_kv_len = step_.max_kv_len;
   return kv;
 }
 
@@ -198,7 +209,7 @@ void ModelRunner::PreAttention(int32_t layer) {
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
   const int64_t rows = step_.num_tokens;
   float* residual = scratch_.residual.as<float>();
-  float* normed = scratch_.normed.as<float>();
+  void* normed = scratch_.normed.data();
   float* qkv = scratch_.qkv.as<float>();
   // The residual stream absorbs the previous layer's MLP output here (layer 0 has none).
   if (layer == 0) {
@@ -220,7 +231,7 @@ void ModelRunner::Attention(int32_t layer) {
   const ModelConfig& config = model_->config();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   model_->backend().Attention(scratch_.qkv.as<float>(), qkv_dim_, config.num_heads, KvBatch(layer),
-                              scale, scratch_.attn.as<float>());
+                              scale, scratch_.attn.data());
 }
 
 void ModelRunner::PostAttention(int32_t layer) {
@@ -228,10 +239,10 @@ void ModelRunner::PostAttention(int32_t layer) {
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
   const int64_t rows = step_.num_tokens;
   float* delta = scratch_.delta.as<float>();
-  float* normed = scratch_.normed.as<float>();
+  void* normed = scratch_.normed.data();
   float* gate_up = scratch_.gate_up.as<float>();
-  float* act = scratch_.act.as<float>();
-  backend.Gemm(scratch_.attn.as<float>(), rows, w.o.view(), nullptr, delta);
+  void* act = scratch_.act.data();
+  backend.Gemm(scratch_.attn.data(), rows, w.o.view(), nullptr, delta);
   backend.AddRmsNorm(scratch_.residual.as<float>(), delta, w.mlp_norm.as<float>(), rows, hidden_,
                      model_->config().rms_norm_eps, normed);
   backend.Gemm(normed, rows, w.gate_up.view(), nullptr, gate_up);
@@ -248,15 +259,14 @@ absl::Status ModelRunner::Logits(std::span<float> logits) {
   if (rows == 0) return absl::OkStatus();
   Backend& backend = model_->backend();
   const ModelWeights& weights = model_->weights();
-  float* normed = scratch_.normed.as<float>();
+  void* normed = scratch_.normed.data();
   backend.AddRmsNorm(scratch_.residual.as<float>(), scratch_.delta.as<float>(),
                      weights.final_norm.as<float>(), step_.num_tokens, hidden_,
                      model_->config().rms_norm_eps, normed);
-  backend.GatherRows(normed, hidden_, step_.logit_rows, rows, scratch_.gathered.as<float>());
-  backend.Gemm(scratch_.gathered.as<float>(), rows, weights.output(), nullptr,
+  backend.GatherRows(normed, hidden_, step_.logit_rows, rows, scratch_.gathered.data());
+  backend.Gemm(scratch_.gathered.data(), rows, weights.output(), nullptr,
                scratch_.logits.as<float>());
-  backend.CopyToHost(logits.data(), scratch_.logits.data(), logits.size_bytes());
-  return absl::OkStatus();
+  return backend.CopyToHost(logits.data(), scratch_.logits.data(), logits.size_bytes());
 }
 
 }  // namespace pulse

@@ -51,15 +51,16 @@ class ModelRunner {
 
  private:
   struct Scratch {
-    DeviceBuffer inputs;    // int32: the packed StepBatch (see Prepare)
+    DeviceBuffer inputs;  // int32: the packed StepBatch (see Prepare)
+    // fp32, or the backend's activation type (act) for the GEMM inputs.
     DeviceBuffer residual;  // [tokens][hidden]
-    DeviceBuffer normed;    // [tokens][hidden]
+    DeviceBuffer normed;    // act [tokens][hidden]
     DeviceBuffer qkv;       // [tokens][q_dim + 2 * kv_dim]
-    DeviceBuffer attn;      // [tokens][q_dim]
+    DeviceBuffer attn;      // act [tokens][q_dim]
     DeviceBuffer delta;     // [tokens][hidden]: o projection, then MLP output
     DeviceBuffer gate_up;   // [tokens][2 * intermediate]
-    DeviceBuffer act;       // [tokens][intermediate]
-    DeviceBuffer gathered;  // [seqs][hidden]
+    DeviceBuffer act;       // act [tokens][intermediate]
+    DeviceBuffer gathered;  // act [seqs][hidden]
     DeviceBuffer logits;    // [seqs][vocab]
   };
   // Where the current step's inputs sit in Scratch::inputs.
@@ -68,6 +69,8 @@ class ModelRunner {
     int32_t num_seqs = 0;
     int32_t num_logit_rows = 0;
     int32_t max_blocks_per_seq = 0;
+    int32_t max_q_len = 0;
+    int32_t max_kv_len = 0;
     const int32_t* tokens = nullptr;
     const int32_t* positions = nullptr;
     const int32_t* kv_lens = nullptr;

@@ -15,7 +15,7 @@ namespace {
 // host memory peaks at the largest (fused) tensor.
 class WeightUploader {
  public:
-  WeightUploader(Backend& backend, const TensorSource& source, WeightType type)
+  WeightUploader(Backend& backend, const TensorSource& source, DType type)
       : backend_(backend), source_(source), type_(type) {
     for (const TensorInfo& tensor : source.tensors()) elements_[tensor.name] = tensor.elements();
   }
@@ -58,7 +58,7 @@ class WeightUploader {
 
   Backend& backend_;
   const TensorSource& source_;
-  const WeightType type_;
+  const DType type_;
   // Every tensor the loader reads is in here: CheckTensors ran first.
   absl::flat_hash_map<std::string, int64_t> elements_;
   std::vector<float> scratch_;

@@ -36,7 +36,7 @@ struct ModelWeights {
 };
 
 struct ModelLoadOptions {
-  WeightType weight_type = WeightType::kBF16;
+  DType weight_type = DType::kBF16;
 };
 
 class Model {
@@ -53,7 +53,7 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() const { return *backend_; }
   const std::shared_ptr<Backend>& shared_backend() const { return backend_; }
-  WeightType weight_type() const { return weight_type_; }
+  DType weight_type() const { return weight_type_; }
   std::string_view format() const { return format_; }
   // The source's stored type holding the most weights ("Q4_1", "bf16", "random"...).
   std::string_view stored_type() const { return stored_type_; }
@@ -66,7 +66,7 @@ class Model {
   std::shared_ptr<Backend> backend_;
   ModelConfig config_;
   ModelWeights weights_;
-  WeightType weight_type_ = WeightType::kF32;
+  DType weight_type_ = DType::kF32;
   std::string format_;
   std::string stored_type_;
   std::map<std::string, std::string> metadata_;

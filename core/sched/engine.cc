@@ -24,7 +24,8 @@ constexpr int32_t kMaxStepTokens = 1 << 16;
 constexpr int32_t kMaxBlockTokens = 4096;
 // The default KV cache: 8 full contexts, but never more than this.
 constexpr int64_t kDefaultKvContexts = 8;
-constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;
+constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;  // without a backend memory limit
+constexpr double kDefaultKvShare = 0.7;                // of a backend's free memory
 
 // Streams the request's new token into its text: returns the piece the token's event carries,
 // and turns `reason` into kStopString when a stop string ends the text. A finishing request's
@@ -383,15 +384,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
         absl::StrFormat("max_context = %d is outside [2, the model's context %d]",
                         resolved.max_context, config.max_position));
   }
+  Backend& backend = model->backend();
   const PagedKvLayout layout{.block_tokens = resolved.block_tokens,
                              .num_kv_heads = config.num_kv_heads,
-                             .head_dim = config.head_dim};
+                             .head_dim = config.head_dim,
+                             .type = backend.kv_type()};
   if (resolved.kv_capacity_tokens == 0) {
     const int64_t token_bytes =
-        2 * int64_t{config.num_layers} * config.num_kv_heads * config.head_dim * sizeof(float);
+        int64_t{config.num_layers} * layout.block_bytes() / layout.block_tokens;
+    // A backend with memory of its own (a GPU) gives the KV cache a share of what is free.
+    const size_t available = backend.AvailableBytes();
+    const int64_t kv_bytes =
+        available == 0 ? kDefaultKvBytes : static_cast<int64_t>(available * kDefaultKvShare);
     resolved.kv_capacity_tokens = std::max<int64_t>(
         resolved.block_tokens,
-        std::min(kDefaultKvContexts * resolved.max_context, kDefaultKvBytes / token_bytes));
+        std::min(kDefaultKvContexts * resolved.max_context, kv_bytes / token_bytes));
   }
   const int64_t num_blocks = resolved.kv_capacity_tokens / resolved.block_tokens +
                              (resolved.kv_capacity_tokens % resolved.block_tokens != 0);
@@ -400,7 +407,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
         absl::StrFormat("kv_capacity_tokens = %d is too many blocks of %d tokens",
                         resolved.kv_capacity_tokens, resolved.block_tokens));
   }
-  PULSE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model->backend(), layout, config.num_layers,
+  PULSE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(backend, layout, config.num_layers,
                                                         static_cast<int32_t>(num_blocks)));
   const ModelRunnerOptions runner_options{
       .max_step_tokens = resolved.max_step_tokens,

@@ -44,7 +44,7 @@ constexpr absl::string_view kRandomPrefix = "random:";
 struct Args {
   std::string model;
   std::vector<int32_t> prompt;
-  WeightType weight_type = WeightType::kF32;
+  DType weight_type = DType::kF32;
   std::string logits_path;
   int32_t greedy = 0;
   int32_t chunk = 0;  // 0: the whole prompt
@@ -70,9 +70,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       }
     } else if (flag == "--weight-type") {
       if (value == "f32") {
-        args.weight_type = WeightType::kF32;
+        args.weight_type = DType::kF32;
       } else if (value == "bf16") {
-        args.weight_type = WeightType::kBF16;
+        args.weight_type = DType::kBF16;
       } else {
         return bad_value();
       }

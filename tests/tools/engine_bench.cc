@@ -33,7 +33,7 @@ constexpr std::string_view kUsage =
 
 struct Args {
   std::string model;
-  WeightType weight_type = WeightType::kBF16;
+  DType weight_type = DType::kBF16;
   int32_t prompt = 512;
   int32_t decode = 32;
   std::vector<int32_t> batches = {1, 8};
@@ -51,7 +51,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       args.model = std::string(value);
     } else if (flag == "--weight-type") {
       ok = value == "f32" || value == "bf16";
-      args.weight_type = value == "f32" ? WeightType::kF32 : WeightType::kBF16;
+      args.weight_type = value == "f32" ? DType::kF32 : DType::kBF16;
     } else if (flag == "--prompt") {
       ok = absl::SimpleAtoi(value, &args.prompt) && args.prompt >= 1;
     } else if (flag == "--decode") {
@@ -152,7 +152,7 @@ absl::Status Run(const Args& args) {
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
                          Model::Load(std::move(backend), *source, {args.weight_type}));
   std::printf("model %s, %s weights, prompt %d tokens, %d decode steps\n", args.model.c_str(),
-              std::string(WeightTypeName(args.weight_type)).c_str(), args.prompt, args.decode);
+              std::string(DTypeName(args.weight_type)).c_str(), args.prompt, args.decode);
   std::printf("%-8s %6s %12s %12s\n", "phase", "batch", "tokens/s", "ms/step");
   std::fflush(stdout);
   PULSE_ASSIGN_OR_RETURN(const double prefill, PrefillSeconds(model, args));

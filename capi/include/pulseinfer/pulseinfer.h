@@ -199,7 +199,9 @@ typedef struct pulse_engine_params {
   int32_t max_step_tokens; /* tokens (prefill plus decode) in one step; default 512 */
   int32_t block_tokens;    /* tokens of one KV block; default 32 */
   int32_t max_context;     /* prompt plus generated tokens; 0 (default): the model's context */
-  /* KV cache size in tokens; 0 (default): 8 full contexts, capped at 1 GiB of KV */
+  /* KV cache size in tokens; 0 (default): 8 full contexts, capped at 70% of the free memory of
+   * the backend (the GPU's, or what pulse_model_params.memory_limit_bytes leaves), or at 1 GiB of
+   * KV on the CPU without a memory limit */
   int64_t kv_capacity_tokens;
 } pulse_engine_params;
 

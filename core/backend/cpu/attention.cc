@@ -17,11 +17,8 @@ namespace {
 float* HeadKeys(const PagedKvBatch& kv, int32_t seq, int64_t logical_block, int32_t kv_head) {
   const int32_t block = kv.block_tables[int64_t{seq} * kv.max_blocks_per_seq + logical_block];
   assert(block >= 0);
-  return kv.blocks + block * kv.layout.block_elems() + kv_head * kv.layout.head_elems();
-}
-
-int64_t ValueOffset(const PagedKvLayout& layout) {
-  return int64_t{layout.num_kv_heads} * layout.head_elems();
+  return static_cast<float*>(kv.blocks) + block * kv.layout.block_elems() +
+         kv_head * kv.layout.head_elems();
 }
 
 // Calls fn(token, key) for tokens 0..last of one sequence's kv head, in order.
@@ -43,7 +40,7 @@ constexpr int32_t kValueChunk = 4 * kLanes;
 // order; a full chunk accumulates in registers.
 void WeightedValues(const PagedKvBatch& kv, int32_t seq, int32_t kv_head, int64_t position,
                     const float* p, int32_t d0, int32_t width, float inv_sum, float* out) {
-  const int64_t value_offset = ValueOffset(kv.layout) + d0;
+  const int64_t value_offset = kv.layout.value_offset() + d0;
   if (width == kValueChunk) {
     Vec acc[kValueChunk / kLanes] = {};
     ForEachKey(kv, seq, kv_head, position, [&](int64_t t, const float* key) {
@@ -88,7 +85,7 @@ void AttendOneHead(const float* query, const PagedKvBatch& kv, int32_t seq, int3
 void AppendKv(const float* k, const float* v, int64_t row_stride, const PagedKvBatch& kv) {
   const PagedKvLayout& layout = kv.layout;
   const size_t head_bytes = static_cast<size_t>(layout.head_dim) * sizeof(float);
-  const int64_t value_offset = ValueOffset(layout);
+  const int64_t value_offset = layout.value_offset();
   for (int32_t s = 0; s < kv.num_seqs; ++s) {
     const int32_t q_begin = kv.q_offsets[s];
     const int32_t q_len = kv.q_offsets[s + 1] - q_begin;
@@ -113,7 +110,7 @@ void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_h
   const int32_t head_dim = layout.head_dim;
   assert(layout.num_kv_heads > 0 && num_heads % layout.num_kv_heads == 0);
   const int32_t group = num_heads / layout.num_kv_heads;
-  const int32_t rows = kv.q_offsets[kv.num_seqs];
+  const int32_t rows = kv.num_rows;
   std::vector<int32_t> row_seq(rows);
   int32_t max_kv_len = 0;
   for (int32_t s = 0; s < kv.num_seqs; ++s) {

@@ -32,6 +32,20 @@ class CpuBackend final : public Backend {
       : pool_(options.threads), memory_limit_(options.memory_limit_bytes) {}
 
   std::string_view name() const override { return "cpu"; }
+  DType activation_type() const override { return DType::kF32; }
+  DType kv_type() const override { return DType::kF32; }
+
+  absl::Status CheckAttention(int32_t num_heads, const PagedKvLayout& layout) const override {
+    if (layout.type != DType::kF32) {
+      return absl::UnimplementedError(
+          absl::StrFormat("CPU backend: a KV cache of %s, not f32", DTypeName(layout.type)));
+    }
+    if (layout.num_kv_heads < 1 || num_heads % layout.num_kv_heads != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "CPU backend: %d query heads over %d KV heads", num_heads, layout.num_kv_heads));
+    }
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     if (bytes > std::numeric_limits<size_t>::max() - kAlignment) {
@@ -57,33 +71,25 @@ class CpuBackend final : public Backend {
     return DeviceBuffer(this, data, bytes);
   }
 
+  size_t AvailableBytes() const override {
+    if (memory_limit_ == 0) return 0;
+    absl::MutexLock lock(&mu_);
+    return memory_limit_ - live_bytes_;
+  }
+
   absl::StatusOr<Weight> UploadWeight(std::span<const float> values, int64_t rows, int64_t cols,
-                                      WeightType type) override {
-    if (rows < 0 || cols < 0 || (cols != 0 && rows > std::numeric_limits<int64_t>::max() / cols)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("UploadWeight: invalid shape [%d][%d]", rows, cols));
-    }
+                                      DType type) override {
+    PULSE_ASSIGN_OR_RETURN(const size_t bytes, WeightBytes(values, rows, cols, type));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, Allocate(bytes));
     const int64_t count = rows * cols;
-    if (static_cast<size_t>(count) != values.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("UploadWeight: shape [%d][%d] needs %d values, got %u", rows, cols, count,
-                          values.size()));
-    }
-    const size_t element_bytes = WeightTypeBytes(type);
-    if (static_cast<size_t>(count) > std::numeric_limits<size_t>::max() / element_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("UploadWeight: [%d][%d] is too large", rows, cols));
-    }
-    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer,
-                           Allocate(static_cast<size_t>(count) * element_bytes));
     switch (type) {
-      case WeightType::kF32:
+      case DType::kF32:
         if (count != 0) std::memcpy(buffer.data(), values.data(), values.size_bytes());
         break;
-      case WeightType::kBF16: {
+      case DType::kBF16: {
         uint16_t* out = buffer.as<uint16_t>();
         pool_.ParallelFor(count, 1 << 16, [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) out[i] = cpu::F32ToBf16(values[i]);
+          for (int64_t i = begin; i < end; ++i) out[i] = F32ToBf16(values[i]);
         });
         break;
       }
@@ -94,43 +100,45 @@ class CpuBackend final : public Backend {
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes != 0) std::memcpy(dst, src, bytes);
   }
-  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes != 0) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
   }
-  void Synchronize() override {}
+  absl::Status Synchronize() override { return absl::OkStatus(); }
 
   void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
     cpu::Embed(pool_, table, tokens, count, out);
   }
-  void Gemm(const float* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {
-    cpu::Gemm(pool_, x, m, w, bias, y);
+  // Activations are fp32 here: the void* of the interface are float*.
+  void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {
+    cpu::Gemm(pool_, static_cast<const float*>(x), m, w, bias, y);
   }
   void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
-               float* y) override {
-    cpu::RmsNorm(pool_, x, weight, rows, cols, eps, y);
+               void* y) override {
+    cpu::RmsNorm(pool_, x, weight, rows, cols, eps, static_cast<float*>(y));
   }
   void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows, int64_t cols,
-                  float eps, float* y) override {
-    cpu::AddRmsNorm(pool_, residual, x, weight, rows, cols, eps, y);
+                  float eps, void* y) override {
+    cpu::AddRmsNorm(pool_, residual, x, weight, rows, cols, eps, static_cast<float*>(y));
   }
   void Rope(float* x, int64_t rows, int64_t row_stride, int32_t num_heads, int32_t head_dim,
             const int32_t* positions, const float* inv_freq) override {
     cpu::Rope(pool_, x, rows, row_stride, num_heads, head_dim, positions, inv_freq);
   }
-  void SwiGlu(const float* gate_up, int64_t m, int64_t inter, float* out) override {
-    cpu::SwiGlu(pool_, gate_up, m, inter, out);
+  void SwiGlu(const float* gate_up, int64_t m, int64_t inter, void* out) override {
+    cpu::SwiGlu(pool_, gate_up, m, inter, static_cast<float*>(out));
   }
   void AppendKv(const float* k, const float* v, int64_t row_stride,
                 const PagedKvBatch& kv) override {
     cpu::AppendKv(k, v, row_stride, kv);
   }
   void Attention(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
-                 float scale, float* out) override {
-    cpu::Attention(pool_, q, q_stride, num_heads, kv, scale, out);
+                 float scale, void* out) override {
+    cpu::Attention(pool_, q, q_stride, num_heads, kv, scale, static_cast<float*>(out));
   }
-  void GatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t count,
-                  float* out) override {
-    cpu::GatherRows(x, cols, rows, count, out);
+  void GatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
+                  void* out) override {
+    cpu::GatherRows(static_cast<const float*>(x), cols, rows, count, static_cast<float*>(out));
   }
 
  protected:
@@ -147,7 +155,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   const size_t memory_limit_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   size_t live_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

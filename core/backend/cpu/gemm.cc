@@ -117,10 +117,10 @@ void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, cons
   if (m == 0 || w.rows == 0) return;
   const GemmArgs args{x, m, w.data, w.rows, w.cols, bias, y};
   switch (w.type) {
-    case WeightType::kF32:
+    case DType::kF32:
       GemmTiles<float>(pool, args);
       return;
-    case WeightType::kBF16:
+    case DType::kBF16:
       GemmTiles<uint16_t>(pool, args);
       return;
   }

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/backend/bf16.h"
+
 #if defined(__FMA__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -54,15 +56,6 @@ inline Vec MulAdd(Vec a, Vec b, Vec c) {
 #else
   return a * b + c;  // no FMA: the same two roundings as the scalar MulAdd
 #endif
-}
-
-inline float Bf16ToF32(uint16_t bits) { return std::bit_cast<float>(uint32_t{bits} << 16); }
-
-// Rounds to nearest even; NaN stays NaN (quiet).
-inline uint16_t F32ToBf16(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x0040);
-  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
 }
 
 inline float ToF32(float value) { return value; }

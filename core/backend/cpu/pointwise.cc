@@ -31,10 +31,10 @@ void EmbedRows(ThreadPool& pool, const MatrixView& table, const int32_t* tokens,
 void Embed(ThreadPool& pool, const MatrixView& table, const int32_t* tokens, int64_t count,
            float* out) {
   switch (table.type) {
-    case WeightType::kF32:
+    case DType::kF32:
       EmbedRows<float>(pool, table, tokens, count, out);
       return;
-    case WeightType::kBF16:
+    case DType::kBF16:
       EmbedRows<uint16_t>(pool, table, tokens, count, out);
       return;
   }

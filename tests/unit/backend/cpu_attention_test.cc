@@ -19,6 +19,7 @@ using ::pulse::testing::ExpectBitwiseEqual;
 using ::pulse::testing::MakeCpuBackend;
 using ::pulse::testing::Poisoned;
 using ::pulse::testing::RandomValues;
+using ::pulse::testing::WithHostCounts;
 
 struct Shape {
   int32_t num_heads;
@@ -71,7 +72,7 @@ class AttentionProblem {
     }
     PagedKvBatch kv = Batch();
     kv.q_offsets = offsets.data();
-    backend.AppendKv(k_rows.data(), v_rows.data(), kv_width_, kv);
+    backend.AppendKv(k_rows.data(), v_rows.data(), kv_width_, WithHostCounts(kv));
   }
 
   PagedKvBatch Batch() {
@@ -88,7 +89,8 @@ class AttentionProblem {
 
   std::vector<float> Run(Backend& backend) {
     std::vector<float> out = Poisoned(num_rows() * out_width());
-    backend.Attention(q_.data(), q_stride_, shape_.num_heads, Batch(), scale(), out.data());
+    backend.Attention(q_.data(), q_stride_, shape_.num_heads, WithHostCounts(Batch()), scale(),
+                      out.data());
     return out;
   }
 
@@ -101,7 +103,7 @@ class AttentionProblem {
     kv.kv_lens = &end;
     kv.q_offsets = offsets;
     backend.AppendKv(keys_[seq].data() + begin * kv_width_, values_[seq].data() + begin * kv_width_,
-                     kv_width_, kv);
+                     kv_width_, WithHostCounts(kv));
   }
 
   // Query rows [row, row + count) of sequence `seq` alone: a batch of one sequence cut at the
@@ -115,8 +117,8 @@ class AttentionProblem {
     kv.kv_lens = &kv_len;
     kv.q_offsets = offsets;
     std::vector<float> out = Poisoned(count * out_width());
-    backend.Attention(q_.data() + row * q_stride_, q_stride_, shape_.num_heads, kv, scale(),
-                      out.data());
+    backend.Attention(q_.data() + row * q_stride_, q_stride_, shape_.num_heads, WithHostCounts(kv),
+                      scale(), out.data());
     return out;
   }
 
@@ -261,7 +263,7 @@ TEST(AppendKvTest, WritesEachRowToItsSlotOnly) {
   kv.block_tables = block_tables.data();
   kv.kv_lens = kv_lens.data();
   kv.q_offsets = q_offsets.data();
-  backend->AppendKv(rows.data(), rows.data() + 6, row_stride, kv);
+  backend->AppendKv(rows.data(), rows.data() + 6, row_stride, WithHostCounts(kv));
 
   std::vector<bool> written(blocks.size(), false);
   auto expect_slot = [&](int32_t row, int32_t block, int32_t slot) {

@@ -81,11 +81,11 @@ TEST(CpuBackendTest, AbsurdAllocationIsAnErrorNotACrash) {
 TEST(CpuBackendTest, UploadWeightF32IsExact) {
   auto backend = MakeCpuBackend(2);
   const std::vector<float> values = RandomValues(5 * 7, 3);
-  absl::StatusOr<Weight> weight = backend->UploadWeight(values, 5, 7, WeightType::kF32);
+  absl::StatusOr<Weight> weight = backend->UploadWeight(values, 5, 7, DType::kF32);
   ASSERT_TRUE(weight.ok()) << weight.status();
   EXPECT_EQ(weight->rows, 5);
   EXPECT_EQ(weight->cols, 7);
-  EXPECT_EQ(weight->type, WeightType::kF32);
+  EXPECT_EQ(weight->type, DType::kF32);
   EXPECT_EQ(std::memcmp(weight->buffer.data(), values.data(), values.size() * sizeof(float)), 0);
 }
 
@@ -113,9 +113,9 @@ TEST(CpuBackendTest, UploadWeightBf16RoundsToNearestEven) {
   values.push_back(-std::numeric_limits<float>::quiet_NaN());
 
   const int64_t count = static_cast<int64_t>(values.size());
-  absl::StatusOr<Weight> weight = backend->UploadWeight(values, 1, count, WeightType::kBF16);
+  absl::StatusOr<Weight> weight = backend->UploadWeight(values, 1, count, DType::kBF16);
   ASSERT_TRUE(weight.ok()) << weight.status();
-  EXPECT_EQ(weight->type, WeightType::kBF16);
+  EXPECT_EQ(weight->type, DType::kBF16);
   const uint16_t* stored = weight->buffer.as<uint16_t>();
   for (int64_t i = 0; i < count; ++i) {
     const float decoded = std::bit_cast<float>(uint32_t{stored[i]} << 16);
@@ -135,23 +135,23 @@ TEST(CpuBackendTest, UploadWeightBf16RoundsToNearestEven) {
 TEST(CpuBackendTest, UploadWeightRejectsBadShapes) {
   auto backend = MakeCpuBackend(1);
   const std::vector<float> values(12, 1.0f);
-  EXPECT_EQ(backend->UploadWeight(values, 3, 5, WeightType::kF32).status().code(),
+  EXPECT_EQ(backend->UploadWeight(values, 3, 5, DType::kF32).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(backend->UploadWeight(values, -3, -4, WeightType::kF32).status().code(),
+  EXPECT_EQ(backend->UploadWeight(values, -3, -4, DType::kF32).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(backend->UploadWeight(values, std::numeric_limits<int64_t>::max(), 2, WeightType::kBF16)
+  EXPECT_EQ(backend->UploadWeight(values, std::numeric_limits<int64_t>::max(), 2, DType::kBF16)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<Weight> empty = backend->UploadWeight({}, 0, 5, WeightType::kBF16);
+  absl::StatusOr<Weight> empty = backend->UploadWeight({}, 0, 5, DType::kBF16);
   EXPECT_TRUE(empty.ok()) << empty.status();
 }
 
 TEST(CpuBackendTest, UploadWeightCountsAgainstTheLimit) {
   auto backend = MakeCpuBackend(1, /*memory_limit=*/1024);
   const std::vector<float> values(512, 1.0f);
-  EXPECT_TRUE(backend->UploadWeight(values, 16, 32, WeightType::kBF16).ok());
-  EXPECT_EQ(backend->UploadWeight(values, 16, 32, WeightType::kF32).status().code(),
+  EXPECT_TRUE(backend->UploadWeight(values, 16, 32, DType::kBF16).ok());
+  EXPECT_EQ(backend->UploadWeight(values, 16, 32, DType::kF32).status().code(),
             absl::StatusCode::kResourceExhausted);
 }
 
@@ -162,11 +162,11 @@ TEST(CpuBackendTest, CopiesRoundTrip) {
   ASSERT_TRUE(buffer.ok());
   backend->CopyToDevice(buffer->data(), host.data(), host.size() * sizeof(float));
   std::vector<float> back(host.size());
-  backend->Synchronize();
-  backend->CopyToHost(back.data(), buffer->data(), back.size() * sizeof(float));
+  ASSERT_TRUE(backend->Synchronize().ok());
+  ASSERT_TRUE(backend->CopyToHost(back.data(), buffer->data(), back.size() * sizeof(float)).ok());
   EXPECT_EQ(back, host);
   backend->CopyToDevice(nullptr, nullptr, 0);
-  backend->CopyToHost(nullptr, nullptr, 0);
+  EXPECT_TRUE(backend->CopyToHost(nullptr, nullptr, 0).ok());
 }
 
 }  // namespace

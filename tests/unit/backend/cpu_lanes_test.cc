@@ -45,7 +45,7 @@ TEST(LanesTest, GemmElementsAreDots) {
   constexpr int64_t kM = 6, kK = 577, kN = 9;
   const std::vector<float> x = RandomValues(kM * kK, 3);
   const std::vector<float> w = RandomValues(kN * kK, 4);
-  absl::StatusOr<Weight> weight = backend->UploadWeight(w, kN, kK, WeightType::kF32);
+  absl::StatusOr<Weight> weight = backend->UploadWeight(w, kN, kK, DType::kF32);
   ASSERT_TRUE(weight.ok());
   std::vector<float> y(kM * kN);
   backend->Gemm(x.data(), kM, weight->view(), nullptr, y.data());

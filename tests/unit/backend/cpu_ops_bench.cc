@@ -42,7 +42,7 @@ Backend& SharedBackend() {
   return *backend;
 }
 
-void BM_Gemm(benchmark::State& state, Shape shape, WeightType type) {
+void BM_Gemm(benchmark::State& state, Shape shape, DType type) {
   Backend& backend = SharedBackend();
   const int64_t m = state.range(0);
   const Weight w =
@@ -54,14 +54,14 @@ void BM_Gemm(benchmark::State& state, Shape shape, WeightType type) {
     benchmark::DoNotOptimize(y.data());
   }
   const double calls = static_cast<double>(state.iterations());
-  state.counters["weight_bytes/s"] = benchmark::Counter(
-      calls * shape.n * shape.k * WeightTypeBytes(type), benchmark::Counter::kIsRate);
+  state.counters["weight_bytes/s"] =
+      benchmark::Counter(calls * shape.n * shape.k * DTypeBytes(type), benchmark::Counter::kIsRate);
   state.counters["FLOP/s"] =
       benchmark::Counter(calls * 2.0 * m * shape.n * shape.k, benchmark::Counter::kIsRate);
 }
 
 // One decode step's weight GEMMs of the 30-layer model plus the lm_head, at m rows.
-void BM_ModelStep(benchmark::State& state, WeightType type) {
+void BM_ModelStep(benchmark::State& state, DType type) {
   Backend& backend = SharedBackend();
   const int64_t m = state.range(0);
   constexpr int kLayers = 30;
@@ -80,7 +80,7 @@ void BM_ModelStep(benchmark::State& state, WeightType type) {
   double bytes = 0;
   double flops = 0;
   for (const Weight& w : weights) {
-    bytes += static_cast<double>(w.rows) * w.cols * WeightTypeBytes(type);
+    bytes += static_cast<double>(w.rows) * w.cols * DTypeBytes(type);
     flops += 2.0 * m * w.rows * w.cols;
   }
   for (auto _ : state) {
@@ -149,6 +149,9 @@ void BM_Attention(benchmark::State& state) {
   kv.block_tables = block_table.data();
   kv.kv_lens = &context;
   kv.q_offsets = q_offsets;
+  kv.num_rows = rows;
+  kv.max_q_len = rows;
+  kv.max_kv_len = context;
   const std::vector<float> q = RandomValues(rows * kHeads * layout.head_dim, 4);
   std::vector<float> out(q.size());
   for (auto _ : state) {
@@ -174,19 +177,19 @@ void RegisterAll() {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("ParallelForOverhead", BM_ParallelForOverhead)->UseRealTime();
-  for (WeightType type : {WeightType::kF32, WeightType::kBF16}) {
+  for (DType type : {DType::kF32, DType::kBF16}) {
     for (const Shape& shape : kShapes) {
       benchmark::RegisterBenchmark(
-          (std::string("Gemm/") + shape.name + "/" + std::string(WeightTypeName(type))).c_str(),
-          BM_Gemm, shape, type)
+          (std::string("Gemm/") + shape.name + "/" + std::string(DTypeName(type))).c_str(), BM_Gemm,
+          shape, type)
           ->Arg(1)
           ->Arg(8)
           ->Arg(256)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
-    benchmark::RegisterBenchmark(
-        (std::string("ModelStep/") + std::string(WeightTypeName(type))).c_str(), BM_ModelStep, type)
+    benchmark::RegisterBenchmark((std::string("ModelStep/") + std::string(DTypeName(type))).c_str(),
+                                 BM_ModelStep, type)
         ->Arg(1)
         ->Arg(8)
         ->UseRealTime()

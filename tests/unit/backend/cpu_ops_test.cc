@@ -57,10 +57,10 @@ std::vector<GemmCase> GemmCases() {
   return cases;
 }
 
-class GemmTest : public ::testing::TestWithParam<WeightType> {};
+class GemmTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GemmTest, MatchesReference) {
-  const WeightType type = GetParam();
+  const DType type = GetParam();
   auto backend = MakeCpuBackend(2);
   uint32_t seed = 100;
   for (const GemmCase& c : GemmCases()) {
@@ -70,7 +70,7 @@ TEST_P(GemmTest, MatchesReference) {
     const std::vector<float> bias = RandomValues(c.n, ++seed);
     absl::StatusOr<Weight> weight = backend->UploadWeight(w, c.n, c.k, type);
     ASSERT_TRUE(weight.ok()) << weight.status();
-    if (type == WeightType::kBF16) w = RoundToBf16(w);
+    if (type == DType::kBF16) w = RoundToBf16(w);
 
     for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
       std::vector<double> expected(c.m * c.n);
@@ -96,7 +96,7 @@ TEST_P(GemmTest, MatchesReference) {
 }
 
 TEST_P(GemmTest, RowsDoNotDependOnTheBatchOrThreads) {
-  const WeightType type = GetParam();
+  const DType type = GetParam();
   auto one_thread = MakeCpuBackend(1);
   auto two_threads = MakeCpuBackend(2);
   uint32_t seed = 200;
@@ -136,8 +136,8 @@ TEST(GemmBf16Test, EqualsF32GemmOverRoundedWeightsBitwise) {
   constexpr int64_t kM = 17, kK = 577, kN = 130;
   const std::vector<float> x = RandomValues(kM * kK, 1);
   const std::vector<float> w = RandomValues(kN * kK, 2);
-  absl::StatusOr<Weight> bf16 = backend->UploadWeight(w, kN, kK, WeightType::kBF16);
-  absl::StatusOr<Weight> rounded = backend->UploadWeight(RoundToBf16(w), kN, kK, WeightType::kF32);
+  absl::StatusOr<Weight> bf16 = backend->UploadWeight(w, kN, kK, DType::kBF16);
+  absl::StatusOr<Weight> rounded = backend->UploadWeight(RoundToBf16(w), kN, kK, DType::kF32);
   ASSERT_TRUE(bf16.ok() && rounded.ok());
   std::vector<float> y_bf16 = Poisoned(kM * kN);
   std::vector<float> y_f32 = Poisoned(kM * kN);
@@ -146,10 +146,9 @@ TEST(GemmBf16Test, EqualsF32GemmOverRoundedWeightsBitwise) {
   ExpectBitwiseEqual(y_bf16.data(), y_f32.data(), y_f32.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(WeightTypes, GemmTest,
-                         ::testing::Values(WeightType::kF32, WeightType::kBF16),
-                         [](const ::testing::TestParamInfo<WeightType>& info) {
-                           return std::string(WeightTypeName(info.param));
+INSTANTIATE_TEST_SUITE_P(WeightTypes, GemmTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
                          });
 
 TEST(EmbedTest, CopiesTableRows) {
@@ -157,11 +156,10 @@ TEST(EmbedTest, CopiesTableRows) {
   constexpr int64_t kVocab = 50, kHidden = 65;
   const std::vector<float> table = RandomValues(kVocab * kHidden, 7);
   const std::vector<int32_t> tokens = {0, 49, 3, 3, 17, 0, 48};
-  for (WeightType type : {WeightType::kF32, WeightType::kBF16}) {
+  for (DType type : {DType::kF32, DType::kBF16}) {
     absl::StatusOr<Weight> weight = backend->UploadWeight(table, kVocab, kHidden, type);
     ASSERT_TRUE(weight.ok());
-    const std::vector<float> expected_table =
-        type == WeightType::kBF16 ? RoundToBf16(table) : table;
+    const std::vector<float> expected_table = type == DType::kBF16 ? RoundToBf16(table) : table;
     std::vector<float> out = Poisoned(tokens.size() * kHidden);
     backend->Embed(weight->view(), tokens.data(), static_cast<int64_t>(tokens.size()), out.data());
     for (size_t i = 0; i < tokens.size(); ++i) {

@@ -2,6 +2,7 @@
 // written independently of the backend's, and backends with a fixed thread count.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -55,6 +56,19 @@ inline std::shared_ptr<Backend> MakeCpuBackend(int32_t threads, size_t memory_li
   return *backend;
 }
 
+// `kv` with its host counts (num_rows, max_q_len, max_kv_len) filled from its arrays, which must
+// be in host memory.
+inline PagedKvBatch WithHostCounts(PagedKvBatch kv) {
+  kv.num_rows = kv.q_offsets[kv.num_seqs];
+  kv.max_q_len = 0;
+  kv.max_kv_len = 0;
+  for (int32_t s = 0; s < kv.num_seqs; ++s) {
+    kv.max_q_len = std::max(kv.max_q_len, kv.q_offsets[s + 1] - kv.q_offsets[s]);
+    kv.max_kv_len = std::max(kv.max_kv_len, kv.kv_lens[s]);
+  }
+  return kv;
+}
+
 inline bool BitwiseEqual(float a, float b) {
   return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
 }
@@ -74,5 +88,5 @@ inline void ExpectBitwiseEqual(const float* actual, const float* expected, size_
 
 namespace pulse {
 // gtest prints parameters with this.
-inline void PrintTo(WeightType type, std::ostream* os) { *os << WeightTypeName(type); }
+inline void PrintTo(DType type, std::ostream* os) { *os << DTypeName(type); }
 }  // namespace pulse

@@ -238,8 +238,8 @@ TEST(AbiModelFiles, BadModelParams) {
   EXPECT_EQ(model, nullptr);
 }
 
-TEST(AbiModelFiles, CudaIsUnsupportedWithoutTheCudaBackend) {
-  if ((pulse_features() & PULSE_FEATURE_CUDA_COMPILED) != 0) GTEST_SKIP() << "CUDA is built";
+TEST(AbiModelFiles, CudaIsUnsupportedWithoutACudaDevice) {
+  if ((pulse_features() & PULSE_FEATURE_CUDA_DEVICE) != 0) GTEST_SKIP() << "a CUDA device is present";
   pulse_model* model = nullptr;
   EXPECT_FAILS_WITH(LoadWith(WriteTinyConfig(), "cuda", "auto", 1, &model), PULSE_UNSUPPORTED,
                     "CUDA");

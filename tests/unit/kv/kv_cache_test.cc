@@ -27,7 +27,7 @@ TEST(KvCacheTest, AllocatesOneBufferPerLayer) {
   EXPECT_EQ(cache->layer_bytes(), 5u * 2 * 2 * 4 * 8 * sizeof(float));
   EXPECT_NE(cache->layer(0), cache->layer(1));
   // The whole buffer is writable.
-  cache->layer(2)[cache->layer_bytes() / sizeof(float) - 1] = 1.0f;
+  static_cast<float*>(cache->layer(2))[cache->layer_bytes() / sizeof(float) - 1] = 1.0f;
 }
 
 TEST(KvCacheTest, TooLargeForTheBackendIsResourceExhausted) {

@@ -116,7 +116,7 @@ TEST(ModelLoadTest, TiedEmbeddingsHaveNoLmHead) {
   EXPECT_EQ(untied->weights().output().data, untied->weights().lm_head->view().data);
   EXPECT_EQ(untied->format(), "random");
   EXPECT_EQ(untied->stored_type(), "random");
-  EXPECT_EQ(untied->weight_type(), WeightType::kF32);
+  EXPECT_EQ(untied->weight_type(), DType::kF32);
   // q, k and v rows fused: 4 heads + 2 * 2 KV heads of 8 dims.
   EXPECT_EQ(untied->weights().layers[0].qkv.rows, 64);
   EXPECT_EQ(untied->weights().layers[0].gate_up.rows, 2 * TinyConfig().intermediate_size);

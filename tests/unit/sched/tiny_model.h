@@ -35,7 +35,7 @@ inline std::shared_ptr<const Model> LoadModel(const TensorSource& source, size_t
   absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend(backend_options);
   EXPECT_TRUE(backend.ok()) << backend.status();
   absl::StatusOr<std::shared_ptr<const Model>> model =
-      Model::Load(*backend, source, {.weight_type = WeightType::kF32});
+      Model::Load(*backend, source, {.weight_type = DType::kF32});
   EXPECT_TRUE(model.ok()) << model.status();
   return model.value_or(nullptr);
 }

@@ -1,0 +1,302 @@
+#include "core/backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "core/backend/bf16.h"
+#include "core/backend/cuda/cuda_check.h"
+#include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/lt_gemm.h"
+
+namespace pulse {
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kMinAllocation = 256;
+
+// Ops enqueue under `mu_` (engines on several threads may share one model, hence one backend);
+// the stream orders them. The first failure of an enqueued op is kept until a sync point
+// returns it.
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::shared_ptr<Backend>> Create(const CudaBackendOptions& options) {
+    auto backend = std::shared_ptr<CudaBackend>(new CudaBackend(options));
+    PULSE_RETURN_IF_ERROR(backend->Init());
+    return backend;
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    attention_scratch_ = DeviceBuffer();
+    gemm_workspace_ = DeviceBuffer();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  DType activation_type() const override { return DType::kBF16; }
+  DType kv_type() const override { return DType::kBF16; }
+
+  absl::Status CheckAttention(int32_t num_heads, const PagedKvLayout& layout) const override {
+    if (layout.type != DType::kBF16) {
+      return absl::UnimplementedError(
+          absl::StrFormat("CUDA backend: a KV cache of %s, not bf16", DTypeName(layout.type)));
+    }
+    if (!cuda::AttentionSupportsHeadDim(layout.head_dim)) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "CUDA backend: attention kernels are built for head_dim 64 and 128, not %d",
+          layout.head_dim));
+    }
+    if (layout.num_kv_heads < 1 || num_heads % layout.num_kv_heads != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "CUDA backend: %d query heads over %d KV heads", num_heads, layout.num_kv_heads));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    const size_t size = std::max(bytes, kMinAllocation);
+    {
+      absl::MutexLock lock(&memory_mu_);
+      if (memory_limit_ != 0 && size > memory_limit_ - live_bytes_) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "CUDA backend: cannot allocate %u bytes: %u of the %u-byte memory limit are in use",
+            bytes, live_bytes_, memory_limit_));
+      }
+      live_bytes_ += size;
+    }
+    cudaSetDevice(device_);
+    void* data = nullptr;
+    if (const cudaError_t error = cudaMalloc(&data, size); error != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is not sticky: clear it
+      ReleaseBytes(size);
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "CUDA backend: cudaMalloc of %u bytes failed: %s", bytes, cudaGetErrorString(error)));
+    }
+    return DeviceBuffer(this, data, bytes);
+  }
+
+  size_t AvailableBytes() const override {
+    cudaSetDevice(device_);
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 0;
+    absl::MutexLock lock(&memory_mu_);
+    if (memory_limit_ != 0) free_bytes = std::min(free_bytes, memory_limit_ - live_bytes_);
+    return free_bytes;
+  }
+
+  absl::StatusOr<Weight> UploadWeight(std::span<const float> values, int64_t rows, int64_t cols,
+                                      DType type) override {
+    if (type != DType::kBF16) {
+      return absl::UnimplementedError(
+          absl::StrFormat("CUDA backend: weights are stored as bf16, not %s", DTypeName(type)));
+    }
+    PULSE_ASSIGN_OR_RETURN(const size_t bytes, WeightBytes(values, rows, cols, type));
+    std::vector<uint16_t> converted(values.size());
+    std::transform(values.begin(), values.end(), converted.begin(), F32ToBf16);
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, Allocate(bytes));
+    PULSE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buffer.data(), converted.data(), bytes, cudaMemcpyHostToDevice));
+    return Weight{std::move(buffer), type, rows, cols};
+  }
+
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    absl::MutexLock lock(&mu_);
+    Record(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "CopyToDevice");
+  }
+
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
+    absl::MutexLock lock(&mu_);
+    if (bytes != 0) {
+      Record(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyToHost");
+    }
+    return SynchronizeLocked();
+  }
+
+  absl::Status Synchronize() override {
+    absl::MutexLock lock(&mu_);
+    return SynchronizeLocked();
+  }
+
+  void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
+    absl::MutexLock lock(&mu_);
+    if (!CheckBf16(table, "Embed")) return;
+    Record(cuda::LaunchEmbed(table.data, table.cols, tokens, count, out, stream_), "Embed");
+  }
+
+  void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {
+    absl::MutexLock lock(&mu_);
+    if (!CheckBf16(w, "Gemm")) return;
+    const absl::Status status = gemm_->Run(x, m, w.data, w.rows, w.cols, bias, y, stream_);
+    if (!status.ok() && error_.ok()) error_ = status;
+  }
+
+  void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
+               void* y) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchRmsNorm(x, weight, rows, cols, eps, y, stream_), "RmsNorm");
+  }
+
+  void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows, int64_t cols,
+                  float eps, void* y) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchAddRmsNorm(residual, x, weight, rows, cols, eps, y, stream_), "AddRmsNorm");
+  }
+
+  void Rope(float* x, int64_t rows, int64_t row_stride, int32_t num_heads, int32_t head_dim,
+            const int32_t* positions, const float* inv_freq) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchRope(x, rows, row_stride, num_heads, head_dim, positions, inv_freq, stream_),
+           "Rope");
+  }
+
+  void SwiGlu(const float* gate_up, int64_t m, int64_t inter, void* out) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchSwiGlu(gate_up, m, inter, out, stream_), "SwiGlu");
+  }
+
+  void AppendKv(const float* k, const float* v, int64_t row_stride,
+                const PagedKvBatch& kv) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchAppendKv(k, v, row_stride, kv, stream_), "AppendKv");
+  }
+
+  void Attention(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
+                 float scale, void* out) override {
+    absl::MutexLock lock(&mu_);
+    if (kv.max_q_len > 1) {
+      Record(cuda::LaunchPrefillAttention(q, q_stride, num_heads, kv, scale, out, stream_),
+             "Attention (prefill)");
+      return;
+    }
+    const int32_t splits = cuda::DecodeAttentionSplits(kv, num_heads, sm_count_);
+    const int64_t floats = cuda::DecodeAttentionScratchFloats(kv, num_heads, splits);
+    if (!GrowAttentionScratch(floats)) return;
+    Record(cuda::LaunchDecodeAttention(q, q_stride, num_heads, kv, scale, splits,
+                                       attention_scratch_.as<float>(), out, stream_),
+           "Attention (decode)");
+  }
+
+  void GatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
+                  void* out) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchGatherRows(x, cols, rows, count, out, stream_), "GatherRows");
+  }
+
+ protected:
+  void Free(void* data, size_t bytes) override {
+    cudaSetDevice(device_);
+    cudaFree(data);
+    ReleaseBytes(std::max(bytes, kMinAllocation));
+  }
+
+ private:
+  explicit CudaBackend(const CudaBackendOptions& options)
+      : device_(options.device), memory_limit_(options.memory_limit_bytes) {}
+
+  absl::Status Init() {
+    const int32_t count = CudaDeviceCount();
+    if (count == 0) return absl::UnimplementedError("CUDA backend: no CUDA device is present");
+    if (device_ < 0 || device_ >= count) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("CUDA backend: device %d of %d", device_, count));
+    }
+    PULSE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    PULSE_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+    int major = 0;
+    PULSE_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    if (major < 8) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "CUDA backend: device %d has compute capability %d.x; bf16 tensor cores need 8.0",
+          device_, major));
+    }
+    PULSE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    PULSE_ASSIGN_OR_RETURN(gemm_workspace_, Allocate(kGemmWorkspaceBytes));
+    PULSE_ASSIGN_OR_RETURN(cuda::LtGemm gemm,
+                           cuda::LtGemm::Create(gemm_workspace_.data(), kGemmWorkspaceBytes));
+    gemm_ = std::make_unique<cuda::LtGemm>(std::move(gemm));
+    return absl::OkStatus();
+  }
+
+  void ReleaseBytes(size_t size) {
+    absl::MutexLock lock(&memory_mu_);
+    live_bytes_ -= size;
+  }
+
+  void Record(cudaError_t error, std::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (error != cudaSuccess && error_.ok()) error_ = cuda::CudaStatus(error, what);
+  }
+
+  bool CheckBf16(const MatrixView& w, std::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (w.type == DType::kBF16) return true;
+    if (error_.ok()) {
+      error_ = absl::UnimplementedError(
+          absl::StrFormat("CUDA backend: %s of a %s matrix", op, DTypeName(w.type)));
+    }
+    return false;
+  }
+
+  // Makes the decode attention scratch hold `floats`; false (recorded) when it cannot.
+  bool GrowAttentionScratch(int64_t floats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+    if (attention_scratch_.bytes() >= bytes) return true;
+    // The old scratch may still be read by enqueued work: free it only after the stream drains.
+    Record(cudaStreamSynchronize(stream_), "Attention scratch");
+    absl::StatusOr<DeviceBuffer> grown = Allocate(std::max(bytes, 2 * attention_scratch_.bytes()));
+    if (!grown.ok()) {
+      if (error_.ok()) error_ = grown.status();
+      return false;
+    }
+    attention_scratch_ = *std::move(grown);
+    return true;
+  }
+
+  absl::Status SynchronizeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Record(cudaStreamSynchronize(stream_), "Synchronize");
+    return std::exchange(error_, absl::OkStatus());
+  }
+
+  const int32_t device_;
+  const size_t memory_limit_;
+  int sm_count_ = 0;
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer gemm_workspace_;
+  std::unique_ptr<cuda::LtGemm> gemm_;
+
+  mutable absl::Mutex memory_mu_;
+  size_t live_bytes_ ABSL_GUARDED_BY(memory_mu_) = 0;
+
+  absl::Mutex mu_;
+  DeviceBuffer attention_scratch_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
+  return CudaBackend::Create(options);
+}
+
+bool CudaBackendCompiled() { return true; }
+
+int32_t CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace pulse

@@ -1,0 +1,51 @@
+// Launchers of the CUDA backend's kernels. Each enqueues its work on `stream` and returns the
+// launch's error (cudaSuccess, or why the launch failed); errors of the work itself surface at
+// the stream's next synchronisation. bf16 buffers are passed as void*; matrices are row-major.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/backend/paged_kv.h"
+
+namespace pulse::cuda {
+
+// out[i][:] = float(table[tokens[i]][:]); table bf16 [vocab][hidden].
+cudaError_t LaunchEmbed(const void* table, int64_t hidden, const int32_t* tokens, int64_t count,
+                        float* out, cudaStream_t stream);
+// y = bf16(x / rms(x) * weight), row-wise.
+cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols,
+                          float eps, void* y, cudaStream_t stream);
+// residual += x; y = bf16(RmsNorm(residual)).
+cudaError_t LaunchAddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows,
+                             int64_t cols, float eps, void* y, cudaStream_t stream);
+// Rotate-half rotary embedding in place; angles in double precision as the CPU backend does.
+cudaError_t LaunchRope(float* x, int64_t rows, int64_t row_stride, int32_t num_heads,
+                       int32_t head_dim, const int32_t* positions, const float* inv_freq,
+                       cudaStream_t stream);
+// out[m][inter] = bf16(silu(gate) * up) of gate_up [m][2 * inter].
+cudaError_t LaunchSwiGlu(const float* gate_up, int64_t m, int64_t inter, void* out,
+                         cudaStream_t stream);
+// out[i][:] = x[rows[i]][:], bf16.
+cudaError_t LaunchGatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
+                             void* out, cudaStream_t stream);
+// Writes each query row's key and value (fp32 at k / v + row * row_stride) into its bf16 slot.
+cudaError_t LaunchAppendKv(const float* k, const float* v, int64_t row_stride,
+                           const PagedKvBatch& kv, cudaStream_t stream);
+
+// Decode attention (every sequence has one query row) split along the sequence: the number of
+// splits for this batch, and the fp32 scratch (floats) a launch with that many needs.
+int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int32_t sm_count);
+int64_t DecodeAttentionScratchFloats(const PagedKvBatch& kv, int32_t num_heads, int32_t splits);
+cudaError_t LaunchDecodeAttention(const float* q, int64_t q_stride, int32_t num_heads,
+                                  const PagedKvBatch& kv, float scale, int32_t splits,
+                                  float* scratch, void* out, cudaStream_t stream);
+// Causal attention of any rows (chunked prefill, mixed batches) on tensor cores.
+cudaError_t LaunchPrefillAttention(const float* q, int64_t q_stride, int32_t num_heads,
+                                   const PagedKvBatch& kv, float scale, void* out,
+                                   cudaStream_t stream);
+// The head sizes the attention kernels are built for.
+bool AttentionSupportsHeadDim(int32_t head_dim);
+
+}  // namespace pulse::cuda

@@ -1,0 +1,76 @@
+// Elementwise and row-copy kernels: embedding, SwiGLU, row gather.
+#include "core/backend/cuda/device_math.cuh"
+#include "core/backend/cuda/kernels.h"
+
+namespace pulse::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Grid-stride loops cover any size; a 2D grid gives each row its own blockIdx.y.
+dim3 RowGrid(int64_t rows, int64_t cols) {
+  const int64_t x = CeilDiv(cols, kThreads);
+  return dim3(static_cast<unsigned>(x < 1024 ? x : 1024), static_cast<unsigned>(rows));
+}
+
+__global__ void EmbedKernel(const bf16* __restrict__ table, int64_t hidden,
+                            const int32_t* __restrict__ tokens, float* __restrict__ out) {
+  const int64_t row = blockIdx.y;
+  const bf16* src = table + tokens[row] * hidden;
+  float* dst = out + row * hidden;
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < hidden;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    dst[c] = __bfloat162float(src[c]);
+  }
+}
+
+__global__ void SwiGluKernel(const float* __restrict__ gate_up, int64_t inter,
+                             bf16* __restrict__ out) {
+  const int64_t row = blockIdx.y;
+  const float* gate = gate_up + row * 2 * inter;
+  const float* up = gate + inter;
+  bf16* dst = out + row * inter;
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < inter;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[c];
+    dst[c] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * up[c]);
+  }
+}
+
+__global__ void GatherRowsKernel(const bf16* __restrict__ x, int64_t cols,
+                                 const int32_t* __restrict__ rows, bf16* __restrict__ out) {
+  const int64_t row = blockIdx.y;
+  const bf16* src = x + rows[row] * cols;
+  bf16* dst = out + row * cols;
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    dst[c] = src[c];
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchEmbed(const void* table, int64_t hidden, const int32_t* tokens, int64_t count,
+                        float* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  EmbedKernel<<<RowGrid(count, hidden), kThreads, 0, stream>>>(static_cast<const bf16*>(table),
+                                                               hidden, tokens, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSwiGlu(const float* gate_up, int64_t m, int64_t inter, void* out,
+                         cudaStream_t stream) {
+  if (m == 0) return cudaSuccess;
+  SwiGluKernel<<<RowGrid(m, inter), kThreads, 0, stream>>>(gate_up, inter, static_cast<bf16*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
+                             void* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  GatherRowsKernel<<<RowGrid(count, cols), kThreads, 0, stream>>>(static_cast<const bf16*>(x), cols,
+                                                                  rows, static_cast<bf16*>(out));
+  return cudaGetLastError();
+}
+
+}  // namespace pulse::cuda

@@ -1,0 +1,299 @@
+// Causal attention over the paged cache on tensor cores, in the flash-attention style: for
+// chunked prefill and for batches that mix prompt chunks with decode rows.
+//
+// A block computes kBlockM query rows of one sequence and one query head. Its 4 warps own 16
+// rows each. Key/value tiles of kBlockN tokens are gathered from their paged blocks into shared
+// memory by cp.async, double-buffered, so the next tile's copy overlaps this tile's math.
+// S = Q K^T and O += P V run as mma.sync m16n8k16 (bf16 in, fp32 accumulate); the softmax is
+// online, in the log2 domain, with P kept in registers between the two products. Shared tiles
+// are rows of head_dim bf16 whose 16-byte chunks are XOR-swizzled by the row, so ldmatrix reads
+// of 8 rows at one column hit 8 different bank groups.
+#include "core/backend/cuda/device_math.cuh"
+#include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/mma.cuh"
+
+namespace pulse::cuda {
+namespace {
+
+constexpr int kBlockM = 64;
+constexpr int kBlockN = 64;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarp;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// Element offset of (row, 16-byte chunk) in a swizzled tile of rows of kHeadDim bf16.
+template <int kHeadDim>
+__device__ __forceinline__ int Swizzled(int row, int chunk) {
+  return row * kHeadDim + ((chunk ^ (row % 8)) * 8);
+}
+
+template <int kHeadDim>
+constexpr int SharedBytes() {
+  return (kBlockM + 4 * kBlockN) * kHeadDim * 2;  // Q, then K and V of two stages
+}
+
+// The query tile of this block: its sequence and first row, or seq -1 when there is none. Tiles
+// of a sequence are numbered last-first, so the tiles with the most keys start first.
+struct QueryTile {
+  int32_t seq = -1;
+  int32_t first_row = 0;  // in the step's rows
+  int32_t rows = 0;       // valid rows, at most kBlockM
+  int32_t first_position = 0;
+};
+
+__device__ QueryTile FindTile(const PagedKvBatch& kv, int32_t tile) {
+  QueryTile found;
+  for (int32_t s = 0; s < kv.num_seqs; ++s) {
+    const int32_t q_len = kv.q_offsets[s + 1] - kv.q_offsets[s];
+    const int32_t tiles = (q_len + kBlockM - 1) / kBlockM;
+    if (tile < tiles) {
+      const int32_t local = tiles - 1 - tile;
+      found.seq = s;
+      found.first_row = kv.q_offsets[s] + local * kBlockM;
+      found.rows = min(kBlockM, q_len - local * kBlockM);
+      found.first_position = kv.kv_lens[s] - q_len + local * kBlockM;
+      return found;
+    }
+    tile -= tiles;
+  }
+  return found;
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads)
+    PrefillAttentionKernel(const float* __restrict__ q, int64_t q_stride, int32_t num_heads,
+                           PagedKvBatch kv, float scale_log2, bf16* __restrict__ out) {
+  constexpr int kChunks = kHeadDim / 8;     // 16-byte chunks of a row
+  constexpr int kDimTiles = kHeadDim / 8;   // n-tiles of O
+  constexpr int kDimSteps = kHeadDim / 16;  // k-steps of S = Q K^T
+  constexpr int kKeyTiles = kBlockN / 8;    // n-tiles of S
+  constexpr int kKeySteps = kBlockN / 16;   // k-steps of O += P V
+  extern __shared__ __align__(128) unsigned char shared_bytes[];
+  bf16* q_tile = reinterpret_cast<bf16*>(shared_bytes);
+  bf16* k_tiles = q_tile + kBlockM * kHeadDim;       // [2][kBlockN][kHeadDim]
+  bf16* v_tiles = k_tiles + 2 * kBlockN * kHeadDim;  // [2][kBlockN][kHeadDim]
+
+  const QueryTile tile = FindTile(kv, blockIdx.x);
+  if (tile.seq < 0) return;
+  const int32_t head = blockIdx.y;
+  const PagedKvLayout& layout = kv.layout;
+  const int32_t kv_head = head / (num_heads / layout.num_kv_heads);
+  // Keys this tile can see: through the position of its last valid row.
+  const int32_t keys = tile.first_position + tile.rows;
+  const int32_t key_tiles = (keys + kBlockN - 1) / kBlockN;
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarp;
+  const int warp = tid / kWarp;
+
+  const bf16* blocks = static_cast<const bf16*>(kv.blocks);
+  const int32_t* table = kv.block_tables + int64_t{tile.seq} * kv.max_blocks_per_seq;
+  const int64_t head_offset = int64_t{kv_head} * layout.head_elems();
+  auto load_kv_tile = [&](int32_t key_tile, int stage) {
+    bf16* k_dst = k_tiles + stage * kBlockN * kHeadDim;
+    bf16* v_dst = v_tiles + stage * kBlockN * kHeadDim;
+    for (int c = tid; c < kBlockN * kChunks; c += kThreads) {
+      const int row = c / kChunks;
+      const int chunk = c % kChunks;
+      const int32_t key = key_tile * kBlockN + row;
+      const bool valid = key < keys;
+      const bf16* src = blocks;
+      if (valid) {
+        src = blocks + table[key / layout.block_tokens] * layout.block_elems() + head_offset +
+              int64_t{key % layout.block_tokens} * kHeadDim + chunk * 8;
+      }
+      const int offset = Swizzled<kHeadDim>(row, chunk);
+      CopyAsync16(SharedAddress(k_dst + offset), src, valid);
+      CopyAsync16(SharedAddress(v_dst + offset), valid ? src + layout.value_offset() : src, valid);
+    }
+    CopyAsyncCommit();
+  };
+
+  load_kv_tile(0, 0);
+
+  // Q: fp32 rows to bf16, zeros past the valid rows.
+  for (int c = tid; c < kBlockM * kChunks; c += kThreads) {
+    const int row = c / kChunks;
+    const int chunk = c % kChunks;
+    float values[8] = {};
+    if (row < tile.rows) {
+      const float4* src = reinterpret_cast<const float4*>(
+          q + int64_t{tile.first_row + row} * q_stride + int64_t{head} * kHeadDim + chunk * 8);
+      const float4 a = src[0];
+      const float4 b = src[1];
+      values[0] = a.x, values[1] = a.y, values[2] = a.z, values[3] = a.w;
+      values[4] = b.x, values[5] = b.y, values[6] = b.z, values[7] = b.w;
+    }
+    *reinterpret_cast<Bf16x8*>(q_tile + Swizzled<kHeadDim>(row, chunk)) = Pack(values);
+  }
+  __syncthreads();
+
+  // This warp's Q fragments for every k-step.
+  uint32_t q_frag[kDimSteps][4];
+  {
+    const int row = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+#pragma unroll
+    for (int ks = 0; ks < kDimSteps; ++ks) {
+      LoadMatrixX4(q_frag[ks], SharedAddress(q_tile + Swizzled<kHeadDim>(row, ks * 2 + lane / 16)));
+    }
+  }
+
+  float o_acc[kDimTiles][4];
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o_acc[n][i] = 0.0f;
+  }
+  // Rows lane / 4 and lane / 4 + 8 of this warp's 16.
+  float row_max[2] = {kNegInf, kNegInf};
+  float row_sum[2] = {0.0f, 0.0f};
+  const int32_t row_position[2] = {tile.first_position + warp * 16 + lane / 4,
+                                   tile.first_position + warp * 16 + lane / 4 + 8};
+
+  for (int32_t key_tile = 0; key_tile < key_tiles; ++key_tile) {
+    const int stage = key_tile % 2;
+    if (key_tile + 1 < key_tiles) {
+      load_kv_tile(key_tile + 1, 1 - stage);
+      CopyAsyncWait<1>();
+    } else {
+      CopyAsyncWait<0>();
+    }
+    __syncthreads();
+    const bf16* k_tile = k_tiles + stage * kBlockN * kHeadDim;
+    const bf16* v_tile = v_tiles + stage * kBlockN * kHeadDim;
+
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+    }
+#pragma unroll
+    for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
+      const int row = pair * 16 + (lane % 8) + (lane / 16) * 8;
+#pragma unroll
+      for (int ks = 0; ks < kDimSteps; ++ks) {
+        uint32_t b[4];
+        LoadMatrixX4(b, SharedAddress(k_tile + Swizzled<kHeadDim>(row, ks * 2 + (lane / 8) % 2)));
+        MmaBf16(s[2 * pair], q_frag[ks], b[0], b[1]);
+        MmaBf16(s[2 * pair + 1], q_frag[ks], b[2], b[3]);
+      }
+    }
+
+    // Scale, mask (causal and past the keys), and the online softmax of rows r = 0, 1.
+    const int32_t first_key = key_tile * kBlockN;
+    const bool needs_mask =
+        first_key + kBlockN > tile.first_position + warp * 16 || first_key + kBlockN > keys;
+    float tile_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i / 2;
+        float value = s[n][i] * scale_log2;
+        if (needs_mask) {
+          const int32_t key = first_key + n * 8 + (lane % 4) * 2 + i % 2;
+          if (key > row_position[r] || key >= keys) value = kNegInf;
+        }
+        s[n][i] = value;
+        tile_max[r] = fmaxf(tile_max[r], value);
+      }
+    }
+    float rescale[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      // Key 0 is visible to every row, so after the first tile no row's maximum is -inf.
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      rescale[r] = exp2f(row_max[r] - new_max);
+      row_max[r] = new_max;
+      row_sum[r] *= rescale[r];
+    }
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i / 2;
+        s[n][i] = exp2f(s[n][i] - row_max[r]);
+        row_sum[r] += s[n][i];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kDimTiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o_acc[n][i] *= rescale[i / 2];
+    }
+
+    // O += P V, P from the S accumulators as A fragments.
+#pragma unroll
+    for (int ks = 0; ks < kKeySteps; ++ks) {
+      const uint32_t p[4] = {PackBf16(s[2 * ks][0], s[2 * ks][1]),
+                             PackBf16(s[2 * ks][2], s[2 * ks][3]),
+                             PackBf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                             PackBf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      const int row = ks * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+#pragma unroll
+      for (int pair = 0; pair < kDimTiles / 2; ++pair) {
+        uint32_t b[4];
+        LoadMatrixX4Trans(b, SharedAddress(v_tile + Swizzled<kHeadDim>(row, pair * 2 + lane / 16)));
+        MmaBf16(o_acc[2 * pair], p, b[0], b[1]);
+        MmaBf16(o_acc[2 * pair + 1], p, b[2], b[3]);
+      }
+    }
+    // The next iteration's copy overwrites the stage read here.
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + lane / 4 + r * 8;
+    if (row >= tile.rows) continue;
+    const float inv_sum = 1.0f / row_sum[r];
+    bf16* dst = out + (int64_t{tile.first_row + row} * num_heads + head) * kHeadDim;
+#pragma unroll
+    for (int n = 0; n < kDimTiles; ++n) {
+      *reinterpret_cast<__nv_bfloat162*>(dst + n * 8 + (lane % 4) * 2) =
+          __floats2bfloat162_rn(o_acc[n][2 * r] * inv_sum, o_acc[n][2 * r + 1] * inv_sum);
+    }
+  }
+}
+
+template <int kHeadDim>
+cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
+                   float scale, bf16* out, cudaStream_t stream) {
+  constexpr int kShared = SharedBytes<kHeadDim>();
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      PrefillAttentionKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+  if (configured != cudaSuccess) return configured;
+  // An upper bound of the query tiles; blocks past the last tile return at once.
+  const int64_t tiles = (int64_t{kv.num_rows} + kBlockM - 1) / kBlockM + kv.num_seqs;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(num_heads));
+  PrefillAttentionKernel<kHeadDim>
+      <<<grid, kThreads, kShared, stream>>>(q, q_stride, num_heads, kv, scale * kLog2e, out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchPrefillAttention(const float* q, int64_t q_stride, int32_t num_heads,
+                                   const PagedKvBatch& kv, float scale, void* out,
+                                   cudaStream_t stream) {
+  if (kv.num_rows == 0) return cudaSuccess;
+  bf16* output = static_cast<bf16*>(out);
+  switch (kv.layout.head_dim) {
+    case 64:
+      return Launch<64>(q, q_stride, num_heads, kv, scale, output, stream);
+    case 128:
+      return Launch<128>(q, q_stride, num_heads, kv, scale, output, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace pulse::cuda

@@ -1,0 +1,336 @@
+// The CUDA backend op by op against the CPU backend, on fresh random inputs with odd sizes and
+// outputs poisoned with NaN before each run. Inputs that the CUDA backend keeps as bf16 (GEMM
+// operands, the KV cache) are rounded to bf16 for the CPU too, so the comparison measures the
+// kernels, not the storage type. Skipped without a CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/backend/bf16.h"
+#include "core/backend/cuda/cuda_backend.h"
+#include "gtest/gtest.h"
+#include "tests/unit/backend/op_test_util.h"
+
+namespace pulse {
+namespace {
+
+using ::pulse::testing::MakeCpuBackend;
+using ::pulse::testing::Poisoned;
+using ::pulse::testing::RandomValues;
+using ::pulse::testing::RoundToBf16;
+using ::pulse::testing::WithHostCounts;
+
+constexpr double kFp32Tolerance = 1e-5;
+constexpr double kBf16Tolerance = 1e-2;
+constexpr uint16_t kBf16NaN = 0x7FC0;
+
+// ||actual - expected|| / ||expected||, or infinity when an element of actual is not finite.
+double RelativeError(const std::vector<float>& actual, const std::vector<float>& expected) {
+  EXPECT_EQ(actual.size(), expected.size());
+  double diff = 0;
+  double norm = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (!std::isfinite(actual[i])) return INFINITY;
+    diff += (double{actual[i]} - expected[i]) * (double{actual[i]} - expected[i]);
+    norm += double{expected[i]} * expected[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    absl::StatusOr<std::shared_ptr<Backend>> cuda = CreateCudaBackend({});
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    cuda_ = *cuda;
+    cpu_ = MakeCpuBackend(2);
+  }
+
+  DeviceBuffer Upload(const void* data, size_t bytes) {
+    absl::StatusOr<DeviceBuffer> buffer = cuda_->Allocate(bytes);
+    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    cuda_->CopyToDevice(buffer->data(), data, bytes);
+    return *std::move(buffer);
+  }
+  DeviceBuffer UploadF32(const std::vector<float>& values) {
+    return Upload(values.data(), values.size() * sizeof(float));
+  }
+  DeviceBuffer UploadInts(const std::vector<int32_t>& values) {
+    return Upload(values.data(), values.size() * sizeof(int32_t));
+  }
+  DeviceBuffer UploadBf16(const std::vector<float>& values) {
+    std::vector<uint16_t> bits(values.size());
+    std::transform(values.begin(), values.end(), bits.begin(), F32ToBf16);
+    return Upload(bits.data(), bits.size() * sizeof(uint16_t));
+  }
+  DeviceBuffer PoisonedF32(size_t count) { return UploadF32(Poisoned(count)); }
+  DeviceBuffer PoisonedBf16(size_t count) {
+    const std::vector<uint16_t> bits(count, kBf16NaN);
+    return Upload(bits.data(), bits.size() * sizeof(uint16_t));
+  }
+
+  std::vector<float> DownloadF32(const DeviceBuffer& buffer, size_t count) {
+    std::vector<float> values(count);
+    const absl::Status status =
+        cuda_->CopyToHost(values.data(), buffer.data(), count * sizeof(float));
+    EXPECT_TRUE(status.ok()) << status;
+    return values;
+  }
+  std::vector<float> DownloadBf16(const DeviceBuffer& buffer, size_t count) {
+    std::vector<uint16_t> bits(count);
+    const absl::Status status =
+        cuda_->CopyToHost(bits.data(), buffer.data(), count * sizeof(uint16_t));
+    EXPECT_TRUE(status.ok()) << status;
+    std::vector<float> values(count);
+    std::transform(bits.begin(), bits.end(), values.begin(), Bf16ToF32);
+    return values;
+  }
+
+  std::shared_ptr<Backend> cuda_;
+  std::shared_ptr<Backend> cpu_;
+};
+
+TEST_F(CudaOpsTest, BackendDescribesItself) {
+  EXPECT_EQ(cuda_->name(), "cuda");
+  EXPECT_EQ(cuda_->activation_type(), DType::kBF16);
+  EXPECT_EQ(cuda_->kv_type(), DType::kBF16);
+  EXPECT_GT(cuda_->AvailableBytes(), size_t{1} << 30);
+  const PagedKvLayout odd{
+      .block_tokens = 16, .num_kv_heads = 2, .head_dim = 80, .type = DType::kBF16};
+  EXPECT_EQ(cuda_->CheckAttention(4, odd).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(cuda_->UploadWeight(RandomValues(6, 1), 2, 3, DType::kF32).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST_F(CudaOpsTest, EmbedIsExact) {
+  const int64_t vocab = 1003;
+  const int64_t hidden = 200;
+  const std::vector<float> table = RandomValues(vocab * hidden, 1);
+  const std::vector<int32_t> tokens = {5, 1002, 0, 77, 5, 999, 12};
+  Weight cuda_table = *cuda_->UploadWeight(table, vocab, hidden, DType::kBF16);
+  Weight cpu_table = *cpu_->UploadWeight(table, vocab, hidden, DType::kBF16);
+  DeviceBuffer ids = UploadInts(tokens);
+  DeviceBuffer out = PoisonedF32(tokens.size() * hidden);
+  cuda_->Embed(cuda_table.view(), ids.as<int32_t>(), tokens.size(), out.as<float>());
+  std::vector<float> expected(tokens.size() * hidden);
+  cpu_->Embed(cpu_table.view(), tokens.data(), tokens.size(), expected.data());
+  EXPECT_EQ(DownloadF32(out, expected.size()), expected);
+}
+
+struct GemmShape {
+  int64_t m, n, k;
+  bool bias;
+};
+
+class CudaGemmTest : public CudaOpsTest, public ::testing::WithParamInterface<GemmShape> {};
+
+TEST_P(CudaGemmTest, MatchesCpu) {
+  const auto [m, n, k, with_bias] = GetParam();
+  const std::vector<float> w = RandomValues(n * k, 11);
+  const std::vector<float> x = RoundToBf16(RandomValues(m * k, 12));
+  const std::vector<float> bias = RandomValues(n, 13);
+  Weight cuda_w = *cuda_->UploadWeight(w, n, k, DType::kBF16);
+  Weight cpu_w = *cpu_->UploadWeight(w, n, k, DType::kBF16);
+  DeviceBuffer cuda_x = UploadBf16(x);
+  DeviceBuffer cuda_bias = UploadF32(bias);
+  DeviceBuffer y = PoisonedF32(m * n);
+  cuda_->Gemm(cuda_x.data(), m, cuda_w.view(), with_bias ? cuda_bias.as<float>() : nullptr,
+              y.as<float>());
+  std::vector<float> expected(m * n);
+  cpu_->Gemm(x.data(), m, cpu_w.view(), with_bias ? bias.data() : nullptr, expected.data());
+  EXPECT_LT(RelativeError(DownloadF32(y, expected.size()), expected), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemmTest,
+                         ::testing::Values(GemmShape{1, 96, 64, false},
+                                           GemmShape{3, 1000, 200, true},
+                                           GemmShape{17, 576, 576, false},
+                                           GemmShape{64, 1536, 576, true},
+                                           GemmShape{300, 264, 1536, false}));
+
+TEST_F(CudaOpsTest, RmsNormAndAddRmsNormMatchCpu) {
+  for (const int64_t cols : {64, 576, 4096, 100}) {
+    const int64_t rows = 7;
+    const std::vector<float> x = RandomValues(rows * cols, 21, -3.0f, 3.0f);
+    const std::vector<float> residual = RandomValues(rows * cols, 22);
+    const std::vector<float> weight = RandomValues(cols, 23, 0.5f, 1.5f);
+    DeviceBuffer cuda_x = UploadF32(x);
+    DeviceBuffer cuda_residual = UploadF32(residual);
+    DeviceBuffer cuda_weight = UploadF32(weight);
+    DeviceBuffer y = PoisonedBf16(rows * cols);
+    cuda_->RmsNorm(cuda_x.as<float>(), cuda_weight.as<float>(), rows, cols, 1e-5f, y.data());
+    std::vector<float> expected(rows * cols);
+    cpu_->RmsNorm(x.data(), weight.data(), rows, cols, 1e-5f, expected.data());
+    EXPECT_LT(RelativeError(DownloadBf16(y, expected.size()), expected), kBf16Tolerance) << cols;
+
+    DeviceBuffer y2 = PoisonedBf16(rows * cols);
+    cuda_->AddRmsNorm(cuda_residual.as<float>(), cuda_x.as<float>(), cuda_weight.as<float>(), rows,
+                      cols, 1e-5f, y2.data());
+    std::vector<float> cpu_residual = residual;
+    cpu_->AddRmsNorm(cpu_residual.data(), x.data(), weight.data(), rows, cols, 1e-5f,
+                     expected.data());
+    EXPECT_LT(RelativeError(DownloadBf16(y2, expected.size()), expected), kBf16Tolerance) << cols;
+    EXPECT_LT(RelativeError(DownloadF32(cuda_residual, residual.size()), cpu_residual),
+              kFp32Tolerance)
+        << cols;
+  }
+}
+
+TEST_F(CudaOpsTest, RopeMatchesCpu) {
+  for (const int32_t head_dim : {64, 128}) {
+    const int64_t rows = 5;
+    const int32_t heads = 3;
+    const int64_t stride = heads * head_dim + 8;
+    std::vector<float> x = RandomValues(rows * stride, 31);
+    const std::vector<int32_t> positions = {0, 1, 77, 4095, 131071};
+    std::vector<float> inv_freq(head_dim / 2);
+    for (int32_t i = 0; i < head_dim / 2; ++i) {
+      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / head_dim));
+    }
+    DeviceBuffer cuda_x = UploadF32(x);
+    DeviceBuffer cuda_positions = UploadInts(positions);
+    DeviceBuffer cuda_inv_freq = UploadF32(inv_freq);
+    cuda_->Rope(cuda_x.as<float>(), rows, stride, heads, head_dim, cuda_positions.as<int32_t>(),
+                cuda_inv_freq.as<float>());
+    cpu_->Rope(x.data(), rows, stride, heads, head_dim, positions.data(), inv_freq.data());
+    EXPECT_LT(RelativeError(DownloadF32(cuda_x, x.size()), x), kFp32Tolerance) << head_dim;
+  }
+}
+
+TEST_F(CudaOpsTest, SwiGluAndGatherRowsMatchCpu) {
+  const int64_t m = 3;
+  const int64_t inter = 1000;
+  const std::vector<float> gate_up = RandomValues(m * 2 * inter, 41, -6.0f, 6.0f);
+  DeviceBuffer cuda_gate_up = UploadF32(gate_up);
+  DeviceBuffer out = PoisonedBf16(m * inter);
+  cuda_->SwiGlu(cuda_gate_up.as<float>(), m, inter, out.data());
+  std::vector<float> expected(m * inter);
+  cpu_->SwiGlu(gate_up.data(), m, inter, expected.data());
+  EXPECT_LT(RelativeError(DownloadBf16(out, expected.size()), expected), kBf16Tolerance);
+
+  const int64_t cols = 72;
+  const std::vector<float> x = RoundToBf16(RandomValues(6 * cols, 42));
+  const std::vector<int32_t> rows = {5, 0, 3};
+  DeviceBuffer cuda_x = UploadBf16(x);
+  DeviceBuffer cuda_rows = UploadInts(rows);
+  DeviceBuffer gathered = PoisonedBf16(rows.size() * cols);
+  cuda_->GatherRows(cuda_x.data(), cols, cuda_rows.as<int32_t>(), rows.size(), gathered.data());
+  std::vector<float> expected_rows(rows.size() * cols);
+  cpu_->GatherRows(x.data(), cols, rows.data(), rows.size(), expected_rows.data());
+  EXPECT_EQ(DownloadBf16(gathered, expected_rows.size()), expected_rows);
+}
+
+// A batch of sequences over a shuffled paged cache: each sequence's kv_len tokens, of which the
+// last q_len are this step's query rows.
+struct AttentionCase {
+  const char* name;
+  int32_t num_heads, num_kv_heads, head_dim, block_tokens;
+  std::vector<int32_t> kv_lens, q_lens;
+};
+
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaAttentionTest : public CudaOpsTest,
+                          public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(CudaAttentionTest, AppendAndAttendMatchCpu) {
+  const AttentionCase& c = GetParam();
+  const int32_t seqs = static_cast<int32_t>(c.kv_lens.size());
+  PagedKvLayout layout{
+      .block_tokens = c.block_tokens, .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim};
+  int32_t max_blocks = 0;
+  int32_t total_blocks = 0;
+  for (const int32_t len : c.kv_lens) {
+    const int32_t blocks = (len + c.block_tokens - 1) / c.block_tokens;
+    max_blocks = std::max(max_blocks, blocks);
+    total_blocks += blocks;
+  }
+  // Blocks handed out in a shuffled order; unused table entries stay -1.
+  std::vector<int32_t> order(total_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(51));
+  std::vector<int32_t> tables(seqs * max_blocks, -1);
+  for (int32_t s = 0, next = 0; s < seqs; ++s) {
+    for (int32_t b = 0; b * c.block_tokens < c.kv_lens[s]; ++b)
+      tables[s * max_blocks + b] = order[next++];
+  }
+
+  // Every token's K/V as fp32 rows [kv_heads * head_dim], appended in one call per cache.
+  const int32_t kv_width = c.num_kv_heads * c.head_dim;
+  std::vector<int32_t> all_offsets = {0};
+  for (const int32_t len : c.kv_lens) all_offsets.push_back(all_offsets.back() + len);
+  const int32_t all_rows = all_offsets.back();
+  const std::vector<float> k = RoundToBf16(RandomValues(all_rows * kv_width, 52));
+  const std::vector<float> v = RoundToBf16(RandomValues(all_rows * kv_width, 53));
+  const int64_t cache_elems = int64_t{total_blocks} * layout.block_elems();
+  std::vector<float> cpu_cache(cache_elems, 0.0f);
+  PagedKvBatch cpu_kv{.blocks = cpu_cache.data(),
+                      .layout = layout,
+                      .num_seqs = seqs,
+                      .max_blocks_per_seq = max_blocks,
+                      .block_tables = tables.data(),
+                      .kv_lens = c.kv_lens.data(),
+                      .q_offsets = all_offsets.data()};
+  cpu_->AppendKv(k.data(), v.data(), kv_width, WithHostCounts(cpu_kv));
+
+  layout.type = DType::kBF16;
+  DeviceBuffer cuda_cache = UploadBf16(std::vector<float>(cache_elems, 0.0f));
+  DeviceBuffer cuda_tables = UploadInts(tables);
+  DeviceBuffer cuda_lens = UploadInts(c.kv_lens);
+  DeviceBuffer cuda_all_offsets = UploadInts(all_offsets);
+  DeviceBuffer cuda_k = UploadF32(k);
+  DeviceBuffer cuda_v = UploadF32(v);
+  PagedKvBatch cuda_kv = WithHostCounts(cpu_kv);
+  cuda_kv.blocks = cuda_cache.data();
+  cuda_kv.layout = layout;
+  cuda_kv.block_tables = cuda_tables.as<int32_t>();
+  cuda_kv.kv_lens = cuda_lens.as<int32_t>();
+  cuda_kv.q_offsets = cuda_all_offsets.as<int32_t>();
+  cuda_->AppendKv(cuda_k.as<float>(), cuda_v.as<float>(), kv_width, cuda_kv);
+  EXPECT_EQ(DownloadBf16(cuda_cache, cache_elems), cpu_cache);
+
+  // The query rows: the last q_len positions of each sequence.
+  std::vector<int32_t> q_offsets = {0};
+  for (const int32_t len : c.q_lens) q_offsets.push_back(q_offsets.back() + len);
+  const int32_t rows = q_offsets.back();
+  const int64_t q_stride = int64_t{c.num_heads} * c.head_dim + 2 * kv_width;  // as in QKV rows
+  const std::vector<float> q = RandomValues(rows * q_stride, 54, -2.0f, 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cpu_kv.q_offsets = q_offsets.data();
+  std::vector<float> expected = Poisoned(rows * c.num_heads * c.head_dim);
+  cpu_->Attention(q.data(), q_stride, c.num_heads, WithHostCounts(cpu_kv), scale, expected.data());
+
+  DeviceBuffer cuda_q = UploadF32(q);
+  DeviceBuffer cuda_q_offsets = UploadInts(q_offsets);
+  cuda_kv = WithHostCounts(cpu_kv);
+  cuda_kv.blocks = cuda_cache.data();
+  cuda_kv.layout = layout;
+  cuda_kv.block_tables = cuda_tables.as<int32_t>();
+  cuda_kv.kv_lens = cuda_lens.as<int32_t>();
+  cuda_kv.q_offsets = cuda_q_offsets.as<int32_t>();
+  DeviceBuffer out = PoisonedBf16(expected.size());
+  cuda_->Attention(cuda_q.as<float>(), q_stride, c.num_heads, cuda_kv, scale, out.data());
+  EXPECT_LT(RelativeError(DownloadBf16(out, expected.size()), expected), kBf16Tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Batches, CudaAttentionTest,
+    ::testing::Values(
+        AttentionCase{"decode_gqa4_d128", 32, 8, 128, 32, {1, 33, 4100, 700}, {1, 1, 1, 1}},
+        AttentionCase{"decode_gqa3_d64_long", 9, 3, 64, 32, {16384, 5}, {1, 1}},
+        AttentionCase{"decode_mha_d64_block16", 4, 4, 64, 16, {300, 2}, {1, 1}},
+        AttentionCase{"decode_gqa7_d128", 28, 4, 128, 32, {1000}, {1}},
+        AttentionCase{"decode_mqa8_d128", 8, 1, 128, 16, {2049, 64}, {1, 1}},
+        AttentionCase{"prefill_gqa4_d128", 8, 2, 128, 32, {200, 65}, {200, 65}},
+        AttentionCase{"chunk_after_cache_d64", 9, 3, 64, 32, {1000, 130}, {129, 1}},
+        AttentionCase{"prefill_gqa4_d128_block7", 4, 1, 128, 7, {150}, {150}},
+        AttentionCase{"mixed_d128", 16, 8, 128, 32, {1, 500, 70, 3000}, {1, 64, 70, 1}}));
+
+}  // namespace
+}  // namespace pulse
