@@ -27,16 +27,18 @@ int64_t InputInts(int64_t tokens, int64_t seqs, int64_t blocks_per_seq, int64_t 
 }  // namespace
 
 absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> model, KvCache cache,
-                                                const ModelRunnerOptions& options) {
+                                                ModelRunnerOptions options) {
+  if (options.max_logit_rows == 0) options.max_logit_rows = options.max_seqs;
   if (model == nullptr) return absl::InvalidArgumentError("model runner: no model");
   if (options.max_step_tokens < 1 || options.max_step_tokens > kMaxStepTokens ||
       options.max_seqs < 1 || options.max_seqs > kMaxSeqs || options.max_blocks_per_seq < 1 ||
-      options.max_blocks_per_seq > kMaxBlocksPerSeq) {
+      options.max_blocks_per_seq > kMaxBlocksPerSeq || options.max_logit_rows < 1 ||
+      options.max_logit_rows > kMaxStepTokens) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model runner: max_step_tokens %d (1 to %d), max_seqs %d (1 to %d), max_blocks_per_seq "
-        "%d (1 to %d)",
+        "%d (1 to %d), max_logit_rows %d (1 to %d)",
         options.max_step_tokens, kMaxStepTokens, options.max_seqs, kMaxSeqs,
-        options.max_blocks_per_seq, kMaxBlocksPerSeq));
+        options.max_blocks_per_seq, kMaxBlocksPerSeq, options.max_logit_rows, kMaxStepTokens));
   }
   const ModelConfig& config = model->config();
   const PagedKvLayout& layout = cache.layout();
@@ -51,15 +53,16 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
   PULSE_RETURN_IF_ERROR(backend.CheckAttention(config.num_heads, layout));
   const int64_t tokens = options.max_step_tokens;
   const int64_t seqs = options.max_seqs;
+  const int64_t logit_rows = options.max_logit_rows;
   const int64_t hidden = config.hidden_size;
   const int64_t q_dim = int64_t{config.num_heads} * config.head_dim;
   const int64_t kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
   const int64_t inter = config.intermediate_size;
   Scratch scratch;
-  PULSE_ASSIGN_OR_RETURN(scratch.inputs,
-                         backend.Allocate(static_cast<size_t>(InputInts(
-                                              tokens, seqs, options.max_blocks_per_seq, seqs)) *
-                                          sizeof(int32_t)));
+  PULSE_ASSIGN_OR_RETURN(
+      scratch.inputs, backend.Allocate(static_cast<size_t>(InputInts(
+                                           tokens, seqs, options.max_blocks_per_seq, logit_rows)) *
+                                       sizeof(int32_t)));
   const DType f32 = DType::kF32;
   const DType act = backend.activation_type();
   PULSE_ASSIGN_OR_RETURN(scratch.residual, AllocateArray(backend, tokens * hidden, f32));
@@ -69,8 +72,9 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
   PULSE_ASSIGN_OR_RETURN(scratch.delta, AllocateArray(backend, tokens * hidden, f32));
   PULSE_ASSIGN_OR_RETURN(scratch.gate_up, AllocateArray(backend, tokens * 2 * inter, f32));
   PULSE_ASSIGN_OR_RETURN(scratch.act, AllocateArray(backend, tokens * inter, act));
-  PULSE_ASSIGN_OR_RETURN(scratch.gathered, AllocateArray(backend, seqs * hidden, act));
-  PULSE_ASSIGN_OR_RETURN(scratch.logits, AllocateArray(backend, seqs * config.vocab_size, f32));
+  PULSE_ASSIGN_OR_RETURN(scratch.gathered, AllocateArray(backend, logit_rows * hidden, act));
+  PULSE_ASSIGN_OR_RETURN(scratch.logits,
+                         AllocateArray(backend, logit_rows * config.vocab_size, f32));
   return ModelRunner(std::move(model), std::move(cache), options, std::move(scratch));
 }
 
@@ -103,6 +107,10 @@ absl::Status ModelRunner::Check(const StepBatch& batch) const {
   if (batch.num_seqs() < 1 || batch.num_seqs() > options_.max_seqs) {
     return absl::InvalidArgumentError(absl::StrFormat("step batch: %d sequences, expected 1 to %d",
                                                       batch.num_seqs(), options_.max_seqs));
+  }
+  if (batch.num_logit_rows() > options_.max_logit_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step batch: %d logit rows, at most %d", batch.num_logit_rows(), options_.max_logit_rows));
   }
   if (batch.num_tokens() > options_.max_step_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -20,17 +20,18 @@ namespace pulse {
 
 struct ModelRunnerOptions {
   int32_t max_step_tokens = 512;   // tokens of one step
-  int32_t max_seqs = 16;           // sequences of one step (and logit rows)
+  int32_t max_seqs = 16;           // sequences of one step
   int32_t max_blocks_per_seq = 0;  // the longest block table a sequence may have
+  int32_t max_logit_rows = 0;      // logit rows of one step; 0: max_seqs (one a sequence)
 };
 
 class ModelRunner {
  public:
-  // Allocates the scratch activations for max_step_tokens tokens and max_seqs sequences on the
-  // model's backend (ResourceExhausted when they do not fit). `cache` must match the model (its
-  // layers and KV heads).
+  // Allocates the scratch activations for max_step_tokens tokens, max_seqs sequences and
+  // max_logit_rows logit rows on the model's backend (ResourceExhausted when they do not fit).
+  // `cache` must match the model (its layers and KV heads).
   static absl::StatusOr<ModelRunner> Create(std::shared_ptr<const Model> model, KvCache cache,
-                                            const ModelRunnerOptions& options);
+                                            ModelRunnerOptions options);
 
   const Model& model() const { return *model_; }
   const KvCache& cache() const { return cache_; }
@@ -60,8 +61,8 @@ class ModelRunner {
     DeviceBuffer delta;     // [tokens][hidden]: o projection, then MLP output
     DeviceBuffer gate_up;   // [tokens][2 * intermediate]
     DeviceBuffer act;       // act [tokens][intermediate]
-    DeviceBuffer gathered;  // act [seqs][hidden]
-    DeviceBuffer logits;    // [seqs][vocab]
+    DeviceBuffer gathered;  // act [logit rows][hidden]
+    DeviceBuffer logits;    // [logit rows][vocab]
   };
   // Where the current step's inputs sit in Scratch::inputs.
   struct StepInputs {

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "core/base/thread_pool.h"
 #include "core/model/expected_tensors.h"
 #include "core/model/tensor_source.h"
 
@@ -72,10 +73,14 @@ class RandomSource final : public TensorSource {
     const Distribution dist = DistributionFor(tensor);
     const uint64_t stream = Mix(seed_ ^ NameHash(name));
     const float scale = dist.half_width * 0x1p-23f;  // 24 random bits onto [-1, 1)
-    for (size_t i = 0; i < out.size(); ++i) {
-      const auto bits = static_cast<int32_t>(Mix(stream + i * 0x9E3779B97F4A7C15ull) >> 40);
-      out[i] = dist.center + static_cast<float>(bits - (1 << 23)) * scale;
-    }
+    // Each value depends on its index only, so the split across threads cannot change it.
+    pool_.ParallelFor(static_cast<int64_t>(out.size()), 1 << 20, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const auto bits = static_cast<int32_t>(
+            Mix(stream + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 40);
+        out[i] = dist.center + static_cast<float>(bits - (1 << 23)) * scale;
+      }
+    });
     return absl::OkStatus();
   }
 
@@ -84,6 +89,7 @@ class RandomSource final : public TensorSource {
   uint64_t seed_;
   std::vector<TensorInfo> tensors_;
   absl::flat_hash_map<std::string, size_t> index_;
+  mutable ThreadPool pool_;
   std::map<std::string, std::string> metadata_;
 };
 

@@ -5,8 +5,9 @@
 namespace pulse {
 
 void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_position,
-                            std::span<const int32_t> blocks, bool want_logits) {
+                            std::span<const int32_t> blocks, LogitRows logits) {
   for (size_t i = 0; i < tokens.size(); ++i) {
+    if (logits == LogitRows::kAll) logit_rows_.push_back(num_tokens());
     tokens_.push_back(tokens[i]);
     positions_.push_back(start_position + static_cast<int32_t>(i));
   }
@@ -15,7 +16,7 @@ void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_posit
   block_ids_.insert(block_ids_.end(), blocks.begin(), blocks.end());
   block_offsets_.push_back(static_cast<int32_t>(block_ids_.size()));
   max_blocks_per_seq_ = std::max(max_blocks_per_seq_, static_cast<int32_t>(blocks.size()));
-  if (want_logits && !tokens.empty()) logit_rows_.push_back(num_tokens() - 1);
+  if (logits == LogitRows::kLast && !tokens.empty()) logit_rows_.push_back(num_tokens() - 1);
 }
 
 void StepBatch::Clear() {

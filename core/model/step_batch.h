@@ -9,14 +9,18 @@
 
 namespace pulse {
 
+// Which of a sequence's new tokens get logits.
+enum class LogitRows : uint8_t { kNone, kLast, kAll };
+
 class StepBatch {
  public:
   // Adds a sequence whose `tokens` take positions [start_position, start_position + size) after
   // the start_position tokens already in its KV cache. `blocks` are its physical KV blocks in
-  // logical order and must cover every position through the last new one. With `want_logits`,
-  // the logits of its last new token are computed (rows in the order sequences were added).
+  // logical order and must cover every position through the last new one.
+  // `logits` says which new tokens' logits are computed (rows in the order tokens were added):
+  // none, the last (to sample the next token), or all (to score a text).
   void AddSequence(std::span<const int32_t> tokens, int32_t start_position,
-                   std::span<const int32_t> blocks, bool want_logits);
+                   std::span<const int32_t> blocks, LogitRows logits);
   void Clear();
 
   int32_t num_seqs() const { return static_cast<int32_t>(kv_lens_.size()); }

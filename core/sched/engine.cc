@@ -236,7 +236,8 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
     batch_.AddSequence(
         std::span<const int32_t>(request.tokens)
             .subspan(static_cast<size_t>(sequence.begin), static_cast<size_t>(sequence.count)),
-        sequence.begin, request.blocks->blocks(), sequence.sample);
+        sequence.begin, request.blocks->blocks(),
+        sequence.sample ? LogitRows::kLast : LogitRows::kNone);
     request.in_step = true;
     scheduled.push_back(std::move(sequence));
   }

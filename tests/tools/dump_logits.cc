@@ -1,20 +1,24 @@
 // pulse-dump-logits: runs one prompt through the Engine and dumps what the reference tests
 // compare against an independent forward pass.
 //
-//   pulse-dump-logits --model PATH|random:CONFIG_JSON --prompt-ids 1,2,3
-//       [--weight-type f32|bf16] [--logits OUT.f32] [--greedy N] [--chunk C] [--seed S]
+//   pulse-dump-logits --model PATH|random:CONFIG_JSON --prompt-ids 1,2,3 [--backend cpu|cuda]
+//       [--weight-type f32|bf16] [--logits OUT.f32] [--all-logits OUT.f32] [--greedy N]
+//       [--chunk C] [--seed S]
 //
 // Loads PATH (GGUF file or Hugging Face directory), or seeded random weights (--seed, default 0)
-// for the config.json CONFIG_JSON (or a directory holding one). Prefills the prompt in chunks of C
-// tokens (default: the whole prompt in one step), writes the logits of the last prompt position
-// ([vocab] float32, little-endian) to OUT, and prints the N greedy tokens that follow (end of
-// sequence does not stop them) as one comma-separated line on stdout. Errors go to stderr with
-// exit status 1.
+// for the config.json CONFIG_JSON (or a directory holding one), on the CPU (default, f32 weights)
+// or CUDA backend (bf16 weights). Prefills the prompt in chunks of C tokens (default: the whole
+// prompt in one step), writes the logits of the last prompt position ([vocab] float32,
+// little-endian) to --logits, those of every prompt position ([prompt][vocab]) to --all-logits,
+// and prints the N greedy tokens that follow (end of sequence does not stop them) as one
+// comma-separated line on stdout. Errors go to stderr with exit status 1.
 #include <bit>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,7 +29,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/cuda/cuda_backend.h"
 #include "core/base/mapped_file.h"
+#include "core/kv/kv_cache.h"
+#include "core/model/forward.h"
 #include "core/model/model.h"
 #include "core/model/tensor_source.h"
 #include "core/sched/engine.h"
@@ -38,14 +45,17 @@ static_assert(std::endian::native == std::endian::little, "the logits file is li
 
 constexpr std::string_view kUsage =
     "usage: pulse-dump-logits --model PATH|random:CONFIG_JSON --prompt-ids 1,2,3 "
-    "[--weight-type f32|bf16] [--logits OUT.f32] [--greedy N] [--chunk C] [--seed S]";
+    "[--backend cpu|cuda] [--weight-type f32|bf16] [--logits OUT.f32] [--all-logits OUT.f32] "
+    "[--greedy N] [--chunk C] [--seed S]";
 constexpr absl::string_view kRandomPrefix = "random:";
 
 struct Args {
   std::string model;
   std::vector<int32_t> prompt;
-  DType weight_type = DType::kF32;
+  bool cuda = false;
+  std::optional<DType> weight_type;  // default: the backend's
   std::string logits_path;
+  std::string all_logits_path;
   int32_t greedy = 0;
   int32_t chunk = 0;  // 0: the whole prompt
   uint64_t seed = 0;
@@ -76,8 +86,13 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       } else {
         return bad_value();
       }
+    } else if (flag == "--backend") {
+      if (value != "cpu" && value != "cuda") return bad_value();
+      args.cuda = value == "cuda";
     } else if (flag == "--logits") {
       args.logits_path = std::string(value);
+    } else if (flag == "--all-logits") {
+      args.all_logits_path = std::string(value);
     } else if (flag == "--greedy") {
       if (!absl::SimpleAtoi(value, &args.greedy) || args.greedy < 0) return bad_value();
     } else if (flag == "--chunk") {
@@ -114,11 +129,57 @@ absl::Status WriteLogits(const std::string& path, std::span<const float> logits)
   return absl::OkStatus();
 }
 
-absl::Status Run(const Args& args) {
+absl::StatusOr<std::shared_ptr<const Model>> LoadModel(const Args& args) {
   PULSE_ASSIGN_OR_RETURN(const std::unique_ptr<TensorSource> source, OpenSource(args));
-  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, CreateCpuBackend({}));
-  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
-                         Model::Load(std::move(backend), *source, {args.weight_type}));
+  std::shared_ptr<Backend> backend;
+  if (args.cuda) {
+    PULSE_ASSIGN_OR_RETURN(backend, CreateCudaBackend({}));
+  } else {
+    PULSE_ASSIGN_OR_RETURN(backend, CreateCpuBackend({}));
+  }
+  const DType weight_type = args.weight_type.value_or(args.cuda ? DType::kBF16 : DType::kF32);
+  return Model::Load(std::move(backend), *source, {weight_type});
+}
+
+// The logits of every prompt position, [prompt][vocab], by the ModelRunner in chunks.
+absl::StatusOr<std::vector<float>> AllLogits(std::shared_ptr<const Model> model, const Args& args) {
+  const int32_t prompt_tokens = static_cast<int32_t>(args.prompt.size());
+  const int32_t chunk = args.chunk > 0 ? std::min(args.chunk, prompt_tokens) : prompt_tokens;
+  const ModelConfig& config = model->config();
+  const PagedKvLayout layout{.block_tokens = 32,
+                             .num_kv_heads = config.num_kv_heads,
+                             .head_dim = config.head_dim,
+                             .type = model->backend().kv_type()};
+  const int32_t num_blocks = (prompt_tokens + layout.block_tokens - 1) / layout.block_tokens;
+  PULSE_ASSIGN_OR_RETURN(KvCache cache,
+                         KvCache::Create(model->backend(), layout, config.num_layers, num_blocks));
+  PULSE_ASSIGN_OR_RETURN(ModelRunner runner, ModelRunner::Create(model, std::move(cache),
+                                                                 {.max_step_tokens = chunk,
+                                                                  .max_seqs = 1,
+                                                                  .max_blocks_per_seq = num_blocks,
+                                                                  .max_logit_rows = chunk}));
+  std::vector<int32_t> blocks(num_blocks);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  const size_t vocab = static_cast<size_t>(config.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(prompt_tokens) * vocab);
+  StepBatch batch;
+  for (int32_t begin = 0; begin < prompt_tokens; begin += chunk) {
+    const int32_t count = std::min(chunk, prompt_tokens - begin);
+    batch.Clear();
+    batch.AddSequence(std::span<const int32_t>(args.prompt).subspan(begin, count), begin, blocks,
+                      LogitRows::kAll);
+    PULSE_RETURN_IF_ERROR(
+        runner.Forward(batch, std::span<float>(logits).subspan(begin * vocab, count * vocab)));
+  }
+  return logits;
+}
+
+absl::Status Run(const Args& args) {
+  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, LoadModel(args));
+  if (!args.all_logits_path.empty()) {
+    PULSE_ASSIGN_OR_RETURN(const std::vector<float> all, AllLogits(model, args));
+    PULSE_RETURN_IF_ERROR(WriteLogits(args.all_logits_path, all));
+  }
 
   const int32_t prompt_tokens = static_cast<int32_t>(args.prompt.size());
   const int32_t max_tokens = std::max(args.greedy, 1);  // the logits come with the first token

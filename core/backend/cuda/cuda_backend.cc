@@ -13,6 +13,7 @@
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/lt_gemm.h"
+#include "core/base/thread_pool.h"
 
 namespace pulse {
 namespace {
@@ -101,7 +102,12 @@ class CudaBackend final : public Backend {
     }
     PULSE_ASSIGN_OR_RETURN(const size_t bytes, WeightBytes(values, rows, cols, type));
     std::vector<uint16_t> converted(values.size());
-    std::transform(values.begin(), values.end(), converted.begin(), F32ToBf16);
+    host_pool_.ParallelFor(static_cast<int64_t>(values.size()), 1 << 20,
+                           [&](int64_t begin, int64_t end) {
+                             for (int64_t i = begin; i < end; ++i) {
+                               converted[i] = F32ToBf16(values[i]);
+                             }
+                           });
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, Allocate(bytes));
     PULSE_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(buffer.data(), converted.data(), bytes, cudaMemcpyHostToDevice));
@@ -269,6 +275,7 @@ class CudaBackend final : public Backend {
 
   const int32_t device_;
   const size_t memory_limit_;
+  ThreadPool host_pool_;  // converts weights to bf16 before upload
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer gemm_workspace_;

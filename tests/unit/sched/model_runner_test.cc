@@ -21,16 +21,18 @@ using ::testing::HasSubstr;
 constexpr int32_t kBlockTokens = 4;
 constexpr int32_t kBlocks = 32;
 
-ModelRunner MakeRunner(std::shared_ptr<const Model> model) {
+ModelRunner MakeRunner(std::shared_ptr<const Model> model, int32_t max_logit_rows = 0) {
   const ModelConfig& config = model->config();
   KvCache cache = *KvCache::Create(model->backend(),
                                    {.block_tokens = kBlockTokens,
                                     .num_kv_heads = config.num_kv_heads,
                                     .head_dim = config.head_dim},
                                    config.num_layers, kBlocks);
-  absl::StatusOr<ModelRunner> runner =
-      ModelRunner::Create(std::move(model), std::move(cache),
-                          {.max_step_tokens = 64, .max_seqs = 4, .max_blocks_per_seq = 8});
+  absl::StatusOr<ModelRunner> runner = ModelRunner::Create(std::move(model), std::move(cache),
+                                                           {.max_step_tokens = 64,
+                                                            .max_seqs = 4,
+                                                            .max_blocks_per_seq = 8,
+                                                            .max_logit_rows = max_logit_rows});
   EXPECT_TRUE(runner.ok()) << runner.status();
   return *std::move(runner);
 }
@@ -50,30 +52,58 @@ TEST_F(ModelRunnerTest, ABatchEqualsItsSequencesAloneBitwise) {
 
   std::vector<float> alone(2 * vocab_);
   StepBatch batch;
-  batch.AddSequence(a, 0, blocks_a, true);
+  batch.AddSequence(a, 0, blocks_a, LogitRows::kLast);
   ASSERT_TRUE(runner_.Forward(batch, std::span<float>(alone).first(vocab_)).ok());
   batch.Clear();
-  batch.AddSequence(b, 0, blocks_b, true);
+  batch.AddSequence(b, 0, blocks_b, LogitRows::kLast);
   ASSERT_TRUE(runner_.Forward(batch, std::span<float>(alone).last(vocab_)).ok());
 
   std::vector<float> together(2 * vocab_);
   batch.Clear();
-  batch.AddSequence(a, 0, blocks_a, true);
-  batch.AddSequence(b, 0, blocks_b, true);
+  batch.AddSequence(a, 0, blocks_a, LogitRows::kLast);
+  batch.AddSequence(b, 0, blocks_b, LogitRows::kLast);
   ASSERT_TRUE(runner_.Forward(batch, together).ok());
   EXPECT_EQ(std::memcmp(alone.data(), together.data(), alone.size() * sizeof(float)), 0);
 }
 
 TEST_F(ModelRunnerTest, OnlyTheWantedRowsAreReturned) {
   StepBatch batch;
-  batch.AddSequence(Prompt(6, TinyConfig().vocab_size, 3), 0, std::vector<int32_t>{1, 2}, false);
-  batch.AddSequence(Prompt(3, TinyConfig().vocab_size, 4), 0, std::vector<int32_t>{4}, true);
+  batch.AddSequence(Prompt(6, TinyConfig().vocab_size, 3), 0, std::vector<int32_t>{1, 2},
+                    LogitRows::kNone);
+  batch.AddSequence(Prompt(3, TinyConfig().vocab_size, 4), 0, std::vector<int32_t>{4},
+                    LogitRows::kLast);
   EXPECT_EQ(batch.num_logit_rows(), 1);
   EXPECT_THAT(batch.logit_rows(), ::testing::ElementsAre(8));
   std::vector<float> logits(vocab_);
   EXPECT_TRUE(runner_.Forward(batch, logits).ok());
   std::vector<float> wrong_size(2 * vocab_);
   EXPECT_EQ(runner_.Forward(batch, wrong_size).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelRunnerTest, AllLogitRowsEqualTheLastRowOfEachPrefixBitwise) {
+  constexpr int32_t kTokens = 7;
+  ModelRunner runner = MakeRunner(model_, kTokens);
+  const std::vector<int32_t> prompt = Prompt(kTokens, TinyConfig().vocab_size, 6);
+  const std::vector<int32_t> blocks = {3, 0};
+  StepBatch batch;
+  batch.AddSequence(prompt, 0, blocks, LogitRows::kAll);
+  ASSERT_EQ(batch.num_logit_rows(), kTokens);
+  std::vector<float> all(kTokens * vocab_);
+  ASSERT_TRUE(runner.Forward(batch, all).ok());
+  for (int32_t length = 1; length <= kTokens; ++length) {
+    batch.Clear();
+    batch.AddSequence(std::span<const int32_t>(prompt).first(length), 0, blocks, LogitRows::kLast);
+    std::vector<float> last(vocab_);
+    ASSERT_TRUE(runner.Forward(batch, last).ok());
+    EXPECT_EQ(std::memcmp(last.data(), all.data() + (length - 1) * vocab_, vocab_ * sizeof(float)),
+              0)
+        << length;
+  }
+  // The fixture's runner has room for one logit row a sequence (4).
+  batch.Clear();
+  batch.AddSequence(prompt, 0, blocks, LogitRows::kAll);
+  std::vector<float> too_many(kTokens * vocab_);
+  EXPECT_EQ(runner_.Forward(batch, too_many).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(ModelRunnerTest, BadBatchesAreRejected) {
@@ -86,22 +116,24 @@ TEST_F(ModelRunnerTest, BadBatchesAreRejected) {
   const std::vector<int32_t> one_block = {0};
   StepBatch batch;
   expect_rejected(batch, "0 sequences");
-  batch.AddSequence(std::vector<int32_t>{1, TinyConfig().vocab_size}, 0, one_block, true);
+  batch.AddSequence(std::vector<int32_t>{1, TinyConfig().vocab_size}, 0, one_block,
+                    LogitRows::kLast);
   expect_rejected(batch, "token 101");
   batch.Clear();
-  batch.AddSequence(Prompt(5, TinyConfig().vocab_size, 5), 0, one_block, true);
+  batch.AddSequence(Prompt(5, TinyConfig().vocab_size, 5), 0, one_block, LogitRows::kLast);
   expect_rejected(batch, "5 new of 5 tokens in 1 blocks");
   batch.Clear();
-  batch.AddSequence(std::vector<int32_t>{1}, 0, std::vector<int32_t>{kBlocks}, true);
+  batch.AddSequence(std::vector<int32_t>{1}, 0, std::vector<int32_t>{kBlocks}, LogitRows::kLast);
   expect_rejected(batch, "KV block 32");
   batch.Clear();
-  batch.AddSequence(std::vector<int32_t>{1}, 0, std::vector<int32_t>(9, 0), true);
+  batch.AddSequence(std::vector<int32_t>{1}, 0, std::vector<int32_t>(9, 0), LogitRows::kLast);
   expect_rejected(batch, "9 KV blocks");
   batch.Clear();
-  for (int32_t s = 0; s < 5; ++s) batch.AddSequence(std::vector<int32_t>{1}, 0, one_block, true);
+  for (int32_t s = 0; s < 5; ++s)
+    batch.AddSequence(std::vector<int32_t>{1}, 0, one_block, LogitRows::kLast);
   expect_rejected(batch, "5 sequences");
   batch.Clear();
-  batch.AddSequence(std::vector<int32_t>(65, 1), 0, std::vector<int32_t>(8, 0), true);
+  batch.AddSequence(std::vector<int32_t>(65, 1), 0, std::vector<int32_t>(8, 0), LogitRows::kLast);
   expect_rejected(batch, "65 tokens");
 }
 

@@ -1,0 +1,174 @@
+package pulseinfer
+
+// #include <pulseinfer/pulseinfer.h>
+// #include "token_callback.h"
+import "C"
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+)
+
+// ErrEngineClosed is the error of a call on a closed Engine, and of the requests that Close
+// ended.
+var ErrEngineClosed = errors.New("pulseinfer: the engine is closed")
+
+// EngineParams are the options of NewEngine. DefaultEngineParams has the library's defaults.
+type EngineParams struct {
+	MaxBatch      int32 // sequences in one step
+	PrefillChunk  int32 // prompt tokens of one request in one step
+	MaxStepTokens int32 // tokens (prefill plus decode) in one step
+	BlockTokens   int32 // tokens of one KV block
+	MaxContext    int32 // prompt plus generated tokens; 0: the model's context
+	// KVCapacityTokens is the KV cache's size in tokens; 0: 8 full contexts, capped at 1 GiB.
+	KVCapacityTokens int64
+}
+
+// DefaultEngineParams returns the library's defaults (pulse_engine_params_init).
+func DefaultEngineParams() EngineParams {
+	var params C.pulse_engine_params
+	C.pulse_engine_params_init(&params, C.sizeof_pulse_engine_params) // cannot fail: the header's own size
+	return EngineParams{
+		MaxBatch:         int32(params.max_batch),
+		PrefillChunk:     int32(params.prefill_chunk),
+		MaxStepTokens:    int32(params.max_step_tokens),
+		BlockTokens:      int32(params.block_tokens),
+		MaxContext:       int32(params.max_context),
+		KVCapacityTokens: int64(params.kv_capacity_tokens),
+	}
+}
+
+func (p *EngineParams) toC() C.pulse_engine_params {
+	var params C.pulse_engine_params
+	C.pulse_engine_params_init(&params, C.sizeof_pulse_engine_params)
+	params.max_batch = C.int32_t(p.MaxBatch)
+	params.prefill_chunk = C.int32_t(p.PrefillChunk)
+	params.max_step_tokens = C.int32_t(p.MaxStepTokens)
+	params.block_tokens = C.int32_t(p.BlockTokens)
+	params.max_context = C.int32_t(p.MaxContext)
+	params.kv_capacity_tokens = C.int64_t(p.KVCapacityTokens)
+	return params
+}
+
+// Engine generates with a model, batching every request submitted to it: methods may be called
+// from any goroutine. One goroutine of its own steps the library's engine while requests are
+// pending and delivers their tokens.
+type Engine struct {
+	loop      *engineLoop
+	closeOnce sync.Once
+}
+
+// NewEngine creates an engine over model, which it keeps a reference of: the model may be
+// closed first. nil params are the defaults. The KV cache is allocated now.
+func NewEngine(model *Model, params *EngineParams) (*Engine, error) {
+	defer runtime.KeepAlive(model)
+	var cParams *C.pulse_engine_params
+	maxContext := model.info.ContextLength
+	if params != nil {
+		filled := params.toC()
+		cParams = &filled
+		if params.MaxContext > 0 && params.MaxContext < maxContext {
+			maxContext = params.MaxContext
+		}
+	}
+	var engine *C.pulse_engine
+	err := call(func() C.pulse_status { return C.pulse_engine_create(model.model, cParams, &engine) })
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{loop: startEngineLoop(engine, maxContext, model.info.Tokenizer != "")}
+	runtime.SetFinalizer(e, (*Engine).Close)
+	return e, nil
+}
+
+// Close ends the engine's requests (their Wait returns ErrEngineClosed) and frees it. It is
+// idempotent.
+func (e *Engine) Close() {
+	e.closeOnce.Do(func() {
+		runtime.SetFinalizer(e, nil)
+		e.loop.close()
+	})
+}
+
+// Generate queues a generation after the prompt tokens. nil sampling is the defaults. Ending
+// ctx cancels it.
+func (e *Engine) Generate(ctx context.Context, prompt []int32, sampling *SamplingParams) (*Request, error) {
+	return e.submit(ctx, sampling, func(engine *C.pulse_engine, params *C.pulse_sampling_params,
+		handle C.uintptr_t, id *C.uint64_t) C.pulse_status {
+		return C.submit_streamed(engine, tokenArray(prompt), C.size_t(len(prompt)), params, handle, id)
+	})
+}
+
+// GenerateText queues a generation after text, encoded with the model's tokenizer and flags:
+// TokenizeDefault for plain text, TokenizeParseSpecial for the output of ApplyChatTemplate. nil
+// sampling is the defaults. Ending ctx cancels it.
+func (e *Engine) GenerateText(ctx context.Context, text string, flags TokenizeFlags,
+	sampling *SamplingParams) (*Request, error) {
+	var memory cMemory
+	defer memory.free()
+	cText := memory.string(text)
+	return e.submit(ctx, sampling, func(engine *C.pulse_engine, params *C.pulse_sampling_params,
+		handle C.uintptr_t, id *C.uint64_t) C.pulse_status {
+		return C.submit_streamed_text(engine, cText, C.size_t(len(text)), C.uint32_t(flags), params, handle, id)
+	})
+}
+
+func (e *Engine) submit(ctx context.Context, sampling *SamplingParams, submit submitFunc) (*Request, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if sampling == nil {
+		defaults := DefaultSamplingParams()
+		sampling = &defaults
+	}
+	var memory cMemory
+	defer memory.free()
+	params := sampling.toC(&memory)
+	request := &Request{
+		ctx:    ctx,
+		tokens: make(chan Token, e.loop.tokenBound(sampling.MaxTokens)),
+		done:   make(chan struct{}),
+		engine: e,
+	}
+	if err := e.loop.submit(request, &params, submit); err != nil {
+		return nil, err
+	}
+	return request, nil
+}
+
+// EngineStats are an engine's totals since it was created, and its state now.
+type EngineStats struct {
+	Steps            int64 // steps that ran a forward pass
+	PrefillTokens    int64 // prompt tokens computed
+	DecodeTokens     int64 // generated tokens fed back into the model
+	GeneratedTokens  int64 // tokens sampled
+	FinishedRequests int64 // requests that finished, for any reason
+	Queued           int32 // requests waiting now
+	Running          int32 // requests in the batch now
+	KVBlocks         int32 // blocks of the KV cache
+	KVBlocksInUse    int32 // blocks allocated or reserved by running requests
+}
+
+// Stats reads the engine's figures; during a step, those before or after it.
+func (e *Engine) Stats() (EngineStats, error) {
+	stats := C.pulse_engine_stats{struct_size: C.sizeof_pulse_engine_stats}
+	err := e.loop.withEngine(func(engine *C.pulse_engine) error {
+		return call(func() C.pulse_status { return C.pulse_engine_stats_get(engine, &stats) })
+	})
+	if err != nil {
+		return EngineStats{}, err
+	}
+	return EngineStats{
+		Steps:            int64(stats.steps),
+		PrefillTokens:    int64(stats.prefill_tokens),
+		DecodeTokens:     int64(stats.decode_tokens),
+		GeneratedTokens:  int64(stats.generated_tokens),
+		FinishedRequests: int64(stats.finished_requests),
+		Queued:           int32(stats.queued),
+		Running:          int32(stats.running),
+		KVBlocks:         int32(stats.kv_blocks),
+		KVBlocksInUse:    int32(stats.kv_blocks_in_use),
+	}, nil
+}

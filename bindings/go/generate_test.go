@@ -1,0 +1,268 @@
+package pulseinfer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"pulseinfer"
+)
+
+const prompt = "The capital of France is"
+
+func TestStreamMatchesResult(t *testing.T) {
+	s := generateText(t, prompt, greedy(12))
+	if len(s.tokens) == 0 || !equal(s.ids(), s.result.Tokens) {
+		t.Fatalf("streamed ids %v, result %v", s.ids(), s.result.Tokens)
+	}
+	detokenized, err := model.Detokenize(s.result.Tokens, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.text() != detokenized || s.result.Text != detokenized {
+		t.Errorf("streamed text %q, result text %q, detokenized ids %q", s.text(), s.result.Text, detokenized)
+	}
+	promptTokens, err := model.Tokenize(prompt, pulseinfer.TokenizeDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := s.result.Stats
+	if int(stats.GeneratedTokens) != len(s.tokens) || int(stats.PromptTokens) != len(promptTokens) ||
+		(stats.FinishReason != pulseinfer.FinishMaxTokens && stats.FinishReason != pulseinfer.FinishStopToken) ||
+		stats.TimeToFirst <= 0 || stats.Total < stats.TimeToFirst {
+		t.Errorf("stats %+v", stats)
+	}
+}
+
+// Greedy decoding gives the same tokens for a text prompt and its tokens, alone or batched with
+// other requests.
+func TestGreedyIsDeterministic(t *testing.T) {
+	want := generateText(t, prompt, greedy(8)).result.Tokens
+	promptTokens, err := model.Tokenize(prompt, pulseinfer.TokenizeDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wait sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wait.Add(1)
+		go func(i int) {
+			defer wait.Done()
+			var request *pulseinfer.Request
+			var err error
+			if i == 0 {
+				request, err = engine.Generate(context.Background(), promptTokens, greedy(8))
+			} else {
+				request, err = engine.GenerateText(context.Background(), prompt, pulseinfer.TokenizeDefault, greedy(8))
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if s, err := readAll(request); err != nil || !equal(s.result.Tokens, want) {
+				t.Errorf("request %d: %v, %v; want %v", i, s.result.Tokens, err, want)
+			}
+		}(i)
+	}
+	wait.Wait()
+}
+
+func TestConcurrentGenerations(t *testing.T) {
+	before, err := engine.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := []string{"Once upon a time", "def fibonacci(n):", "Water boils at", "My favourite colour is"}
+	var wait sync.WaitGroup
+	for _, p := range prompts {
+		wait.Add(1)
+		go func(p string) {
+			defer wait.Done()
+			sampling := greedy(8)
+			sampling.IgnoreEOS = true
+			request, err := engine.GenerateText(context.Background(), p, pulseinfer.TokenizeDefault, sampling)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			s, err := readAll(request)
+			if reason := s.result.Stats.FinishReason; err != nil || len(s.tokens) != 8 || reason != pulseinfer.FinishMaxTokens {
+				t.Errorf("%q: %d tokens, %v, %v", p, len(s.tokens), reason, err)
+			}
+		}(p)
+	}
+	wait.Wait()
+	after, err := engine.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.FinishedRequests-before.FinishedRequests != 4 || after.GeneratedTokens-before.GeneratedTokens != 32 ||
+		after.Running != 0 || after.Queued != 0 || after.KVBlocksInUse != 0 {
+		t.Errorf("engine stats before %+v, after %+v", before, after)
+	}
+	if after.Steps-before.Steps >= 32 {
+		t.Errorf("4 requests of 8 tokens took %d steps: they were not batched", after.Steps-before.Steps)
+	}
+}
+
+func TestSeededSampling(t *testing.T) {
+	sampling := pulseinfer.DefaultSamplingParams()
+	sampling.Temperature = 0.9
+	sampling.TopK = 40
+	sampling.TopP = 0.95
+	sampling.MinP = 0.02
+	sampling.RepetitionPenalty = 1.1
+	sampling.Seed = 42
+	sampling.MaxTokens = 8
+	first := generateText(t, prompt, &sampling).result.Tokens
+	second := generateText(t, prompt, &sampling).result.Tokens
+	if len(first) == 0 || !equal(first, second) {
+		t.Errorf("the same seed gave %v and %v", first, second)
+	}
+}
+
+func TestStopString(t *testing.T) {
+	full := generateText(t, prompt, greedy(16))
+	// A stop string from the middle of the greedy text: the same generation stops just before it.
+	var stop string
+	for _, token := range full.tokens[2:] {
+		if stop = strings.TrimSpace(token.Text); stop != "" {
+			break
+		}
+	}
+	if stop == "" {
+		t.Fatalf("no token to stop at in %q", full.text())
+	}
+	sampling := greedy(16)
+	sampling.StopStrings = []string{stop}
+	s := generateText(t, prompt, sampling)
+	want := full.text()[:strings.Index(full.text(), stop)]
+	if reason := s.result.Stats.FinishReason; s.text() != want || s.result.Text != want || reason != pulseinfer.FinishStopString {
+		t.Errorf("stop %q: streamed %q, result %q, finish %v; want %q", stop, s.text(), s.result.Text, reason, want)
+	}
+}
+
+func TestStopToken(t *testing.T) {
+	full := generateText(t, prompt, greedy(8)).result.Tokens
+	sampling := greedy(8)
+	sampling.StopTokens = []int32{full[3]}
+	got := generateText(t, prompt, sampling).result
+	want := full[:indexOf(full, full[3])+1]
+	if !equal(got.Tokens, want) || got.Stats.FinishReason != pulseinfer.FinishStopToken {
+		t.Errorf("stop token %d: %v (%v), want %v", full[3], got.Tokens, got.Stats.FinishReason, want)
+	}
+}
+
+func indexOf(tokens []int32, token int32) int {
+	for i, t := range tokens {
+		if t == token {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestChat(t *testing.T) {
+	chat := []pulseinfer.ChatMessage{{Role: "user", Content: "What is the capital of France?"}}
+	text, err := model.ApplyChatTemplate(chat, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	request, err := engine.GenerateText(context.Background(), text, pulseinfer.TokenizeParseSpecial, greedy(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := readAll(request)
+	if err != nil || !strings.Contains(s.result.Text, "Paris") {
+		t.Errorf("the chat answer is %q (%v), not about Paris", s.result.Text, err)
+	}
+}
+
+func TestCancelByContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sampling := greedy(500)
+	sampling.IgnoreEOS = true
+	request, err := engine.GenerateText(ctx, prompt, pulseinfer.TokenizeDefault, sampling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-request.Tokens()
+	cancel()
+	s, err := readAll(request)
+	if !errors.Is(err, context.Canceled) || s.result.Stats.FinishReason != pulseinfer.FinishCancelled {
+		t.Errorf("Wait() after cancel = %v, finish %v", err, s.result.Stats.FinishReason)
+	}
+	if n := len(s.result.Tokens); n == 0 || n >= 500 || n != int(s.result.Stats.GeneratedTokens) {
+		t.Errorf("a cancelled request has %d tokens, stats %+v", n, s.result.Stats)
+	}
+
+	if _, err := engine.GenerateText(ctx, prompt, pulseinfer.TokenizeDefault, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("GenerateText with an ended context = %v, want context.Canceled", err)
+	}
+}
+
+func TestSubmitErrors(t *testing.T) {
+	badTopP := greedy(4)
+	badTopP.TopP = 0
+	for _, test := range []struct {
+		name    string
+		submit  func() (*pulseinfer.Request, error)
+		message string
+	}{
+		{"top_p 0", func() (*pulseinfer.Request, error) {
+			return engine.GenerateText(context.Background(), prompt, pulseinfer.TokenizeDefault, badTopP)
+		}, "top_p"},
+		{"an empty prompt", func() (*pulseinfer.Request, error) {
+			return engine.Generate(context.Background(), nil, greedy(4))
+		}, "empty"},
+		{"a token outside the vocabulary", func() (*pulseinfer.Request, error) {
+			return engine.Generate(context.Background(), []int32{1, 49152}, greedy(4))
+		}, "49152"},
+	} {
+		request, err := test.submit()
+		var libraryErr *pulseinfer.Error
+		if request != nil || !errors.Is(err, pulseinfer.ErrInvalidArgument) || !errors.As(err, &libraryErr) ||
+			!strings.Contains(libraryErr.Message, test.message) {
+			t.Errorf("%s: %v, want ErrInvalidArgument with the library's message about %q", test.name, err, test.message)
+		}
+	}
+}
+
+func TestEngineLifetime(t *testing.T) {
+	params := pulseinfer.DefaultEngineParams()
+	params.MaxContext = 512
+	own, err := pulseinfer.NewEngine(model, &params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats, err := own.Stats(); err != nil || stats.Steps != 0 || stats.KVBlocks == 0 {
+		t.Errorf("a new engine's stats: %+v, %v", stats, err)
+	}
+	sampling := greedy(500)
+	sampling.IgnoreEOS = true
+	request, err := own.GenerateText(context.Background(), prompt, pulseinfer.TokenizeDefault, sampling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-request.Tokens()
+	own.Close()
+	own.Close()
+	if _, err := readAll(request); !errors.Is(err, pulseinfer.ErrEngineClosed) {
+		t.Errorf("a request of a closed engine ended with %v, want ErrEngineClosed", err)
+	}
+	if _, err := own.Stats(); !errors.Is(err, pulseinfer.ErrEngineClosed) {
+		t.Errorf("Stats() after Close = %v", err)
+	}
+	_, err = own.GenerateText(context.Background(), prompt, pulseinfer.TokenizeDefault, nil)
+	if !errors.Is(err, pulseinfer.ErrEngineClosed) {
+		t.Errorf("GenerateText after Close = %v", err)
+	}
+
+	params.MaxContext = 1 << 20
+	_, err = pulseinfer.NewEngine(model, &params)
+	if !errors.Is(err, pulseinfer.ErrInvalidArgument) || !strings.Contains(err.Error(), "max_context") {
+		t.Errorf("NewEngine(max_context beyond the model's) = %v, want ErrInvalidArgument", err)
+	}
+}

@@ -1,0 +1,3 @@
+module pulseinfer
+
+go 1.19

@@ -1,0 +1,98 @@
+package pulseinfer
+
+// #include <pulseinfer/pulseinfer.h>
+import "C"
+
+import "runtime"
+
+// ModelParams are the options of LoadModel. DefaultModelParams has the library's defaults.
+type ModelParams struct {
+	// Threads of the CPU backend, the calling one included; 0: one per hardware core.
+	Threads int32
+	// Backend is "auto" (CUDA when built and a device is present, else CPU), "cpu" or "cuda".
+	// "" is "auto".
+	Backend string
+	// WeightType is how weights are stored on the backend: "auto" (f32 on the CPU, bf16 on
+	// CUDA), "f32" or "bf16". "" is "auto".
+	WeightType string
+	// RandomWeights makes the path name a Hugging Face config.json (or its directory) and the
+	// weights random values, seeded by RandomSeed, at that config's shapes.
+	RandomWeights bool
+	RandomSeed    uint64
+	// MemoryLimitBytes caps the backend's memory (weights plus KV cache); 0: no cap.
+	MemoryLimitBytes uint64
+}
+
+// DefaultModelParams returns the library's defaults (pulse_model_params_init).
+func DefaultModelParams() ModelParams {
+	var params C.pulse_model_params
+	C.pulse_model_params_init(&params, C.sizeof_pulse_model_params) // cannot fail: the header's own size
+	return ModelParams{
+		Threads:          int32(params.threads),
+		Backend:          C.GoString(params.backend),
+		WeightType:       C.GoString(params.weight_type),
+		RandomWeights:    params.random_weights != 0,
+		RandomSeed:       uint64(params.random_seed),
+		MemoryLimitBytes: uint64(params.memory_limit_bytes),
+	}
+}
+
+// toC fills the C struct, its strings allocated in memory.
+func (p *ModelParams) toC(memory *cMemory) C.pulse_model_params {
+	var params C.pulse_model_params
+	C.pulse_model_params_init(&params, C.sizeof_pulse_model_params)
+	params.threads = C.int32_t(p.Threads)
+	params.backend = memory.optionalString(p.Backend)
+	params.weight_type = memory.optionalString(p.WeightType)
+	params.random_weights = C.int32_t(boolInt(p.RandomWeights))
+	params.random_seed = C.uint64_t(p.RandomSeed)
+	params.memory_limit_bytes = C.uint64_t(p.MemoryLimitBytes)
+	return params
+}
+
+// Model is a loaded model: immutable, safe for concurrent use. Engines hold their own reference,
+// so a model may be closed while engines made from it still run.
+type Model struct {
+	model *C.pulse_model
+	info  ModelInfo
+}
+
+// LoadModel loads a GGUF file, a Hugging Face directory (config.json plus safetensors), or
+// random weights (ModelParams.RandomWeights); the format is detected from the content. nil
+// params are the defaults. Loading may take seconds.
+func LoadModel(path string, params *ModelParams) (*Model, error) {
+	var memory cMemory
+	defer memory.free()
+	cPath := memory.string(path)
+	var cParams *C.pulse_model_params
+	if params != nil {
+		filled := params.toC(&memory)
+		cParams = &filled
+	}
+	m := &Model{}
+	if err := call(func() C.pulse_status { return C.pulse_model_load(cPath, cParams, &m.model) }); err != nil {
+		return nil, err
+	}
+	runtime.SetFinalizer(m, (*Model).Close)
+	info, err := m.readInfo()
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	m.info = info
+	return m, nil
+}
+
+// Close releases the model. It is idempotent, and must not run concurrently with another method
+// of m.
+func (m *Model) Close() {
+	if m.model == nil {
+		return
+	}
+	C.pulse_model_free(m.model)
+	m.model = nil
+	runtime.SetFinalizer(m, nil)
+}
+
+// Info describes the model.
+func (m *Model) Info() ModelInfo { return m.info }

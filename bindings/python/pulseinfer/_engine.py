@@ -1,0 +1,99 @@
+"""An engine over a model: where generations are submitted and stepped."""
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Sequence
+
+from . import capi
+from ._enums import TokenizeFlags
+from ._generation import Generation
+from ._handle import Handle
+from ._model import Model
+from ._params import EngineParams, SamplingParams
+from ._structs import from_struct
+
+
+@dataclasses.dataclass(frozen=True)
+class StepReport:
+    """pulse_step_report: what one step did."""
+
+    scheduled: int
+    prefill_tokens: int
+    decode_tokens: int
+    pending: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineStats:
+    """pulse_engine_stats: totals since the engine was created, and its state now."""
+
+    steps: int
+    prefill_tokens: int
+    decode_tokens: int
+    generated_tokens: int
+    finished_requests: int
+    queued: int
+    running: int
+    kv_blocks: int
+    kv_blocks_in_use: int
+
+
+class Engine:
+    """An engine (pulse_engine) batching the generations submitted to it. It is safe to use
+    from several threads: each may iterate its own generations, which step the engine (a step
+    releases the GIL, and concurrent steps take turns). close() waits for calls in flight."""
+
+    def __init__(self, model: Model, params: EngineParams | None = None) -> None:
+        with model._handle.use() as pointer:
+            _, engine = capi.pulse_engine_create(pointer, (params or EngineParams())._struct())
+        self._handle = Handle(engine, capi.pulse_engine_free, "engine")
+        self._finalizer = weakref.finalize(self, self._handle.close)
+        self._has_tokenizer = model.info.tokenizer != ""
+
+    def generate(self, prompt: str | bytes | Sequence[int],
+                 sampling: SamplingParams | None = None, *,
+                 tokenize_flags: TokenizeFlags = TokenizeFlags.DEFAULT) -> Generation:
+        """Submits a generation: `prompt` is text (str, or UTF-8 bytes) encoded with
+        `tokenize_flags`, or token ids. Returns it as an iterator of its tokens."""
+        struct = (sampling or SamplingParams())._struct()
+        with self._handle.use() as engine:
+            if isinstance(prompt, (str, bytes)):
+                _, request_id = capi.pulse_request_submit_text(engine, prompt, tokenize_flags,
+                                                               struct)
+            else:
+                _, request_id = capi.pulse_request_submit(engine, prompt, struct)
+        return Generation(self, request_id)
+
+    def step(self) -> StepReport:
+        """Runs one step: admits queued requests, then one forward pass over the batch."""
+        report = capi.pulse_step_report()
+        with self._handle.use() as engine:
+            capi.pulse_engine_step(engine, report)
+        return from_struct(StepReport, report)
+
+    def run(self) -> None:
+        """Steps until no request is queued or running."""
+        with self._handle.use() as engine:
+            capi.pulse_engine_run(engine)
+
+    def stats(self) -> EngineStats:
+        stats = capi.pulse_engine_stats()
+        with self._handle.use() as engine:
+            capi.pulse_engine_stats_get(engine, stats)
+        return from_struct(EngineStats, stats)
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
+
+    def close(self) -> None:
+        """Frees the engine and its requests, once the calls in flight on other threads have
+        returned; its generations then end, and calls raise ValueError."""
+        self._finalizer()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,53 @@
+"""The ABI's enumerations and flag sets, with the values pulseinfer.h gives them."""
+from __future__ import annotations
+
+import enum
+
+from . import capi
+
+
+class Feature(enum.IntFlag):
+    """Bits of pulseinfer.features() (PULSE_FEATURE_*); later versions may set others."""
+
+    CPU = capi.PULSE_FEATURE_CPU
+    CUDA_COMPILED = capi.PULSE_FEATURE_CUDA_COMPILED
+    CUDA_DEVICE = capi.PULSE_FEATURE_CUDA_DEVICE
+
+
+class TokenizeFlags(enum.IntFlag):
+    """How text becomes tokens (PULSE_TOKENIZE_*). DEFAULT for plain text; PARSE_SPECIAL alone
+    for the output of Model.apply_chat_template, which already holds the template's BOS text."""
+
+    ADD_SPECIAL = capi.PULSE_TOKENIZE_ADD_SPECIAL
+    PARSE_SPECIAL = capi.PULSE_TOKENIZE_PARSE_SPECIAL
+    DEFAULT = capi.PULSE_TOKENIZE_DEFAULT
+
+
+class DetokenizeFlags(enum.IntFlag):
+    """How tokens become text (PULSE_DETOKENIZE_*)."""
+
+    RENDER_SPECIAL = capi.PULSE_DETOKENIZE_RENDER_SPECIAL
+
+
+class RequestState(enum.IntEnum):
+    """PULSE_REQUEST_*."""
+
+    QUEUED = capi.PULSE_REQUEST_QUEUED
+    RUNNING = capi.PULSE_REQUEST_RUNNING
+    FINISHED = capi.PULSE_REQUEST_FINISHED
+
+
+class FinishReason(enum.IntEnum):
+    """Why a request finished (PULSE_FINISH_*); str() is the library's name for it."""
+
+    NONE = capi.PULSE_FINISH_NONE
+    MAX_TOKENS = capi.PULSE_FINISH_MAX_TOKENS
+    STOP_TOKEN = capi.PULSE_FINISH_STOP_TOKEN
+    CONTEXT = capi.PULSE_FINISH_CONTEXT
+    CANCELLED = capi.PULSE_FINISH_CANCELLED
+    CAPACITY = capi.PULSE_FINISH_CAPACITY
+    ERROR = capi.PULSE_FINISH_ERROR
+    STOP_STRING = capi.PULSE_FINISH_STOP_STRING
+
+    def __str__(self) -> str:
+        return capi.pulse_finish_reason_string(self.value)

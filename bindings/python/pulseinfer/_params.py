@@ -1,0 +1,69 @@
+"""Parameters of a model load, an engine and a request: the C parameter structs as frozen
+dataclasses. The defaults are the library's (read from its *_init functions); the fields and
+their meaning are those of pulseinfer.h, which checks the values."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from . import capi
+from ._structs import to_struct
+
+_MODEL = capi.pulse_model_params()
+_ENGINE = capi.pulse_engine_params()
+_SAMPLING = capi.pulse_sampling_params()
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParams:
+    """pulse_model_params. With random_weights, the path given to Model names a Hugging Face
+    config.json (or its directory) and the weights are random values seeded by random_seed."""
+
+    threads: int = _MODEL.threads
+    backend: str = _MODEL.backend
+    weight_type: str = _MODEL.weight_type
+    random_seed: int = _MODEL.random_seed
+    memory_limit_bytes: int = _MODEL.memory_limit_bytes
+    random_weights: bool = bool(_MODEL.random_weights)
+
+    def _struct(self) -> capi.pulse_model_params:
+        return to_struct(self, capi.pulse_model_params())
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineParams:
+    """pulse_engine_params."""
+
+    max_batch: int = _ENGINE.max_batch
+    prefill_chunk: int = _ENGINE.prefill_chunk
+    max_step_tokens: int = _ENGINE.max_step_tokens
+    block_tokens: int = _ENGINE.block_tokens
+    max_context: int = _ENGINE.max_context
+    kv_capacity_tokens: int = _ENGINE.kv_capacity_tokens
+
+    def _struct(self) -> capi.pulse_engine_params:
+        return to_struct(self, capi.pulse_engine_params())
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """pulse_sampling_params. temperature 0 is greedy. A stop string ends the text just before
+    it; a stop token is the last token of the output."""
+
+    temperature: float = _SAMPLING.temperature
+    top_p: float = _SAMPLING.top_p
+    min_p: float = _SAMPLING.min_p
+    repetition_penalty: float = _SAMPLING.repetition_penalty
+    top_k: int = _SAMPLING.top_k
+    max_tokens: int = _SAMPLING.max_tokens
+    ignore_eos: bool = bool(_SAMPLING.ignore_eos)
+    seed: int = _SAMPLING.seed
+    stop_token_ids: Sequence[int] = ()
+    stop_strings: Sequence[str] = ()
+
+    def _struct(self) -> capi.pulse_sampling_params:
+        struct = to_struct(self, capi.pulse_sampling_params(),
+                           skip=("stop_token_ids", "stop_strings"))
+        struct.set_stop_token_ids(self.stop_token_ids)
+        struct.set_stop_strings(self.stop_strings)
+        return struct

@@ -1,0 +1,165 @@
+"""Generations with SmolLM2: streaming, determinism, stops, cancellation, stats, errors."""
+import threading
+
+import pytest
+
+import pulseinfer
+from pulseinfer import FinishReason, SamplingParams
+
+PROMPT = "Once upon a time"
+# SmolLM2's greedy continuation of PROMPT: ", the city of Nova Haven was a thriving..."
+NOVA, HAVEN = 23324, 27108
+
+
+def greedy(max_tokens: int = 8, **fields) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=max_tokens, **fields)
+
+
+def test_streamed_text_is_the_detokenized_ids(model, engine):
+    generation = engine.generate(PROMPT, greedy(16))
+    tokens = list(generation)
+    ids = [token.id for token in tokens]
+    assert len(ids) == 16
+    assert "".join(token.text for token in tokens) == model.detokenize(ids) == generation.text()
+    assert generation.token_ids() == ids
+    assert generation.finish_reason is FinishReason.MAX_TOKENS
+
+
+def test_greedy_is_deterministic_for_text_and_token_prompts(model, engine):
+    first = engine.generate(PROMPT, greedy()).token_ids()
+    assert engine.generate(PROMPT, greedy()).token_ids() == first
+    assert engine.generate(model.tokenize(PROMPT), greedy()).token_ids() == first
+    assert first[4] == NOVA
+
+
+def test_seeded_sampling_repeats(engine):
+    sampling = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, min_p=0.05,
+                              repetition_penalty=1.1, seed=42, max_tokens=8)
+    assert engine.generate(PROMPT, sampling).text() == engine.generate(PROMPT, sampling).text()
+
+
+def test_stop_string_ends_the_text_before_it(engine):
+    generation = engine.generate(PROMPT, greedy(16, stop_strings=[" Haven", "unused"]))
+    assert generation.text() == ", the city of Nova"
+    assert generation.finish_reason is FinishReason.STOP_STRING
+    assert generation.token_ids()[-1] == HAVEN  # the tokens that formed it stay
+
+
+def test_stop_token_is_the_last_token(engine):
+    generation = engine.generate(PROMPT, greedy(16, stop_token_ids=[NOVA]))
+    assert generation.token_ids()[-1] == NOVA
+    assert generation.finish_reason is FinishReason.STOP_TOKEN
+
+
+def test_chat_prompt_answers(model, engine):
+    prompt = model.apply_chat_template([{"role": "user",
+                                         "content": "What is the capital of France?"}])
+    generation = engine.generate(prompt, greedy(16),
+                                 tokenize_flags=pulseinfer.TokenizeFlags.PARSE_SPECIAL)
+    assert "Paris" in generation.text()
+    assert generation.finish_reason is FinishReason.STOP_TOKEN
+    assert generation.token_ids()[-1] == model.info.eos_token
+
+
+def test_cancel_mid_stream(engine):
+    generation = engine.generate(PROMPT, greedy(16))
+    first = [next(generation), next(generation)]
+    generation.cancel()
+    assert first + list(generation) == first
+    assert generation.finish_reason is FinishReason.CANCELLED
+    assert generation.stats().generated_tokens == 2
+    generation.close()
+
+
+def test_cancel_from_another_thread(engine):
+    generation = engine.generate(PROMPT, greedy(16))
+    next(generation)
+    canceller = threading.Thread(target=generation.cancel)
+    canceller.start()
+    canceller.join()
+    assert len(generation.token_ids()) < 16
+    assert generation.finish_reason is FinishReason.CANCELLED
+
+
+def test_breaking_out_of_the_loop_cancels(engine):
+    for _ in engine.generate(PROMPT, greedy(16)):
+        break
+    stats = engine.stats()
+    assert (stats.running, stats.queued, stats.finished_requests) == (0, 0, 1)
+    assert stats.kv_blocks_in_use == 0
+
+
+def test_closing_releases_the_request(engine):
+    with engine.generate(PROMPT, greedy(16)) as generation:
+        next(generation)
+    assert list(generation) == []
+    with pytest.raises(pulseinfer.NotFoundError, match=f"no request {generation.id}"):
+        generation.stats()
+    assert engine.stats().running == 0
+
+
+def test_request_stats(model, engine):
+    generation = engine.generate(PROMPT, greedy())
+    generation.text()
+    stats = generation.stats()
+    assert (stats.state, stats.finish_reason) == (pulseinfer.RequestState.FINISHED,
+                                                  FinishReason.MAX_TOKENS)
+    assert (stats.prompt_tokens, stats.generated_tokens) == (len(model.tokenize(PROMPT)), 8)
+    assert stats.error == pulseinfer.capi.PULSE_OK
+    assert 0 < stats.ttft_ms <= stats.total_ms and stats.tpot_ms > 0
+
+
+def test_engine_stats_and_stepping(model, engine):
+    generations = [engine.generate(PROMPT, greedy()), engine.generate(PROMPT, greedy())]
+    report = engine.step()
+    assert (report.scheduled, report.decode_tokens, report.pending) == (2, 0, 2)
+    assert report.prefill_tokens == 2 * len(model.tokenize(PROMPT))
+    engine.run()
+    stats = engine.stats()
+    assert (stats.generated_tokens, stats.finished_requests, stats.running) == (16, 2, 0)
+    assert stats.prefill_tokens == report.prefill_tokens and stats.steps >= 8
+    assert stats.kv_blocks > 0 and stats.kv_blocks_in_use == 0
+    assert generations[0].token_ids() == generations[1].token_ids()
+
+
+def test_invalid_requests_raise(model, engine):
+    with pytest.raises(pulseinfer.InvalidArgumentError, match="temperature must be"):
+        engine.generate(PROMPT, SamplingParams(temperature=-1))
+    with pytest.raises(pulseinfer.InvalidArgumentError, match="the prompt is empty"):
+        engine.generate([])
+    with pytest.raises(pulseinfer.InvalidArgumentError):
+        engine.generate([model.info.vocab_size])
+    with pytest.raises(TypeError):
+        engine.generate(PROMPT, SamplingParams(max_tokens="8"))
+    with pytest.raises(TypeError):
+        engine.generate(PROMPT, greedy(stop_strings="."))
+
+
+def test_a_request_that_can_never_fit_raises_out_of_memory(model):
+    params = pulseinfer.EngineParams(block_tokens=16, kv_capacity_tokens=64)
+    with pulseinfer.Engine(model, params) as engine:
+        with pytest.raises(pulseinfer.OutOfMemoryError, match="more than the whole cache"):
+            engine.generate(PROMPT, greedy(200))
+
+
+def test_random_weights_generate_ids_without_text(tiny_model):
+    with pulseinfer.Engine(tiny_model) as engine:
+        generation = engine.generate([5, 6, 7], greedy(4, ignore_eos=True))
+        tokens = list(generation)
+        assert len(tokens) == 4 and all(token.text == "" for token in tokens)
+        assert generation.text() == ""
+        with pytest.raises(pulseinfer.UnsupportedError, match="no tokenizer"):
+            engine.generate("text")
+        with pytest.raises(pulseinfer.FailedPreconditionError, match="stop strings"):
+            engine.generate([5], greedy(stop_strings=["x"]))
+
+
+def test_closed_engine_ends_its_generations(engine):
+    generation = engine.generate(PROMPT, greedy())
+    next(generation)
+    engine.close()
+    with pytest.raises(ValueError, match="engine is closed"):
+        next(generation)
+    generation.close()  # the engine freed the request: nothing to do
+    with pytest.raises(ValueError, match="engine is closed"):
+        engine.generate(PROMPT)

@@ -1,0 +1,65 @@
+//! How an engine schedules and how large its KV cache is: `pulse_engine_params`.
+
+use std::mem;
+
+use pulseinfer_sys as sys;
+
+/// Parameters of [`Engine::new`](crate::Engine::new); the defaults are the library's
+/// (`pulse_engine_params_init`).
+#[derive(Clone, Copy, Debug)]
+pub struct EngineParams {
+    raw: sys::pulse_engine_params,
+}
+
+impl Default for EngineParams {
+    fn default() -> Self {
+        let mut raw = sys::pulse_engine_params::default();
+        // SAFETY: raw is a valid struct of the size passed.
+        let status = unsafe { sys::pulse_engine_params_init(&mut raw, mem::size_of_val(&raw)) };
+        assert_eq!(status, sys::PULSE_OK, "pulse_engine_params_init refused its own struct");
+        EngineParams { raw }
+    }
+}
+
+impl EngineParams {
+    /// Sequences in one step (default 16).
+    pub fn max_batch(mut self, sequences: i32) -> Self {
+        self.raw.max_batch = sequences;
+        self
+    }
+
+    /// Prompt tokens of one request in one step (default 256).
+    pub fn prefill_chunk(mut self, tokens: i32) -> Self {
+        self.raw.prefill_chunk = tokens;
+        self
+    }
+
+    /// Tokens, prefill plus decode, in one step (default 512).
+    pub fn max_step_tokens(mut self, tokens: i32) -> Self {
+        self.raw.max_step_tokens = tokens;
+        self
+    }
+
+    /// Tokens of one KV block (default 32).
+    pub fn block_tokens(mut self, tokens: i32) -> Self {
+        self.raw.block_tokens = tokens;
+        self
+    }
+
+    /// Prompt plus generated tokens of a request; 0 (the default) is the model's context.
+    pub fn max_context(mut self, tokens: i32) -> Self {
+        self.raw.max_context = tokens;
+        self
+    }
+
+    /// The KV cache's size in tokens; 0 (the default): 8 full contexts, capped by the backend's
+    /// memory (pulseinfer.h says how).
+    pub fn kv_capacity_tokens(mut self, tokens: i64) -> Self {
+        self.raw.kv_capacity_tokens = tokens;
+        self
+    }
+
+    pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
+        &self.raw
+    }
+}

@@ -1,0 +1,169 @@
+//! Figures of a request (`pulse_request_stats`) and of an engine (`pulse_engine_stats`).
+
+use std::ffi::CStr;
+use std::fmt;
+use std::time::Duration;
+
+use pulseinfer_sys as sys;
+
+/// Where a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestState {
+    /// Waiting for a batch slot or KV capacity (a wait, not an error).
+    Queued,
+    /// In the batch: prefilling or decoding.
+    Running,
+    /// Done; see its finish reason.
+    Finished,
+    /// A state this binding does not know (from a newer library).
+    Unknown(i32),
+}
+
+impl RequestState {
+    fn from_raw(state: sys::pulse_request_state) -> Self {
+        match state as sys::pulse_request_state_code {
+            sys::PULSE_REQUEST_QUEUED => RequestState::Queued,
+            sys::PULSE_REQUEST_RUNNING => RequestState::Running,
+            sys::PULSE_REQUEST_FINISHED => RequestState::Finished,
+            _ => RequestState::Unknown(state),
+        }
+    }
+}
+
+/// Why a request finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FinishReason {
+    /// Generated max_tokens.
+    MaxTokens,
+    /// Sampled a stop or end-of-sequence token (it is in the output).
+    StopToken,
+    /// Reached the engine's max_context.
+    Context,
+    /// Cancelled.
+    Cancelled,
+    /// Can never fit the KV cache.
+    Capacity,
+    /// Failed (the generation's iterator gave the error).
+    Error,
+    /// Its text reached a stop string (which is not in the text).
+    StopString,
+    /// A reason this binding does not know (from a newer library).
+    Unknown(i32),
+}
+
+impl FinishReason {
+    /// None while the request is not finished.
+    pub(crate) fn from_raw(reason: sys::pulse_finish_reason) -> Option<Self> {
+        Some(match reason as sys::pulse_finish_reason_code {
+            sys::PULSE_FINISH_NONE => return None,
+            sys::PULSE_FINISH_MAX_TOKENS => FinishReason::MaxTokens,
+            sys::PULSE_FINISH_STOP_TOKEN => FinishReason::StopToken,
+            sys::PULSE_FINISH_CONTEXT => FinishReason::Context,
+            sys::PULSE_FINISH_CANCELLED => FinishReason::Cancelled,
+            sys::PULSE_FINISH_CAPACITY => FinishReason::Capacity,
+            sys::PULSE_FINISH_ERROR => FinishReason::Error,
+            sys::PULSE_FINISH_STOP_STRING => FinishReason::StopString,
+            _ => FinishReason::Unknown(reason),
+        })
+    }
+
+    fn to_raw(self) -> sys::pulse_finish_reason {
+        (match self {
+            FinishReason::MaxTokens => sys::PULSE_FINISH_MAX_TOKENS,
+            FinishReason::StopToken => sys::PULSE_FINISH_STOP_TOKEN,
+            FinishReason::Context => sys::PULSE_FINISH_CONTEXT,
+            FinishReason::Cancelled => sys::PULSE_FINISH_CANCELLED,
+            FinishReason::Capacity => sys::PULSE_FINISH_CAPACITY,
+            FinishReason::Error => sys::PULSE_FINISH_ERROR,
+            FinishReason::StopString => sys::PULSE_FINISH_STOP_STRING,
+            FinishReason::Unknown(reason) => return reason,
+        }) as sys::pulse_finish_reason
+    }
+}
+
+impl fmt::Display for FinishReason {
+    /// The library's name: "max_tokens", "stop_token"...
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // SAFETY: pulse_finish_reason_string returns a static string, never NULL, for any code.
+        let name = unsafe { CStr::from_ptr(sys::pulse_finish_reason_string(self.to_raw())) };
+        f.write_str(&name.to_string_lossy())
+    }
+}
+
+/// A request's figures, from [`Generation::stats`](crate::Generation::stats).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct RequestStats {
+    pub state: RequestState,
+    /// None until it finishes.
+    pub finish_reason: Option<FinishReason>,
+    pub prompt_tokens: i32,
+    pub generated_tokens: i32,
+    /// Submit to the first step that scheduled it.
+    pub queue_time: Duration,
+    /// Submit to the first generated token.
+    pub time_to_first_token: Duration,
+    /// The mean time between generated tokens after the first.
+    pub time_per_output_token: Duration,
+    /// Submit to finish (or to now).
+    pub total_time: Duration,
+}
+
+impl RequestStats {
+    pub(crate) fn from_raw(stats: &sys::pulse_request_stats) -> Self {
+        let millis = |ms: f64| Duration::from_secs_f64(ms.max(0.0) / 1e3);
+        RequestStats {
+            state: RequestState::from_raw(stats.state),
+            finish_reason: FinishReason::from_raw(stats.finish_reason),
+            prompt_tokens: stats.prompt_tokens,
+            generated_tokens: stats.generated_tokens,
+            queue_time: millis(stats.queue_ms),
+            time_to_first_token: millis(stats.ttft_ms),
+            time_per_output_token: millis(stats.tpot_ms),
+            total_time: millis(stats.total_ms),
+        }
+    }
+}
+
+/// An engine's totals since it was created, and its state now, from
+/// [`Engine::stats`](crate::Engine::stats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineStats {
+    /// Steps that ran a forward pass.
+    pub steps: i64,
+    /// Prompt tokens computed.
+    pub prefill_tokens: i64,
+    /// Generated tokens fed back into the model.
+    pub decode_tokens: i64,
+    /// Tokens sampled.
+    pub generated_tokens: i64,
+    /// Requests that finished, for any reason.
+    pub finished_requests: i64,
+    /// Requests waiting now.
+    pub queued: i32,
+    /// Requests in the batch now.
+    pub running: i32,
+    /// Blocks of the KV cache.
+    pub kv_blocks: i32,
+    /// Blocks allocated or reserved by running requests.
+    pub kv_blocks_in_use: i32,
+}
+
+impl EngineStats {
+    pub(crate) fn from_raw(stats: &sys::pulse_engine_stats) -> Self {
+        EngineStats {
+            steps: stats.steps,
+            prefill_tokens: stats.prefill_tokens,
+            decode_tokens: stats.decode_tokens,
+            generated_tokens: stats.generated_tokens,
+            finished_requests: stats.finished_requests,
+            queued: stats.queued,
+            running: stats.running,
+            kv_blocks: stats.kv_blocks,
+            kv_blocks_in_use: stats.kv_blocks_in_use,
+        }
+    }
+}

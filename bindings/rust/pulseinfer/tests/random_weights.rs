@@ -1,0 +1,120 @@
+//! A tiny Llama with seeded random weights and no tokenizer: token prompts work, text does not.
+
+use std::sync::OnceLock;
+
+use pulseinfer::{
+    ChatMessage, DetokenizeFlags, Engine, EngineParams, Error, FinishReason, Model, ModelParams,
+    SamplingParams, TokenizeFlags,
+};
+
+const CONFIG: &str = r#"{
+  "architectures": ["LlamaForCausalLM"],
+  "model_type": "llama",
+  "hidden_size": 64,
+  "intermediate_size": 160,
+  "num_hidden_layers": 2,
+  "num_attention_heads": 4,
+  "num_key_value_heads": 2,
+  "head_dim": 16,
+  "vocab_size": 300,
+  "max_position_embeddings": 256,
+  "rms_norm_eps": 1e-5,
+  "rope_theta": 10000.0,
+  "tie_word_embeddings": false,
+  "hidden_act": "silu",
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "torch_dtype": "float32"
+}"#;
+
+fn config_path() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = format!("{}/tiny-llama-config.json", env!("CARGO_TARGET_TMPDIR"));
+        std::fs::write(&path, CONFIG).expect("the config is written");
+        path
+    })
+}
+
+fn load(seed: u64) -> Model {
+    let params = ModelParams::default().random_weights(seed).threads(1).backend("cpu");
+    Model::load(config_path(), &params).expect("the random model loads")
+}
+
+fn generate(model: &Model, sampling: &SamplingParams) -> Vec<i32> {
+    let engine = Engine::new(model, &EngineParams::default()).unwrap();
+    let generation = engine.submit(&[1, 17, 42, 99], sampling).unwrap();
+    generation
+        .map(|token| {
+            let token = token.unwrap();
+            assert_eq!(token.text, "", "a model without a tokenizer has no text");
+            token.id
+        })
+        .collect()
+}
+
+#[test]
+fn random_weights_load_at_the_config_shapes() {
+    let info = load(7).info().unwrap();
+    assert_eq!(info.format, "random");
+    assert_eq!(info.backend, "cpu");
+    assert_eq!((info.num_layers, info.hidden_size, info.vocab_size), (2, 64, 300));
+    assert_eq!((info.tokenizer, info.chat_template), (None, None));
+}
+
+#[test]
+fn model_params_reach_the_library() {
+    let f32 = ModelParams::default().random_weights(7).weight_type("f32").backend("cpu");
+    assert_eq!(Model::load(config_path(), &f32).unwrap().info().unwrap().weight_type, "f32");
+    let tiny = ModelParams::default().random_weights(7).memory_limit_bytes(1024);
+    let error = Model::load(config_path(), &tiny).unwrap_err();
+    assert!(matches!(error, Error::OutOfMemory(_)), "{error:?}");
+}
+
+#[test]
+fn engine_params_reach_the_library() {
+    let params = EngineParams::default()
+        .max_batch(2)
+        .prefill_chunk(2)
+        .max_step_tokens(4)
+        .block_tokens(16)
+        .max_context(64)
+        .kv_capacity_tokens(256);
+    let engine = Engine::new(&load(7), &params).unwrap();
+    assert_eq!(engine.stats().unwrap().kv_blocks, 256 / 16);
+    let sampling = SamplingParams::default().max_tokens(100).ignore_eos(true);
+    let mut generation = engine.submit(&[1, 17, 42, 99, 5], &sampling).unwrap();
+    // A 5-token prompt in chunks of 2, then generated tokens up to the 64-token context.
+    assert_eq!(generation.by_ref().count(), 64 - 5);
+    assert_eq!(generation.stats().unwrap().finish_reason, Some(FinishReason::Context));
+    let stats = engine.stats().unwrap();
+    assert_eq!(stats.prefill_tokens, 5);
+    assert_eq!(stats.steps, 3 + 64 - 5 - 1);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_tokens() {
+    let greedy = SamplingParams::default().temperature(0.0).max_tokens(8).ignore_eos(true);
+    let first = generate(&load(7), &greedy);
+    assert_eq!(first.len(), 8);
+    assert!(first.iter().all(|&id| (0..300).contains(&id)));
+    assert_eq!(generate(&load(7), &greedy), first);
+}
+
+#[test]
+fn text_needs_a_tokenizer() {
+    let model = load(7);
+    let unsupported = |error: Error| matches!(error, Error::Unsupported(_));
+    assert!(unsupported(model.tokenize("hi", TokenizeFlags::DEFAULT).unwrap_err()));
+    assert!(unsupported(model.detokenize(&[5], DetokenizeFlags::empty()).unwrap_err()));
+    let chat = model.apply_chat_template(&[ChatMessage::user("hi")], true).unwrap_err();
+    assert!(matches!(chat, Error::NotFound(_)), "{chat:?}");
+
+    let engine = Engine::new(&model, &EngineParams::default()).unwrap();
+    let sampling = SamplingParams::default().max_tokens(4);
+    let text = engine.submit_text("hi", TokenizeFlags::DEFAULT, &sampling).unwrap_err();
+    assert!(unsupported(text));
+    let stop = engine.submit(&[1, 2, 3], &sampling.stop_strings(["."])).unwrap_err();
+    assert!(matches!(stop, Error::FailedPrecondition(_)), "{stop:?}");
+    assert!(!stop.message().is_empty());
+}

@@ -1,0 +1,335 @@
+// pulseinfer-bench: decode and prefill throughput through the public C ABI, as JSON Lines.
+//
+//   pulseinfer-bench --model PATH [--random-weights] [--backend auto|cpu|cuda]
+//       [--decode 1x4096,8x16384] [--decode-steps N] [--prefill CONTEXT]
+//       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
+//       [--device NAME] [--commit SHA] [--out FILE.jsonl]
+//
+// Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
+// then generate --decode-steps tokens each (greedy, end of sequence ignored); every engine step
+// in which all BATCH requests decode is timed on the host clock (the step returns once the
+// sampled tokens are on the host). TPOT is the median (p50) and 99th percentile of those steps
+// after two warm-up steps. The HBM floor is the bytes a dense decode step must read: every weight
+// but the embedding table (only BATCH rows of it are read) plus the KV cache of every request,
+// over --hbm-gb-s.
+// Prefill: one random CONTEXT-token prompt, submit to first token; FLOPs are the GEMMs' 2 * m * n
+// * k of every layer plus causal attention (QK^T and PV over the keys each position sees).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pulseinfer/pulseinfer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  int32_t batch = 0;
+  int32_t context = 0;
+};
+
+struct Args {
+  std::string model;
+  bool random_weights = false;
+  std::string backend = "auto";
+  std::vector<Shape> decode;
+  int32_t decode_steps = 32;
+  int32_t prefill_context = 0;
+  int32_t prefill_chunk = 8192;
+  double hbm_gb_s = 4250.0;
+  double peak_tflops = 790.0;
+  std::string device = "unknown";
+  std::string commit = "unknown";
+  std::string out;
+  std::string command;
+};
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "pulseinfer-bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void Check(pulse_status status, const char* what) {
+  if (status != PULSE_OK) Fail(std::string(what) + ": " + pulse_last_error());
+}
+
+std::vector<Shape> ParseShapes(const std::string& text) {
+  std::vector<Shape> shapes;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(begin, end - begin);
+    Shape shape;
+    if (std::sscanf(item.c_str(), "%dx%d", &shape.batch, &shape.context) != 2 || shape.batch < 1 ||
+        shape.context < 1) {
+      Fail("--decode expects BATCHxCONTEXT[,...], got '" + item + "'");
+    }
+    shapes.push_back(shape);
+    begin = end + 1;
+  }
+  return shapes;
+}
+
+Args ParseArgs(int argc, char** argv) {
+  Args args;
+  for (int i = 0; i < argc; ++i) args.command += (i == 0 ? "" : " ") + std::string(argv[i]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--random-weights") {
+      args.random_weights = true;
+      continue;
+    }
+    if (i + 1 >= argc) Fail(flag + " needs a value");
+    const std::string value = argv[++i];
+    if (flag == "--model") {
+      args.model = value;
+    } else if (flag == "--backend") {
+      args.backend = value;
+    } else if (flag == "--decode") {
+      args.decode = ParseShapes(value);
+    } else if (flag == "--decode-steps") {
+      args.decode_steps = std::atoi(value.c_str());
+    } else if (flag == "--prefill") {
+      args.prefill_context = std::atoi(value.c_str());
+    } else if (flag == "--prefill-chunk") {
+      args.prefill_chunk = std::atoi(value.c_str());
+    } else if (flag == "--hbm-gb-s") {
+      args.hbm_gb_s = std::atof(value.c_str());
+    } else if (flag == "--peak-tflops") {
+      args.peak_tflops = std::atof(value.c_str());
+    } else if (flag == "--device") {
+      args.device = value;
+    } else if (flag == "--commit") {
+      args.commit = value;
+    } else if (flag == "--out") {
+      args.out = value;
+    } else {
+      Fail("unknown flag " + flag);
+    }
+  }
+  if (args.model.empty()) Fail("--model is required");
+  if (args.decode_steps < 4 || args.prefill_chunk < 1)
+    Fail("bad --decode-steps or --prefill-chunk");
+  return args;
+}
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+class Records {
+ public:
+  explicit Records(const Args& args) : args_(args) {
+    if (!args.out.empty()) {
+      file_ = std::fopen(args.out.c_str(), "a");
+      if (file_ == nullptr) Fail("cannot open " + args.out);
+    }
+  }
+  ~Records() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  // `fields`: the record's own fields, already JSON ("\"batch\": 8, ...").
+  void Write(const std::string& bench, const std::string& fields) {
+    const std::string line = "{\"bench\": " + JsonString(bench) +
+                             ", \"device\": " + JsonString(args_.device) +
+                             ", \"commit\": " + JsonString(args_.commit) +
+                             ", \"command\": " + JsonString(args_.command) + ", " + fields + "}";
+    std::printf("%s\n", line.c_str());
+    if (file_ != nullptr) std::fprintf(file_, "%s\n", line.c_str());
+  }
+
+ private:
+  const Args& args_;
+  FILE* file_ = nullptr;
+};
+
+std::string Number(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.6g", value);
+  return buffer;
+}
+
+struct ModelFacts {
+  pulse_model_info info{};
+  double weight_bytes_read = 0;  // a decode step: every weight but the embedding table
+  double kv_bytes_per_token = 0;
+  double gemm_params = 0;  // multiply-adds per token of the layers' GEMMs
+  std::string name;
+};
+
+ModelFacts Describe(pulse_model* model, const std::string& path) {
+  ModelFacts facts;
+  facts.info.struct_size = sizeof(facts.info);
+  Check(pulse_model_info_get(model, &facts.info), "pulse_model_info_get");
+  const pulse_model_info& info = facts.info;
+  const double element_bytes = std::strcmp(info.weight_type, "f32") == 0 ? 4.0 : 2.0;
+  const double embedding = static_cast<double>(info.vocab_size) * info.hidden_size;
+  const double read = info.tie_word_embeddings ? double(info.parameter_count)
+                                               : double(info.parameter_count) - embedding;
+  facts.weight_bytes_read = read * element_bytes;
+  // The CUDA backend caches bf16 keys and values, the CPU backend fp32.
+  const double kv_element = std::strcmp(info.backend, "cuda") == 0 ? 2.0 : 4.0;
+  facts.kv_bytes_per_token = 2.0 * info.num_layers * info.num_kv_heads * info.head_dim * kv_element;
+  const double q = static_cast<double>(info.num_heads) * info.head_dim;
+  const double kv = static_cast<double>(info.num_kv_heads) * info.head_dim;
+  const double h = info.hidden_size;
+  const double inter = info.intermediate_size;
+  facts.gemm_params = info.num_layers * (h * (q + 2 * kv) + q * h + 3 * h * inter);
+  facts.name = path.substr(path.find_last_of('/') + 1);
+  return facts;
+}
+
+std::vector<int32_t> RandomPrompt(int32_t length, int32_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+  std::vector<int32_t> prompt(length);
+  for (int32_t& id : prompt) id = token(rng);
+  return prompt;
+}
+
+pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, int32_t extra,
+                           int32_t chunk) {
+  pulse_engine_params params;
+  Check(pulse_engine_params_init(&params, sizeof(params)), "pulse_engine_params_init");
+  params.max_batch = batch;
+  params.prefill_chunk = chunk;
+  params.max_step_tokens = std::max(chunk, batch);
+  params.max_context = context + extra;
+  // Whole blocks for every request: admission reserves each request's blocks.
+  const int64_t blocks = (context + extra + params.block_tokens - 1) / params.block_tokens;
+  params.kv_capacity_tokens = int64_t{batch} * blocks * params.block_tokens;
+  pulse_engine* engine = nullptr;
+  Check(pulse_engine_create(model, &params, &engine), "pulse_engine_create");
+  return engine;
+}
+
+pulse_sampling_params Greedy(int32_t max_tokens) {
+  pulse_sampling_params sampling;
+  Check(pulse_sampling_params_init(&sampling, sizeof(sampling)), "pulse_sampling_params_init");
+  sampling.temperature = 0.0f;
+  sampling.max_tokens = max_tokens;
+  sampling.ignore_eos = 1;
+  return sampling;
+}
+
+double Percentile(std::vector<double> values, double fraction) {
+  std::sort(values.begin(), values.end());
+  const size_t index = static_cast<size_t>(fraction * (values.size() - 1) + 0.5);
+  return values[std::min(index, values.size() - 1)];
+}
+
+void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, Shape shape,
+                 Records& records) {
+  pulse_engine* engine =
+      CreateEngine(model, shape.batch, shape.context, args.decode_steps + 1, args.prefill_chunk);
+  const pulse_sampling_params sampling = Greedy(args.decode_steps + 1);
+  for (int32_t r = 0; r < shape.batch; ++r) {
+    const std::vector<int32_t> prompt = RandomPrompt(shape.context, facts.info.vocab_size, r + 1);
+    uint64_t id = 0;
+    Check(pulse_request_submit(engine, prompt.data(), prompt.size(), &sampling, nullptr, nullptr,
+                               &id),
+          "pulse_request_submit");
+  }
+  std::vector<double> decode_ms;
+  while (true) {
+    pulse_step_report report;
+    report.struct_size = sizeof(report);
+    const Clock::time_point start = Clock::now();
+    Check(pulse_engine_step(engine, &report), "pulse_engine_step");
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (report.prefill_tokens == 0 && report.decode_tokens == shape.batch) decode_ms.push_back(ms);
+    if (report.pending == 0) break;
+  }
+  pulse_engine_free(engine);
+  if (decode_ms.size() < 4) Fail("too few decode steps were timed");
+  decode_ms.erase(decode_ms.begin(), decode_ms.begin() + 2);  // warm-up
+  const double p50 = Percentile(decode_ms, 0.5);
+  const double p99 = Percentile(decode_ms, 0.99);
+  const double kv_read = facts.kv_bytes_per_token * shape.batch * (shape.context + 1.0);
+  const double floor_ms = (facts.weight_bytes_read + kv_read) / (args.hbm_gb_s * 1e9) * 1e3;
+  const double kv_gib = facts.kv_bytes_per_token * shape.batch *
+                        (shape.context + args.decode_steps + 1.0) / (1u << 30);
+  records.Write(
+      "decode",
+      "\"mode\": \"dense\", \"model\": " + JsonString(facts.name) + ", \"backend\": " +
+          JsonString(facts.info.backend) + ", \"batch\": " + std::to_string(shape.batch) +
+          ", \"context\": " + std::to_string(shape.context) +
+          ", \"budget\": null, \"gpu_kv_cap_gib\": " + Number(kv_gib) +
+          ", \"tpot_ms_p50\": " + Number(p50) + ", \"tpot_ms_p99\": " + Number(p99) +
+          ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) +
+          ", \"recall_bytes_per_step\": 0, \"pcie_gb_s\": null, \"cache_hit_rate\": null" +
+          ", \"weight_bytes_read\": " + Number(facts.weight_bytes_read) +
+          ", \"kv_bytes_read\": " + Number(kv_read) + ", \"hbm_gb_s\": " + Number(args.hbm_gb_s) +
+          ", \"hbm_floor_ms\": " + Number(floor_ms) + ", \"roofline_fraction\": " +
+          Number(floor_ms / p50) + ", \"steps_timed\": " + std::to_string(decode_ms.size()));
+}
+
+void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args, Records& records) {
+  const int32_t context = args.prefill_context;
+  pulse_engine* engine = CreateEngine(model, 1, context, 1, args.prefill_chunk);
+  const pulse_sampling_params sampling = Greedy(1);
+  const std::vector<int32_t> prompt = RandomPrompt(context, facts.info.vocab_size, 7);
+  // A short request first, so that one-time costs (cuBLASLt plans, first launches) are paid.
+  const std::vector<int32_t> warm(std::min(context, args.prefill_chunk), 1);
+  uint64_t id = 0;
+  Check(pulse_request_submit(engine, warm.data(), warm.size(), &sampling, nullptr, nullptr, &id),
+        "pulse_request_submit");
+  Check(pulse_engine_run(engine), "pulse_engine_run");
+  const Clock::time_point start = Clock::now();
+  Check(
+      pulse_request_submit(engine, prompt.data(), prompt.size(), &sampling, nullptr, nullptr, &id),
+      "pulse_request_submit");
+  Check(pulse_engine_run(engine), "pulse_engine_run");
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  pulse_engine_free(engine);
+  const pulse_model_info& info = facts.info;
+  const double gemm_flops = 2.0 * facts.gemm_params * context;
+  const double attention_flops = 4.0 * info.num_layers * info.num_heads * info.head_dim *
+                                 (double(context) * (context + 1) / 2);
+  const double tflops = (gemm_flops + attention_flops) / seconds / 1e12;
+  records.Write(
+      "prefill",
+      "\"model\": " + JsonString(facts.name) + ", \"backend\": " + JsonString(info.backend) +
+          ", \"context\": " + std::to_string(context) +
+          ", \"chunk\": " + std::to_string(args.prefill_chunk) +
+          ", \"seconds\": " + Number(seconds) + ", \"gemm_tflop\": " + Number(gemm_flops / 1e12) +
+          ", \"attention_tflop\": " + Number(attention_flops / 1e12) +
+          ", \"tflops\": " + Number(tflops) + ", \"peak_tflops\": " + Number(args.peak_tflops) +
+          ", \"peak_fraction\": " + Number(tflops / args.peak_tflops));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = ParseArgs(argc, argv);
+  pulse_model_params params;
+  Check(pulse_model_params_init(&params, sizeof(params)), "pulse_model_params_init");
+  params.backend = args.backend.c_str();
+  params.random_weights = args.random_weights ? 1 : 0;
+  pulse_model* model = nullptr;
+  const Clock::time_point load_start = Clock::now();
+  Check(pulse_model_load(args.model.c_str(), &params, &model), "pulse_model_load");
+  std::fprintf(stderr, "pulseinfer-bench: model loaded in %.1f s\n",
+               std::chrono::duration<double>(Clock::now() - load_start).count());
+  const ModelFacts facts = Describe(model, args.model);
+  std::fflush(stderr);
+  Records records(args);
+  for (const Shape shape : args.decode) BenchDecode(model, facts, args, shape, records);
+  if (args.prefill_context > 0) BenchPrefill(model, facts, args, records);
+  pulse_model_free(model);
+  return 0;
+}

@@ -1,0 +1,29 @@
+"""Prints the records of pulseinfer-bench and hf_decode.py JSON Lines files as tables."""
+import json
+import sys
+
+
+def main() -> None:
+    records = [json.loads(line) for path in sys.argv[1:] for line in open(path) if line.strip()]
+    decode = [r for r in records if r["bench"] in ("decode", "peer")]
+    if decode:
+        print(f"{'mode':<22} {'batch x context':>16} {'TPOT p50 ms':>12} {'p99 ms':>8} "
+              f"{'tok/s':>9} {'floor ms':>9} {'of floor':>9}")
+        for r in decode:
+            shape = f"{r['batch']} x {r['context']}"
+            if "error" in r:
+                print(f"{r['mode']:<22} {shape:>16} {r['error'][:40]}")
+                continue
+            floor = r.get("hbm_floor_ms")
+            floor_text = "" if floor is None else f"{floor:.2f}"
+            fraction = "" if floor is None else f"{r['roofline_fraction']:.0%}"
+            print(f"{r['mode']:<22} {shape:>16} {r['tpot_ms_p50']:>12.2f} {r['tpot_ms_p99']:>8.2f} "
+                  f"{r['decode_tok_s']:>9.1f} {floor_text:>9} {fraction:>9}")
+    for r in records:
+        if r["bench"] == "prefill":
+            print(f"prefill {r['context']} tokens (chunks of {r['chunk']}): {r['seconds']:.2f} s, "
+                  f"{r['tflops']:.0f} TFLOP/s = {r['peak_fraction']:.0%} of {r['peak_tflops']:.0f}")
+
+
+if __name__ == "__main__":
+    main()
