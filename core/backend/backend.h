@@ -18,6 +18,7 @@
 
 #include "core/backend/dtype.h"
 #include "core/backend/paged_kv.h"
+#include "core/backend/sampling.h"
 #include "core/base/status.h"
 
 namespace pulse {
@@ -136,6 +137,12 @@ class Backend {
   // out[i] = x row rows[i] (cols values each, both act), for i < count.
   virtual void GatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
                           void* out) = 0;
+  // tokens[r] = the token drawn from row r of logits [rows][vocab] with params[r], as
+  // core/backend/sampling.h says (the same token on every backend), or -1 when the row cannot be
+  // sampled. `history` holds the rows' distinct penalised ids (see TokenSampling).
+  virtual void SampleTokens(const float* logits, int64_t rows, int64_t vocab,
+                            const TokenSampling* params, const int32_t* history,
+                            int32_t* tokens) = 0;
 
  protected:
   friend class DeviceBuffer;

@@ -75,6 +75,10 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
   PULSE_ASSIGN_OR_RETURN(scratch.gathered, AllocateArray(backend, logit_rows * hidden, act));
   PULSE_ASSIGN_OR_RETURN(scratch.logits,
                          AllocateArray(backend, logit_rows * config.vocab_size, f32));
+  PULSE_ASSIGN_OR_RETURN(scratch.sampling,
+                         backend.Allocate(static_cast<size_t>(logit_rows) * sizeof(TokenSampling)));
+  PULSE_ASSIGN_OR_RETURN(scratch.tokens,
+                         backend.Allocate(static_cast<size_t>(logit_rows) * sizeof(int32_t)));
   return ModelRunner(std::move(model), std::move(cache), options, std::move(scratch));
 }
 
@@ -95,12 +99,27 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
 
 absl::Status ModelRunner::Forward(const StepBatch& batch, std::span<float> logits) {
   PULSE_RETURN_IF_ERROR(Prepare(batch));
+  RunLayers();
+  Logits();
+  return CopyLogits(logits);
+}
+
+absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
+                                           std::span<const TokenSampling> sampling,
+                                           std::span<const int32_t> penalised_ids,
+                                           std::span<int32_t> tokens) {
+  PULSE_RETURN_IF_ERROR(Prepare(batch));
+  RunLayers();
+  Logits();
+  return SampleLogits(sampling, penalised_ids, tokens);
+}
+
+void ModelRunner::RunLayers() {
   for (int32_t layer = 0; layer < model_->config().num_layers; ++layer) {
     PreAttention(layer);
     Attention(layer);
     PostAttention(layer);
   }
-  return Logits(logits);
 }
 
 absl::Status ModelRunner::Check(const StepBatch& batch) const {
@@ -258,13 +277,9 @@ void ModelRunner::PostAttention(int32_t layer) {
   backend.Gemm(act, rows, w.down.view(), nullptr, delta);
 }
 
-absl::Status ModelRunner::Logits(std::span<float> logits) {
+void ModelRunner::Logits() {
   const int64_t rows = step_.num_logit_rows;
-  if (static_cast<int64_t>(logits.size()) != rows * vocab_) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("logits: %d values given for %d rows of %d", logits.size(), rows, vocab_));
-  }
-  if (rows == 0) return absl::OkStatus();
+  if (rows == 0) return;
   Backend& backend = model_->backend();
   const ModelWeights& weights = model_->weights();
   void* normed = scratch_.normed.data();
@@ -274,7 +289,47 @@ absl::Status ModelRunner::Logits(std::span<float> logits) {
   backend.GatherRows(normed, hidden_, step_.logit_rows, rows, scratch_.gathered.data());
   backend.Gemm(scratch_.gathered.data(), rows, weights.output(), nullptr,
                scratch_.logits.as<float>());
-  return backend.CopyToHost(logits.data(), scratch_.logits.data(), logits.size_bytes());
+}
+
+absl::Status ModelRunner::CopyLogits(std::span<float> logits) {
+  const int64_t rows = step_.num_logit_rows;
+  if (static_cast<int64_t>(logits.size()) != rows * vocab_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("logits: %d values given for %d rows of %d", logits.size(), rows, vocab_));
+  }
+  return model_->backend().CopyToHost(logits.data(), scratch_.logits.data(), logits.size_bytes());
+}
+
+absl::Status ModelRunner::SampleLogits(std::span<const TokenSampling> sampling,
+                                       std::span<const int32_t> penalised_ids,
+                                       std::span<int32_t> tokens) {
+  const int64_t rows = step_.num_logit_rows;
+  if (static_cast<int64_t>(sampling.size()) != rows ||
+      static_cast<int64_t>(tokens.size()) != rows) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling: %d parameters and %d tokens given for %d rows", sampling.size(),
+                        tokens.size(), rows));
+  }
+  for (const TokenSampling& row : sampling) {
+    if (row.history_offset < 0 || row.history_count < 0 ||
+        static_cast<size_t>(row.history_offset) + static_cast<size_t>(row.history_count) >
+            penalised_ids.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sampling: history [%d, +%d) outside the %d penalised ids",
+                          row.history_offset, row.history_count, penalised_ids.size()));
+    }
+  }
+  Backend& backend = model_->backend();
+  if (penalised_ids_.bytes() < penalised_ids.size_bytes() || penalised_ids_.empty()) {
+    PULSE_ASSIGN_OR_RETURN(penalised_ids_, backend.Allocate(std::max(penalised_ids.size_bytes(),
+                                                                     2 * penalised_ids_.bytes())));
+  }
+  backend.CopyToDevice(scratch_.sampling.data(), sampling.data(), sampling.size_bytes());
+  backend.CopyToDevice(penalised_ids_.data(), penalised_ids.data(), penalised_ids.size_bytes());
+  backend.SampleTokens(scratch_.logits.as<float>(), rows, vocab_,
+                       scratch_.sampling.as<TokenSampling>(), penalised_ids_.as<int32_t>(),
+                       scratch_.tokens.as<int32_t>());
+  return backend.CopyToHost(tokens.data(), scratch_.tokens.data(), tokens.size_bytes());
 }
 
 }  // namespace pulse

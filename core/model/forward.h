@@ -40,15 +40,24 @@ class ModelRunner {
   // Runs the whole step and writes the wanted rows' logits, [batch.num_logit_rows()][vocab], to
   // the host span `logits` (which must hold exactly that many values).
   absl::Status Forward(const StepBatch& batch, std::span<float> logits);
+  // Runs the whole step and draws one token per logit row on the backend (only the tokens come
+  // back to the host): tokens[r] from row r with sampling[r], whose history offsets point into
+  // penalised_ids, or -1 for a row that cannot be sampled (core/backend/sampling.h).
+  absl::Status ForwardAndSample(const StepBatch& batch, std::span<const TokenSampling> sampling,
+                                std::span<const int32_t> penalised_ids, std::span<int32_t> tokens);
 
   // The stages. Prepare checks the batch against the options, the cache and the vocabulary
   // (InvalidArgument naming what is wrong), uploads it and embeds its tokens; the layer stages
-  // then run in order for layer 0, 1, ..., and Logits last.
+  // then run in order for layer 0, 1, ..., then Logits computes the logit rows on the backend,
+  // and CopyLogits or SampleLogits ends the step.
   absl::Status Prepare(const StepBatch& batch);
   void PreAttention(int32_t layer);
   void Attention(int32_t layer);
   void PostAttention(int32_t layer);
-  absl::Status Logits(std::span<float> logits);
+  void Logits();
+  absl::Status CopyLogits(std::span<float> logits);
+  absl::Status SampleLogits(std::span<const TokenSampling> sampling,
+                            std::span<const int32_t> penalised_ids, std::span<int32_t> tokens);
 
  private:
   struct Scratch {
@@ -63,6 +72,8 @@ class ModelRunner {
     DeviceBuffer act;       // act [tokens][intermediate]
     DeviceBuffer gathered;  // act [logit rows][hidden]
     DeviceBuffer logits;    // [logit rows][vocab]
+    DeviceBuffer sampling;  // TokenSampling [logit rows]
+    DeviceBuffer tokens;    // int32 [logit rows]
   };
   // Where the current step's inputs sit in Scratch::inputs.
   struct StepInputs {
@@ -84,6 +95,7 @@ class ModelRunner {
               Scratch scratch);
   absl::Status Check(const StepBatch& batch) const;
   PagedKvBatch KvBatch(int32_t layer) const;
+  void RunLayers();
 
   std::shared_ptr<const Model> model_;
   KvCache cache_;
@@ -91,6 +103,7 @@ class ModelRunner {
   Scratch scratch_;
   StepInputs step_;
   std::vector<int32_t> staging_;  // the host side of Scratch::inputs
+  DeviceBuffer penalised_ids_;    // int32, grown to the longest list SampleLogits was given
   // Dimensions of the model, cached.
   int64_t hidden_ = 0;
   int64_t q_dim_ = 0;

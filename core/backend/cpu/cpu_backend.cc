@@ -12,6 +12,7 @@
 #include "core/backend/cpu/norm.h"
 #include "core/backend/cpu/pointwise.h"
 #include "core/backend/cpu/rope.h"
+#include "core/backend/cpu/sampling.h"
 #include "core/base/thread_pool.h"
 
 namespace pulse {
@@ -139,6 +140,18 @@ class CpuBackend final : public Backend {
   void GatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
                   void* out) override {
     cpu::GatherRows(static_cast<const float*>(x), cols, rows, count, static_cast<float*>(out));
+  }
+  void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
+                    const int32_t* history, int32_t* tokens) override {
+    pool_.ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
+      cpu::SampleScratch scratch;
+      for (int64_t r = begin; r < end; ++r) {
+        tokens[r] = cpu::SampleRow(
+            std::span<const float>(logits + r * vocab, vocab), params[r],
+            std::span<const int32_t>(history + params[r].history_offset, params[r].history_count),
+            scratch);
+      }
+    });
   }
 
  protected:

@@ -37,6 +37,7 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     gemm_.reset();
     attention_scratch_ = DeviceBuffer();
+    sampling_scratch_ = DeviceBuffer();
     gemm_workspace_ = DeviceBuffer();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -186,7 +187,7 @@ class CudaBackend final : public Backend {
     }
     const int32_t splits = cuda::DecodeAttentionSplits(kv, num_heads, sm_count_);
     const int64_t floats = cuda::DecodeAttentionScratchFloats(kv, num_heads, splits);
-    if (!GrowAttentionScratch(floats)) return;
+    if (!Grow(attention_scratch_, static_cast<size_t>(floats) * sizeof(float))) return;
     Record(cuda::LaunchDecodeAttention(q, q_stride, num_heads, kv, scale, splits,
                                        attention_scratch_.as<float>(), out, stream_),
            "Attention (decode)");
@@ -196,6 +197,16 @@ class CudaBackend final : public Backend {
                   void* out) override {
     absl::MutexLock lock(&mu_);
     Record(cuda::LaunchGatherRows(x, cols, rows, count, out, stream_), "GatherRows");
+  }
+
+  void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
+                    const int32_t* history, int32_t* tokens) override {
+    absl::MutexLock lock(&mu_);
+    const int64_t words = cuda::SampleTokensScratchWords(rows, vocab);
+    if (!Grow(sampling_scratch_, static_cast<size_t>(words) * sizeof(uint32_t))) return;
+    Record(cuda::LaunchSampleTokens(logits, rows, vocab, params, history,
+                                    sampling_scratch_.as<uint32_t>(), tokens, stream_),
+           "SampleTokens");
   }
 
  protected:
@@ -253,18 +264,17 @@ class CudaBackend final : public Backend {
     return false;
   }
 
-  // Makes the decode attention scratch hold `floats`; false (recorded) when it cannot.
-  bool GrowAttentionScratch(int64_t floats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-    if (attention_scratch_.bytes() >= bytes) return true;
-    // The old scratch may still be read by enqueued work: free it only after the stream drains.
-    Record(cudaStreamSynchronize(stream_), "Attention scratch");
-    absl::StatusOr<DeviceBuffer> grown = Allocate(std::max(bytes, 2 * attention_scratch_.bytes()));
+  // Makes `scratch` hold `bytes`; false (recorded) when it cannot.
+  bool Grow(DeviceBuffer& scratch, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (scratch.bytes() >= bytes) return true;
+    // The old scratch may still be used by enqueued work: free it only after the stream drains.
+    Record(cudaStreamSynchronize(stream_), "growing scratch memory");
+    absl::StatusOr<DeviceBuffer> grown = Allocate(std::max(bytes, 2 * scratch.bytes()));
     if (!grown.ok()) {
       if (error_.ok()) error_ = grown.status();
       return false;
     }
-    attention_scratch_ = *std::move(grown);
+    scratch = *std::move(grown);
     return true;
   }
 
@@ -286,6 +296,7 @@ class CudaBackend final : public Backend {
 
   absl::Mutex mu_;
   DeviceBuffer attention_scratch_ ABSL_GUARDED_BY(mu_);
+  DeviceBuffer sampling_scratch_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/backend/paged_kv.h"
+#include "core/backend/sampling.h"
 
 namespace pulse::cuda {
 
@@ -45,6 +46,13 @@ cudaError_t LaunchDecodeAttention(const float* q, int64_t q_stride, int32_t num_
 cudaError_t LaunchPrefillAttention(const float* q, int64_t q_stride, int32_t num_heads,
                                    const PagedKvBatch& kv, float scale, void* out,
                                    cudaStream_t stream);
+// tokens[r] = the token drawn from logits row r [vocab] as core/backend/sampling.h says (-1 when
+// the row cannot be sampled); scratch holds SampleTokensScratchWords words.
+int64_t SampleTokensScratchWords(int64_t rows, int64_t vocab);
+cudaError_t LaunchSampleTokens(const float* logits, int64_t rows, int64_t vocab,
+                               const TokenSampling* params, const int32_t* history,
+                               uint32_t* scratch, int32_t* tokens, cudaStream_t stream);
+
 // The head sizes the attention kernels are built for.
 bool AttentionSupportsHeadDim(int32_t head_dim);
 

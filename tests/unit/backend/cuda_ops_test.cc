@@ -226,6 +226,61 @@ TEST_F(CudaOpsTest, SwiGluAndGatherRowsMatchCpu) {
   EXPECT_EQ(DownloadBf16(gathered, expected_rows.size()), expected_rows);
 }
 
+TEST_F(CudaOpsTest, SampleTokensDrawsTheCpuTokens) {
+  for (const int64_t vocab : {1000, 49152, 128256}) {
+    // Rows that cover every filter alone and together, plus rows that cannot be sampled.
+    std::vector<TokenSampling> params = {
+        {.temperature = 0.0f},
+        {.temperature = 1.0f},
+        {.temperature = 0.7f, .top_p = 0.9f},
+        {.temperature = 1.3f, .top_k = 50},
+        {.temperature = 0.8f, .top_p = 0.5f, .min_p = 0.05f, .top_k = 400},
+        {.temperature = 1.0f, .min_p = 0.2f},
+        {.temperature = 1e-20f},
+        {.temperature = 0.0f, .repetition_penalty = 1.3f},
+        {.temperature = 0.9f, .top_p = 0.95f, .repetition_penalty = 1.2f},
+        {.temperature = 1.0f},  // a NaN logit
+        {.temperature = 0.0f},  // every logit -inf
+    };
+    const int64_t rows = static_cast<int64_t>(params.size());
+    std::vector<float> logits = RandomValues(rows * vocab, 61 + vocab, -8.0f, 8.0f);
+    logits[0 * vocab + 7] = logits[0 * vocab + 3] = 100.0f;  // a tie: the lower id wins
+    logits[9 * vocab + vocab / 2] = NAN;
+    std::fill(logits.begin() + 10 * vocab, logits.begin() + 11 * vocab, -INFINITY);
+    // A few masked tokens everywhere.
+    for (int64_t r = 0; r < rows - 1; ++r) logits[r * vocab + 11] = -INFINITY;
+    std::vector<int32_t> history;
+    for (size_t r = 0; r < params.size(); ++r) {
+      params[r].history_offset = static_cast<int32_t>(history.size());
+      if (params[r].repetition_penalty != 1.0f) {
+        for (int32_t id = 0; id < 300; id += 3) history.push_back(id);
+        history.push_back(static_cast<int32_t>(vocab) + 5);  // outside: ignored
+      }
+      params[r].history_count = static_cast<int32_t>(history.size()) - params[r].history_offset;
+    }
+    history.push_back(0);  // never empty
+    std::vector<int32_t> expected(rows);
+    std::mt19937_64 draws(vocab);
+    for (int trial = 0; trial < 20; ++trial) {
+      for (TokenSampling& p : params) p.uniform = static_cast<double>(draws() >> 11) * 0x1p-53;
+      cpu_->SampleTokens(logits.data(), rows, vocab, params.data(), history.data(),
+                         expected.data());
+      DeviceBuffer cuda_logits = UploadF32(logits);
+      DeviceBuffer cuda_params = Upload(params.data(), params.size() * sizeof(TokenSampling));
+      DeviceBuffer cuda_history = UploadInts(history);
+      DeviceBuffer tokens = UploadInts(std::vector<int32_t>(rows, -2));
+      cuda_->SampleTokens(cuda_logits.as<float>(), rows, vocab, cuda_params.as<TokenSampling>(),
+                          cuda_history.as<int32_t>(), tokens.as<int32_t>());
+      std::vector<int32_t> actual(rows);
+      ASSERT_TRUE(cuda_->CopyToHost(actual.data(), tokens.data(), rows * sizeof(int32_t)).ok());
+      EXPECT_EQ(actual, expected) << "vocab " << vocab << " trial " << trial;
+    }
+    EXPECT_EQ(expected[0], 3);
+    EXPECT_EQ(expected[9], -1);
+    EXPECT_EQ(expected[10], -1);
+  }
+}
+
 // A batch of sequences over a shuffled paged cache: each sequence's kv_len tokens, of which the
 // last q_len are this step's query rows.
 struct AttentionCase {

@@ -6,6 +6,7 @@
 
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
+#include "core/sample/sampler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/sched/tiny_model.h"
@@ -104,6 +105,43 @@ TEST_F(ModelRunnerTest, AllLogitRowsEqualTheLastRowOfEachPrefixBitwise) {
   batch.AddSequence(prompt, 0, blocks, LogitRows::kAll);
   std::vector<float> too_many(kTokens * vocab_);
   EXPECT_EQ(runner_.Forward(batch, too_many).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelRunnerTest, SamplingOnTheBackendDrawsTheHostSamplersTokens) {
+  ModelRunner runner = MakeRunner(model_, 4);
+  StepBatch batch;
+  batch.AddSequence(Prompt(6, TinyConfig().vocab_size, 7), 0, std::vector<int32_t>{1, 2},
+                    LogitRows::kAll);
+  ASSERT_EQ(batch.num_logit_rows(), 6);  // more than the runner's 4: rejected
+  std::vector<int32_t> tokens(6);
+  std::vector<TokenSampling> sampling(6);
+  EXPECT_EQ(runner.ForwardAndSample(batch, sampling, {}, tokens).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  batch.Clear();
+  const std::vector<int32_t> prompt = Prompt(4, TinyConfig().vocab_size, 8);
+  batch.AddSequence(prompt, 0, std::vector<int32_t>{1}, LogitRows::kAll);
+  std::vector<float> logits(4 * vocab_);
+  ASSERT_TRUE(runner.Forward(batch, logits).ok());
+  const std::vector<SamplingParams> params = {
+      {.temperature = 0.0f},
+      {.temperature = 0.8f, .top_k = 5, .seed = 3},
+      {.temperature = 1.2f, .top_p = 0.7f, .repetition_penalty = 1.5f, .seed = 4},
+      {.temperature = 1.0f, .min_p = 0.1f, .seed = 5}};
+  std::vector<int32_t> expected;
+  std::vector<TokenSampling> rows;
+  std::vector<int32_t> penalised_ids;
+  for (size_t r = 0; r < params.size(); ++r) {
+    const std::span<const int32_t> history(prompt.data(), r + 1);
+    Sampler host(params[r]);
+    expected.push_back(
+        *host.Sample(std::span<const float>(logits).subspan(r * vocab_, vocab_), history));
+    Sampler backend(params[r]);
+    rows.push_back(backend.Next(history, penalised_ids));
+  }
+  std::vector<int32_t> drawn(4, -2);
+  ASSERT_TRUE(runner.ForwardAndSample(batch, rows, penalised_ids, drawn).ok());
+  EXPECT_EQ(drawn, expected);
 }
 
 TEST_F(ModelRunnerTest, BadBatchesAreRejected) {
