@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/kv/block_table.h"
@@ -88,20 +91,50 @@ class EngineImpl final : public Engine {
   void Complete(const std::vector<ScheduledSequence>& work, const absl::Status& forward,
                 std::span<const float> logits, Clock::time_point now, StepReport& report,
                 std::vector<Delivery>& deliveries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls the sinks, one delivery at a time, skipping the events of requests released or
+  // cancelled since they were produced.
   void Deliver(const std::vector<Delivery>& deliveries) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the delivery in progress; `keep` false (the sink returned false) cancels its request.
+  void EndDelivery(RequestId id, bool keep) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CancelLocked(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReleaseLocked(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns once no sink of request `id` runs on another thread (releasing mu_ while it waits).
+  // Returns at once when called from within the sink in progress (the step's thread).
+  void AwaitNoDeliveryOf(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<const Model> model_;
   const std::shared_ptr<const Tokenizer> tokenizer_;  // may be null
   const EngineOptions options_;                       // with every 0 resolved
 
+  // Locks, and what waits for what. step_mu_ is taken before mu_, never while mu_ is held. mu_ is
+  // held only for bookkeeping: never during the forward pass, a sink or a wait (Await releases
+  // it). So a sink runs with step_mu_ held and mu_ free, and may call everything but Step.
+  //
+  // Delivery handshake: in one critical section under mu_, Deliver checks that the request still
+  // exists and that Cancel was not called on it, and records it in delivering_ (with the step's
+  // thread); it calls the sink with mu_ released, then clears delivering_ under mu_. Cancel and
+  // Release make their change under mu_ first (so every later check skips the request's events),
+  // then Await until delivering_ is not that request. So when they return, its sink is not
+  // running; after an OK one it is never called again. Waits: Cancel and Release on another
+  // thread wait for the step's thread to finish one sink call; the step's thread waits only for
+  // mu_, which no waiter holds. Called from within the sink itself (delivery_thread_ is the
+  // caller), they do not wait: they would wait for themselves. The one cycle left, a sink that
+  // waits for a thread that cancels or releases the sink's own request, is forbidden (engine.h).
   absl::Mutex step_mu_;  // one Step at a time; held through the forward pass and the sinks
   ModelRunner runner_ ABSL_GUARDED_BY(step_mu_);
   StepBatch batch_ ABSL_GUARDED_BY(step_mu_);
   std::vector<float> logits_ ABSL_GUARDED_BY(step_mu_);  // [logit rows][vocab], grown as needed
 
-  mutable absl::Mutex mu_;  // the requests; never held during the forward pass or a sink
+  mutable absl::Mutex mu_;  // the requests and the delivery in progress
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<RequestId, std::shared_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
+  // The requests Cancel was called on (also those already finished then), until their release:
+  // their sinks are not called again.
+  absl::flat_hash_set<RequestId> cancelled_ ABSL_GUARDED_BY(mu_);
+  // The request whose sink runs now, and the thread running it (Step's; a default id when none
+  // runs).
+  std::optional<RequestId> delivering_ ABSL_GUARDED_BY(mu_);
+  std::thread::id delivery_thread_ ABSL_GUARDED_BY(mu_);
   RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   EngineStats totals_ ABSL_GUARDED_BY(mu_);  // the totals; the state fields are filled by stats()
 };
@@ -148,13 +181,27 @@ absl::StatusOr<RequestId> EngineImpl::Submit(std::vector<int32_t> prompt,
 
 absl::Status EngineImpl::Cancel(RequestId id) {
   absl::MutexLock lock(&mu_);
+  absl::Status status = CancelLocked(id);
+  AwaitNoDeliveryOf(id);
+  return status;
+}
+
+absl::Status EngineImpl::CancelLocked(RequestId id) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return absl::NotFoundError(absl::StrFormat("no request %d", id));
+  cancelled_.insert(id);
   Request& request = *it->second;
   if (request.state != RequestState::kFinished) {
     Finish(request, FinishReason::kCancelled, Clock::now());
   }
   return absl::OkStatus();
+}
+
+void EngineImpl::AwaitNoDeliveryOf(RequestId id) {
+  if (delivery_thread_ == std::this_thread::get_id()) return;  // from within the sink
+  const auto delivered = [this, id]()
+                             ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return delivering_ != id; };
+  mu_.Await(absl::Condition(&delivered));
 }
 
 absl::StatusOr<RequestSnapshot> EngineImpl::Snapshot(RequestId id) const {
@@ -166,6 +213,12 @@ absl::StatusOr<RequestSnapshot> EngineImpl::Snapshot(RequestId id) const {
 
 absl::Status EngineImpl::Release(RequestId id) {
   absl::MutexLock lock(&mu_);
+  absl::Status status = ReleaseLocked(id);
+  AwaitNoDeliveryOf(id);
+  return status;
+}
+
+absl::Status EngineImpl::ReleaseLocked(RequestId id) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return absl::NotFoundError(absl::StrFormat("no request %d", id));
   if (it->second->state != RequestState::kFinished) {
@@ -174,6 +227,7 @@ absl::Status EngineImpl::Release(RequestId id) {
                         it->second->state == RequestState::kQueued ? "queued" : "running"));
   }
   requests_.erase(it);
+  cancelled_.erase(id);
   return absl::OkStatus();
 }
 
@@ -211,7 +265,8 @@ void EngineImpl::Fail(Request& request, absl::Status error, Clock::time_point no
                            .index = request.generated(),
                            .finished = true,
                            .reason = FinishReason::kError,
-                           .logits = {}}});
+                           .logits = {}},
+                          {}});
   }
 }
 
@@ -301,18 +356,31 @@ void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const absl
 
 void EngineImpl::Deliver(const std::vector<Delivery>& deliveries) {
   for (const Delivery& delivery : deliveries) {
-    const TokenEvent& event = delivery.event;
-    if (!event.finished) {
-      // Skip it when the request was cancelled since (and perhaps released: it is unfinished, so
-      // only a cancel lets it go).
+    const RequestId id = delivery.event.id;
+    {
       absl::MutexLock lock(&mu_);
-      const auto it = requests_.find(event.id);
-      if (it == requests_.end() || it->second->reason == FinishReason::kCancelled) continue;
+      if (!requests_.contains(id) || cancelled_.contains(id)) continue;  // released or cancelled
+      delivering_ = id;
+      delivery_thread_ = std::this_thread::get_id();
     }
-    TokenEvent with_text = event;
-    with_text.text = delivery.text;
-    if (!(*delivery.sink)(with_text)) Cancel(event.id).IgnoreError();  // released meanwhile: moot
+    TokenEvent event = delivery.event;
+    event.text = delivery.text;
+    bool keep = false;
+    try {
+      keep = (*delivery.sink)(event);
+    } catch (...) {
+      EndDelivery(id, false);
+      throw;
+    }
+    EndDelivery(id, keep);
   }
+}
+
+void EngineImpl::EndDelivery(RequestId id, bool keep) {
+  absl::MutexLock lock(&mu_);
+  delivering_.reset();
+  delivery_thread_ = std::thread::id();
+  if (!keep) CancelLocked(id).IgnoreError();  // NotFound: the sink released its request
 }
 
 absl::StatusOr<StepReport> EngineImpl::Step() {

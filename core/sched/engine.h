@@ -1,7 +1,8 @@
 // The engine: a queue of requests over one model, run by continuous batching with chunked
-// prefill. Internally synchronized: Submit, Cancel and the accessors may be called from any
-// thread (also while a step runs); Step is called by one thread at a time (a second concurrent
-// Step waits).
+// prefill. Internally synchronized: Submit, Cancel, Release and the accessors may be called from
+// any thread (also while a step runs; Cancel and Release then wait for a sink call of their
+// request in progress, see TokenSink); Step is called by one thread at a time (a second
+// concurrent Step waits).
 //
 // Admission: a request is admitted (queued -> running) only when the KV blocks for its whole
 // worst case, min(prompt + max_tokens, max_context) - 1 tokens (the last token's KV is never
@@ -85,16 +86,23 @@ struct TokenEvent {
 };
 
 // The events a request's sink sees, in order, all on the thread that runs Step(), after the step's
-// forward pass, with no engine lock held (the sink may call Submit, Cancel, Snapshot and Release,
-// but not Step):
+// forward pass, one sink call at a time, with no engine lock held (the sink may call Submit,
+// Cancel, Snapshot and Release, also for its own request, but not Step):
 //  - one event per generated token, index 0, 1, 2...; the last one has finished = true and its
 //    reason (kMaxTokens, kStopToken or kContext);
 //  - when the request fails (kError), one last event with token -1, index = the number of tokens
 //    generated before, finished = true, reason kError (the status is in RequestSnapshot::error);
-//    its earlier tokens stay valid;
-//  - after the request is cancelled (Cancel, or this sink returning false), no event at all,
-//    also none for a token of the same step not yet delivered. Only a Cancel racing from
-//    another thread with the delivery of an event can still see that one event arrive.
+//    its earlier tokens stay valid.
+// An event is delivered only if, when its sink is called, the request still exists (was not
+// released) and Cancel was never called on it; this sink returning false counts as a Cancel.
+// So a Cancel or Release also drops the request's events of the step in flight not delivered yet,
+// a finished one included (Cancel of a request that finished in that step drops its last event,
+// though the request keeps its reason). Cancel and Release called on another thread do not return
+// while the request's sink runs: once they return OK, the sink is not running and is never called
+// again, so what it uses may be freed. Called from within a sink (on its own request or another),
+// they return without waiting; a sink that cancels or releases its own request finishes that call
+// and gets no further one. Hence a sink must never wait for a thread that cancels or releases the
+// sink's own request: that thread waits for the sink (a deadlock).
 // Returning false cancels the request.
 using TokenSink = std::function<bool(const TokenEvent&)>;
 
@@ -144,7 +152,9 @@ class Engine {
                                            const SamplingParams& params, TokenSink sink) = 0;
   // Cancels the request: it finishes with kCancelled, keeps the tokens generated so far, and its
   // KV blocks are freed now (or, while a step that runs it is in flight, at that step's end).
-  // NotFound for an unknown id; OK (no effect) for one already finished.
+  // NotFound for an unknown id. OK for one already finished: its state, reason and tokens stay,
+  // and only its events not delivered yet are dropped. Returns only when the request's sink is not
+  // running on another thread; after OK, the sink is never called again (see TokenSink).
   virtual absl::Status Cancel(RequestId id) = 0;
   // Runs one step: finishes cancelled requests, admits queued requests whose KV fits, runs one
   // forward pass over the batch, samples, then calls the sinks. A failing forward pass fails the
@@ -152,7 +162,10 @@ class Engine {
   // status means the engine itself could not step. With nothing pending it does nothing.
   virtual absl::StatusOr<StepReport> Step() = 0;
   virtual absl::StatusOr<RequestSnapshot> Snapshot(RequestId id) const = 0;
-  // Forgets a finished request. FailedPrecondition while it is queued or running.
+  // Forgets a finished request (its events not delivered yet are dropped). FailedPrecondition
+  // while it is queued or running, NotFound for an unknown id. Returns only when the request's
+  // sink is not running on another thread; after OK, the sink is never called again (see
+  // TokenSink), though the step in flight may still hold the sink object and destroy it later.
   virtual absl::Status Release(RequestId id) = 0;
   virtual int32_t pending() const = 0;
   virtual EngineStats stats() const = 0;

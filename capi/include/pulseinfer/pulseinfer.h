@@ -36,8 +36,10 @@
  *   comment says so. Any bytes are accepted.
  *
  * - Threads. Functions may be called from any thread unless their comment says otherwise.
- *   Token callbacks run on the thread that calls pulse_engine_step (or pulse_engine_run), with
- *   no library lock held.
+ *   Token callbacks run on the thread that calls pulse_engine_step (or pulse_engine_run), one at
+ *   a time, with no library lock held. pulse_request_cancel and pulse_request_release called on
+ *   another thread wait for a callback of their request that is running (see
+ *   pulse_token_callback).
  */
 #ifndef PULSEINFER_PULSEINFER_H_
 #define PULSEINFER_PULSEINFER_H_
@@ -314,7 +316,11 @@ PULSE_API const char* pulse_finish_reason_string(pulse_finish_reason reason);
 
 /* One event per generated token, index 0, 1, 2...; the last has finished = 1 and its reason
  * (MAX_TOKENS, STOP_TOKEN or CONTEXT). A request that fails gets one last event with token -1,
- * finished = 1 and PULSE_FINISH_ERROR. A cancelled request gets no further events. */
+ * finished = 1 and PULSE_FINISH_ERROR. An event is delivered only if, when its callback is
+ * called, its request still exists (was not released) and pulse_request_cancel was never called
+ * on it (a nonzero return of its callback counts as a cancel): so once a request is cancelled or
+ * released it gets no further events, not even one already generated in the step in flight, its
+ * finished event included. */
 typedef struct pulse_token_event {
   uint32_t struct_size; /* of the library's struct: fields past it are absent */
   int32_t token;        /* -1 on an error event */
@@ -332,17 +338,28 @@ typedef struct pulse_token_event {
   size_t text_len;
 } pulse_token_event;
 
-/* Receives each generated token. Runs on the thread calling pulse_engine_step, with no library
- * lock held: it may call pulse_request_cancel, pulse_request_submit, pulse_request_poll and the
- * other request functions on the same engine, but not pulse_engine_step, pulse_engine_run or
+/* Receives each generated token. Runs on the thread calling pulse_engine_step, one callback at a
+ * time, with no library lock held: it may call pulse_request_cancel, pulse_request_release,
+ * pulse_request_submit, pulse_request_poll and the other request functions on the same engine,
+ * for its own request or another, but not pulse_engine_step, pulse_engine_run or
  * pulse_engine_free. `event` is valid only during the call. A nonzero return cancels the
- * request (no further events). It must not throw or longjmp across the library. */
+ * request (no further events). It must not throw or longjmp across the library.
+ *
+ * Lifetime: pulse_request_cancel and pulse_request_release called on another thread do not
+ * return while the callback of their request runs; once they have returned PULSE_OK, that
+ * callback is not running and is never called again for that request, so its user_data may be
+ * freed. Called from within a callback (on its own request or another), they return without
+ * waiting; a callback that cancels or releases its own request finishes that call and gets no
+ * further one. So a callback must never wait for a thread that cancels or releases the callback's
+ * own request: that thread waits for the callback, and neither returns. */
 typedef int (*pulse_token_callback)(void* user_data, const pulse_token_event* event);
 
 /* Queues a generation request for the prompt `tokens` [count]. `sampling` may be NULL for the
  * defaults; `callback` may be NULL (then read tokens with pulse_request_poll). The prompt and
  * the stop tokens are copied; `user_data` is passed to the callback as is and must stay valid
- * until the request's last event or its release. Errors: PULSE_INVALID_ARGUMENT (empty
+ * until the first of: the return of the request's last event (finished = 1), or the return of a
+ * pulse_request_cancel or pulse_request_release of the request that returned PULSE_OK (see
+ * pulse_token_callback). Errors: PULSE_INVALID_ARGUMENT (empty
  * prompt, a token outside the vocabulary, sampling values out of range, a prompt of
  * max_context tokens or more), PULSE_OUT_OF_MEMORY (prompt plus max_tokens can never fit the KV
  * cache), PULSE_NO_CAPACITY (cannot queue now); then nothing is queued and *out_id is 0. */
@@ -363,8 +380,12 @@ PULSE_API pulse_status pulse_request_submit_text(pulse_engine* engine, const cha
                                                  uint64_t* out_id);
 
 /* Cancels a request: it leaves the batch before the next step and finishes with
- * PULSE_FINISH_CANCELLED; its tokens so far stay readable until it is released. PULSE_OK (no
- * effect) when it already finished; PULSE_NOT_FOUND for an unknown or released id. */
+ * PULSE_FINISH_CANCELLED; its tokens so far stay readable until it is released. When it already
+ * finished, PULSE_OK and its state, finish reason and tokens stay as they are, but its events not
+ * yet delivered (its finished event, when it finished in the step in flight) are dropped.
+ * PULSE_NOT_FOUND for an unknown or released id. Called on another thread, it returns only when
+ * the request's callback is not running; after PULSE_OK the callback is never called again (see
+ * pulse_token_callback). */
 PULSE_API pulse_status pulse_request_cancel(pulse_engine* engine, uint64_t id);
 
 /* Reads the tokens generated since this request's previous poll, in order, at most `capacity`
@@ -415,8 +436,12 @@ typedef struct pulse_request_stats {
 PULSE_API pulse_status pulse_request_stats_get(pulse_engine* engine, uint64_t id,
                                                pulse_request_stats* stats);
 
-/* Forgets a finished request and its tokens; its id is then unknown. PULSE_FAILED_PRECONDITION
- * while it is queued or running (cancel it first), PULSE_NOT_FOUND for an unknown id. */
+/* Forgets a finished request and its tokens; its id is then unknown, and its events not yet
+ * delivered (its finished event, when it finished in the step in flight) are dropped.
+ * PULSE_FAILED_PRECONDITION while it is queued or running (cancel it first), PULSE_NOT_FOUND for
+ * an unknown id. Called on another thread, it returns only when the request's callback is not
+ * running; after PULSE_OK the callback is never called again, so its user_data may be freed (see
+ * pulse_token_callback). */
 PULSE_API pulse_status pulse_request_release(pulse_engine* engine, uint64_t id);
 
 /* ---- text ------------------------------------------------------------------------------ */
@@ -429,7 +454,18 @@ PULSE_API pulse_status pulse_request_release(pulse_engine* engine, uint64_t id);
 
 /* Encodes text[text_len] with the model's tokenizer into tokens[capacity]; *out_count is the
  * number of tokens (output buffer convention as described at the top). Any bytes are accepted:
- * invalid UTF-8 is encoded byte by byte, so pulse_detokenize gives the same bytes back. Errors:
+ * a byte that begins no well-formed UTF-8 sequence is encoded on its own, as its byte-level
+ * token ("gpt2") or its <0xAB> byte-fallback token ("llama"). pulse_detokenize gives back exactly
+ * the bytes the vocabulary can represent, directly or through byte fallback; the rest is dropped,
+ * as the Hugging Face tokenizers package drops it. For a byte-level vocabulary that is each byte
+ * it has no token for: SmolLM2's lacks 21 of the 256 (among them 0x04, 0xC0, 0xF1 and 0xFF), so
+ * such bytes are lost even from valid UTF-8. For a SentencePiece-style vocabulary it is each
+ * character with neither a token of its own nor byte-fallback tokens for all its bytes; such a
+ * character becomes the unknown token instead when the vocabulary has one (it decodes to that
+ * token's text, such as "<unk>"). Besides, the text of a control token ("<|im_end|>"; parsed as
+ * that token with PULSE_TOKENIZE_PARSE_SPECIAL) and the tokens PULSE_TOKENIZE_ADD_SPECIAL adds
+ * decode to nothing without PULSE_DETOKENIZE_RENDER_SPECIAL, and a SentencePiece-style space
+ * prefix can change a space at the start of the text or after special-token text. Errors:
  * PULSE_INVALID_ARGUMENT (NULL model or out_count, text NULL with text_len > 0, unknown flag
  * bits), PULSE_UNSUPPORTED (the model has no tokenizer); *out_count is 0 then. Thread-safe. */
 PULSE_API pulse_status pulse_tokenize(const pulse_model* model, const char* text, size_t text_len,
