@@ -104,6 +104,10 @@ __global__ void __launch_bounds__(kThreads)
                           head_offset + int64_t{t % layout.block_tokens} * kHeadDim;
         keys[u] = *reinterpret_cast<const Bf16x8*>(key);
         values[u] = *reinterpret_cast<const Bf16x8*>(key + layout.value_offset());
+      } else {
+        // Weighted by 0 below, but 0 * NaN is NaN: whatever the registers held must not stay.
+        keys[u] = Bf16x8{};
+        values[u] = Bf16x8{};
       }
     }
     float scores[kUnroll][kGroupTile];
