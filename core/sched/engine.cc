@@ -30,6 +30,14 @@ constexpr int64_t kDefaultKvContexts = 8;
 constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;  // without a backend memory limit
 constexpr double kDefaultKvShare = 0.7;                // of a backend's free memory
 
+// A token the backend drew, or why it could not draw one.
+absl::StatusOr<int32_t> BackendToken(int32_t token) {
+  if (token >= 0) return token;
+  return absl::InvalidArgumentError(
+      "cannot sample: a logit is nan or +inf, or none is finite (the logits stayed on the backend; "
+      "EngineOptions::logits_to_host names the logit)");
+}
+
 // Streams the request's new token into its text: returns the piece the token's event carries,
 // and turns `reason` into kStopString when a stop string ends the text. A finishing request's
 // last piece includes the text held back.
@@ -88,8 +96,10 @@ class EngineImpl final : public Engine {
   std::vector<ScheduledSequence> Schedule(Clock::time_point now, std::vector<Delivery>& deliveries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, step_mu_);
   // Applies a finished forward pass: samples, appends, finishes; fills the report.
+  // `logits` (logits_to_host) or `tokens` (sampled by the backend) of the sampled rows.
   void Complete(const std::vector<ScheduledSequence>& work, const absl::Status& forward,
-                std::span<const float> logits, Clock::time_point now, StepReport& report,
+                std::span<const float> logits, std::span<const int32_t> tokens,
+                Clock::time_point now, StepReport& report,
                 std::vector<Delivery>& deliveries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the sinks, one delivery at a time, skipping the events of requests released or
   // cancelled since they were produced.
@@ -124,6 +134,11 @@ class EngineImpl final : public Engine {
   ModelRunner runner_ ABSL_GUARDED_BY(step_mu_);
   StepBatch batch_ ABSL_GUARDED_BY(step_mu_);
   std::vector<float> logits_ ABSL_GUARDED_BY(step_mu_);  // [logit rows][vocab], grown as needed
+  // The backend's draws of this step: one TokenSampling and token a logit row, and the
+  // penalised ids the TokenSamplings point into.
+  std::vector<TokenSampling> sampling_ ABSL_GUARDED_BY(step_mu_);
+  std::vector<int32_t> penalised_ids_ ABSL_GUARDED_BY(step_mu_);
+  std::vector<int32_t> tokens_ ABSL_GUARDED_BY(step_mu_);
 
   mutable absl::Mutex mu_;  // the requests and the delivery in progress
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
@@ -278,6 +293,8 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
   }
   std::vector<ScheduledSequence> work = scheduler_.FormBatch();
   batch_.Clear();
+  sampling_.clear();
+  penalised_ids_.clear();
   std::vector<ScheduledSequence> scheduled;
   scheduled.reserve(work.size());
   for (ScheduledSequence& sequence : work) {
@@ -293,6 +310,9 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
             .subspan(static_cast<size_t>(sequence.begin), static_cast<size_t>(sequence.count)),
         sequence.begin, request.blocks->blocks(),
         sequence.sample ? LogitRows::kLast : LogitRows::kNone);
+    if (sequence.sample && !options_.logits_to_host) {
+      sampling_.push_back(request.sampler.Next(request.tokens, penalised_ids_));
+    }
     request.in_step = true;
     scheduled.push_back(std::move(sequence));
   }
@@ -300,7 +320,8 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
 }
 
 void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const absl::Status& forward,
-                          std::span<const float> logits, Clock::time_point now, StepReport& report,
+                          std::span<const float> logits, std::span<const int32_t> tokens,
+                          Clock::time_point now, StepReport& report,
                           std::vector<Delivery>& deliveries) {
   const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
   const std::vector<int32_t>& eos_ids = model_->config().eos_token_ids;
@@ -311,8 +332,10 @@ void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const absl
     if (forward.ok()) {
       (sequence.decode ? report.decode_tokens : report.prefill_tokens) += sequence.count;
     }
-    const std::span<const float> row_logits =
-        sequence.sample ? logits.subspan(vocab * row++, vocab) : std::span<const float>();
+    const size_t sample_row = sequence.sample ? row++ : 0;
+    const std::span<const float> row_logits = sequence.sample && !logits.empty()
+                                                  ? logits.subspan(vocab * sample_row, vocab)
+                                                  : std::span<const float>();
     if (request.state == RequestState::kFinished) {
       // Cancelled while the step was in flight: its blocks go back now, and nothing is sampled.
       scheduler_.Remove(request);
@@ -324,7 +347,9 @@ void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const absl
     }
     request.computed += sequence.count;
     if (!sequence.sample) continue;
-    const absl::StatusOr<int32_t> token = request.sampler.Sample(row_logits, request.tokens);
+    const absl::StatusOr<int32_t> token =
+        options_.logits_to_host ? request.sampler.Sample(row_logits, request.tokens)
+                                : BackendToken(tokens[sample_row]);
     if (!token.ok()) {
       Fail(request, token.status(), now, deliveries);
       continue;
@@ -394,16 +419,19 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   StepReport report;
   absl::Status forward;
   std::span<float> logits;
-  if (!work.empty()) {
+  if (!work.empty() && options_.logits_to_host) {
     const size_t values = static_cast<size_t>(batch_.num_logit_rows()) *
                           static_cast<size_t>(model_->config().vocab_size);
     if (logits_.size() < values) logits_.resize(values);
     logits = std::span<float>(logits_).first(values);
     forward = runner_.Forward(batch_, logits);
+  } else if (!work.empty()) {
+    tokens_.resize(sampling_.size());
+    forward = runner_.ForwardAndSample(batch_, sampling_, penalised_ids_, tokens_);
   }
   {
     absl::MutexLock lock(&mu_);
-    Complete(work, forward, logits, Clock::now(), report, deliveries);
+    Complete(work, forward, logits, tokens_, Clock::now(), report, deliveries);
   }
   Deliver(deliveries);
   return report;

@@ -42,6 +42,10 @@ struct EngineOptions {
   // at 1 GiB on a backend without a memory limit of its own).
   int64_t kv_capacity_tokens = 0;
   int32_t max_context = 0;  // prompt + generated tokens, at most the model's; 0: the model's
+  // Copy each step's logits to the host, sample there and hand them to the sinks
+  // (TokenEvent::logits). Otherwise (the default) the backend samples and only the tokens come
+  // back; the tokens are the same either way (core/backend/sampling.h).
+  bool logits_to_host = false;
 
   absl::Status Validate() const;
 };
@@ -75,8 +79,8 @@ struct TokenEvent {
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
   // The raw logits [vocab] the token was drawn from (before the penalty and filters): for the
-  // first token, those of the last prompt position. Valid only during the sink call; empty on
-  // an error event.
+  // first token, those of the last prompt position. Only with EngineOptions::logits_to_host (else
+  // empty, as on an error event); valid only during the sink call.
   std::span<const float> logits = {};
   // The text this event adds to the request's text, when the engine has a tokenizer: always at
   // UTF-8 character boundaries, so it may be empty (half a character, a control token, text that

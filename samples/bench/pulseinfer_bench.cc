@@ -217,6 +217,21 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
   return engine;
 }
 
+// How the benchmark's requests ended, for an error message.
+std::string RequestOutcome(pulse_engine* engine, const std::vector<uint64_t>& ids) {
+  std::string outcome;
+  for (const uint64_t id : ids) {
+    size_t count = 0;
+    const pulse_status status = pulse_request_result(engine, id, nullptr, 0, &count);
+    outcome += "request " + std::to_string(id) + ": " + pulse_status_string(status) +
+               (status == PULSE_OK || status == PULSE_AGAIN
+                    ? ""
+                    : std::string(" (") + pulse_last_error() + ")") +
+               "; ";
+  }
+  return outcome;
+}
+
 pulse_sampling_params Greedy(int32_t max_tokens) {
   pulse_sampling_params sampling;
   Check(pulse_sampling_params_init(&sampling, sizeof(sampling)), "pulse_sampling_params_init");
@@ -234,35 +249,57 @@ double Percentile(std::vector<double> values, double fraction) {
 
 void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, Shape shape,
                  Records& records) {
+  // Prompts are prefilled a chunk a step while earlier requests decode: enough tokens for every
+  // request to still decode once the last prefill is done, then the timed steps.
+  const int32_t prefill_steps =
+      static_cast<int32_t>((int64_t{shape.batch} * shape.context + args.prefill_chunk - 1) /
+                           args.prefill_chunk) +
+      shape.batch;
+  const int32_t max_tokens = prefill_steps + args.decode_steps + 1;
   pulse_engine* engine =
-      CreateEngine(model, shape.batch, shape.context, args.decode_steps + 1, args.prefill_chunk);
-  const pulse_sampling_params sampling = Greedy(args.decode_steps + 1);
+      CreateEngine(model, shape.batch, shape.context, max_tokens, args.prefill_chunk);
+  const pulse_sampling_params sampling = Greedy(max_tokens);
+  std::vector<uint64_t> ids;
   for (int32_t r = 0; r < shape.batch; ++r) {
     const std::vector<int32_t> prompt = RandomPrompt(shape.context, facts.info.vocab_size, r + 1);
     uint64_t id = 0;
     Check(pulse_request_submit(engine, prompt.data(), prompt.size(), &sampling, nullptr, nullptr,
                                &id),
           "pulse_request_submit");
+    ids.push_back(id);
   }
   std::vector<double> decode_ms;
-  while (true) {
+  std::vector<double> kv_tokens;  // cached tokens every request attends to, for each timed step
+  while (decode_ms.size() < static_cast<size_t>(args.decode_steps)) {
     pulse_step_report report;
     report.struct_size = sizeof(report);
     const Clock::time_point start = Clock::now();
     Check(pulse_engine_step(engine, &report), "pulse_engine_step");
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (report.prefill_tokens == 0 && report.decode_tokens == shape.batch) decode_ms.push_back(ms);
-    if (report.pending == 0) break;
+    if (report.pending < shape.batch) {
+      Fail("a benchmark request ended before the timed steps did: " + RequestOutcome(engine, ids));
+    }
+    if (report.prefill_tokens != 0 || report.decode_tokens != shape.batch) continue;
+    decode_ms.push_back(ms);
+    double tokens = 0;
+    for (const uint64_t id : ids) {
+      pulse_request_stats stats;
+      stats.struct_size = sizeof(stats);
+      Check(pulse_request_stats_get(engine, id, &stats), "pulse_request_stats_get");
+      tokens += stats.prompt_tokens + stats.generated_tokens - 1;  // the step's input was the last
+    }
+    kv_tokens.push_back(tokens);
   }
   pulse_engine_free(engine);
-  if (decode_ms.size() < 4) Fail("too few decode steps were timed");
   decode_ms.erase(decode_ms.begin(), decode_ms.begin() + 2);  // warm-up
+  kv_tokens.erase(kv_tokens.begin(), kv_tokens.begin() + 2);
   const double p50 = Percentile(decode_ms, 0.5);
   const double p99 = Percentile(decode_ms, 0.99);
-  const double kv_read = facts.kv_bytes_per_token * shape.batch * (shape.context + 1.0);
+  // Each step reads the keys and values of every cached token, its own new one included.
+  const double kv_read = facts.kv_bytes_per_token * (Percentile(kv_tokens, 0.5) + shape.batch);
   const double floor_ms = (facts.weight_bytes_read + kv_read) / (args.hbm_gb_s * 1e9) * 1e3;
-  const double kv_gib = facts.kv_bytes_per_token * shape.batch *
-                        (shape.context + args.decode_steps + 1.0) / (1u << 30);
+  const double kv_gib =
+      facts.kv_bytes_per_token * shape.batch * (shape.context + max_tokens) / (1u << 30);
   records.Write(
       "decode",
       "\"mode\": \"dense\", \"model\": " + JsonString(facts.name) + ", \"backend\": " +

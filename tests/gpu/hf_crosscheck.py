@@ -11,8 +11,10 @@ the greedy continuation on CUDA is compared with the CPU backend's on the same w
   python3 hf_crosscheck.py --config configs/smollm2-135m.json --tool BIN/pulse-dump-logits \
       --work DIR --out result.json [--layers N] [--prompt 256] [--greedy-tokens 64]
 
-Prints one summary line and writes the figures as JSON; exits 1 when a bound is missed
-(per-position relative error of the logits > 2e-2, or top-1 agreement < 99%, on any path).
+Prints one summary line and writes the figures as JSON; exits 1 when a bound is missed on either
+path: a per-position relative error of the logits above 2e-2, or a top-1 agreement under 99%
+that is not explained by near ties (positions whose reference top-2 margin is within twice our
+largest error there; random-weight models over a 128K vocabulary have many).
 """
 import argparse
 import json
@@ -60,11 +62,19 @@ def run_tool(tool: pathlib.Path, model_dir: pathlib.Path, prompt, *args) -> str:
 
 
 def compare(ours: np.ndarray, reference: np.ndarray) -> dict:
-    diff = np.linalg.norm(ours.astype(np.float64) - reference, axis=1)
-    rel = diff / np.linalg.norm(reference.astype(np.float64), axis=1)
-    top1 = float(np.mean(ours.argmax(axis=1) == reference.argmax(axis=1)))
+    """Per-position relative error and top-1 agreement. A position is a near tie when the
+    reference's top-2 margin is within twice our largest absolute error there: no implementation
+    within that error can be expected to pick the reference's top-1 there."""
+    ours64 = ours.astype(np.float64)
+    diff = ours64 - reference
+    rel = np.linalg.norm(diff, axis=1) / np.linalg.norm(reference.astype(np.float64), axis=1)
+    agree = ours.argmax(axis=1) == reference.argmax(axis=1)
+    top2 = np.sort(reference, axis=1)[:, -2:]
+    near_tie = (top2[:, 1] - top2[:, 0]) <= 2 * np.abs(diff).max(axis=1)
     return {"rel_error_max": float(rel.max()), "rel_error_median": float(np.median(rel)),
-            "top1_agreement": top1, "positions": int(len(rel)),
+            "top1_agreement": float(np.mean(agree)), "positions": int(len(rel)),
+            "near_ties": int(near_tie.sum()),
+            "disagreements_outside_near_ties": int(np.sum(~agree & ~near_tie)),
             "finite": bool(np.isfinite(ours).all())}
 
 
@@ -115,7 +125,8 @@ def main() -> int:
     }
     checked = ["cuda_prefill_vs_hf_fp32", "cuda_decode_vs_hf_fp32"]
     passed = all(result[k]["finite"] and result[k]["rel_error_max"] <= REL_ERROR_BOUND and
-                 result[k]["top1_agreement"] >= TOP1_BOUND for k in checked)
+                 (result[k]["top1_agreement"] >= TOP1_BOUND or
+                  result[k]["disagreements_outside_near_ties"] == 0) for k in checked)
 
     if args.greedy_tokens > 0:
         greedy_prompt = prompt[:32]
@@ -135,9 +146,12 @@ def main() -> int:
     args.out.write_text(json.dumps(result, indent=2))
     p, d = result["cuda_prefill_vs_hf_fp32"], result["cuda_decode_vs_hf_fp32"]
     b = result["hf_bf16_vs_hf_fp32"]
-    print(f"{args.config.stem}{'' if args.layers is None else f' ({args.layers} layers)'}: "
-          f"prefill rel.err max {p['rel_error_max']:.2e} top-1 {p['top1_agreement']:.3f} | "
-          f"decode rel.err max {d['rel_error_max']:.2e} top-1 {d['top1_agreement']:.3f} | "
+    layers = "" if args.layers is None else f" ({args.layers} layers)"
+    print(f"{args.config.stem}{layers}: "
+          f"prefill rel.err max {p['rel_error_max']:.2e} top-1 {p['top1_agreement']:.3f} "
+          f"(near ties {p['near_ties']}, other misses {p['disagreements_outside_near_ties']}) | "
+          f"decode rel.err max {d['rel_error_max']:.2e} top-1 {d['top1_agreement']:.3f} "
+          f"(near ties {d['near_ties']}, other misses {d['disagreements_outside_near_ties']}) | "
           f"HF bf16 rel.err max {b['rel_error_max']:.2e} top-1 {b['top1_agreement']:.3f}"
           + (f" | greedy {args.greedy_tokens} identical: {result['greedy']['identical']}"
              if args.greedy_tokens else "")

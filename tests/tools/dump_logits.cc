@@ -189,6 +189,7 @@ absl::Status Run(const Args& args) {
   options.max_step_tokens = options.prefill_chunk;
   options.max_context = std::min(prompt_tokens + max_tokens, model->config().max_position);
   options.kv_capacity_tokens = options.max_context;
+  options.logits_to_host = true;  // the sink reads the first token's logits
   PULSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, options));
 
   std::vector<float> logits;

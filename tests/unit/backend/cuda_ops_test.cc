@@ -128,6 +128,10 @@ struct GemmShape {
   bool bias;
 };
 
+void PrintTo(const GemmShape& s, std::ostream* os) {
+  *os << s.m << "x" << s.n << "x" << s.k << (s.bias ? "_bias" : "");
+}
+
 class CudaGemmTest : public CudaOpsTest, public ::testing::WithParamInterface<GemmShape> {};
 
 TEST_P(CudaGemmTest, MatchesCpu) {

@@ -147,8 +147,9 @@ TEST_F(EngineTest, ChunkedPrefillSpansStepsWhileOthersDecode) {
 }
 
 // The logits the first token is drawn from: those of the last prompt position.
-std::vector<float> FirstLogits(std::shared_ptr<const Model> model, const EngineOptions& options,
+std::vector<float> FirstLogits(std::shared_ptr<const Model> model, EngineOptions options,
                                const std::vector<int32_t>& prompt) {
+  options.logits_to_host = true;
   std::unique_ptr<Engine> engine = MakeEngine(std::move(model), options);
   std::vector<float> logits;
   const auto sink = [&logits](const TokenEvent& event) {
@@ -175,8 +176,29 @@ TEST_F(EngineTest, ChunkedPrefillLogitsEqualUnchunkedBitwise) {
   }
 }
 
+TEST_F(EngineTest, SamplingOnTheBackendOrTheHostDrawsTheSameTokens) {
+  const std::vector<SamplingParams> params = {
+      Sampling(0.0f, 12),
+      {.temperature = 0.9f, .top_k = 20, .top_p = 0.9f, .seed = 11, .max_tokens = 12},
+      {.temperature = 1.1f, .min_p = 0.05f, .repetition_penalty = 1.3f, .seed = 12,
+       .max_tokens = 12}};
+  std::vector<std::vector<int32_t>> tokens[2];
+  for (const bool on_host : {false, true}) {
+    std::unique_ptr<Engine> engine = MakeEngine(model_, {.logits_to_host = on_host});
+    std::vector<RequestId> ids;
+    for (size_t r = 0; r < params.size(); ++r) {
+      ids.push_back(*engine->Submit(Prompt(6 + r, TinyConfig().vocab_size, 20 + r), params[r],
+                                    nullptr));
+    }
+    RunToIdle(*engine);
+    for (const RequestId id : ids) tokens[on_host].push_back(SnapshotOf(*engine, id).tokens);
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+  for (const std::vector<int32_t>& generated : tokens[0]) EXPECT_EQ(generated.size(), 12u);
+}
+
 TEST_F(EngineTest, SinkSeesOneEventPerTokenAndTheLastIsFinished) {
-  std::unique_ptr<Engine> engine = MakeEngine(model_);
+  std::unique_ptr<Engine> engine = MakeEngine(model_, {.logits_to_host = true});
   std::vector<TokenEvent> events;
   const auto sink = [&events](const TokenEvent& event) {
     EXPECT_EQ(event.logits.size(), static_cast<size_t>(TinyConfig().vocab_size));

@@ -1,0 +1,307 @@
+// pulse-cuda-op-bench: the CUDA backend's ops one at a time at Llama-3.1-8B shapes, against the
+// floors they are bounded by (bytes over HBM bandwidth, or FLOPs over the bf16 tensor peak).
+//
+//   pulse-cuda-op-bench [--out FILE.jsonl] [--hbm-gb-s 4250] [--peak-tflops 790]
+//
+// Each op runs a few times to warm up, then `reps` times back to back between two stream syncs;
+// the time is the host clock over the reps divided by reps (launch gaps included: those are part
+// of a step too). Weights rotate among enough copies that no op reads from the 60 MB L2.
+// Prints a table and writes one JSON record an op.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "core/backend/bf16.h"
+#include "core/backend/cuda/cuda_backend.h"
+#include "tests/tools/tool_main.h"
+
+namespace pulse {
+namespace {
+
+constexpr std::string_view kUsage =
+    "usage: pulse-cuda-op-bench [--out FILE.jsonl] [--hbm-gb-s 4250] [--peak-tflops 790]";
+constexpr size_t kL2Bytes = size_t{60} << 20;
+
+struct Args {
+  std::string out;
+  double hbm_gb_s = 4250;
+  double peak_tflops = 790;
+};
+
+absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    bool ok = true;
+    if (flag == "--out") {
+      args.out = value;
+    } else if (flag == "--hbm-gb-s") {
+      ok = absl::SimpleAtod(value, &args.hbm_gb_s);
+    } else if (flag == "--peak-tflops") {
+      ok = absl::SimpleAtod(value, &args.peak_tflops);
+    } else {
+      return absl::InvalidArgumentError("unknown flag " + flag);
+    }
+    if (!ok) return absl::InvalidArgumentError("bad value for " + flag);
+  }
+  if (argc % 2 == 0) return absl::InvalidArgumentError("a flag needs a value");
+  return args;
+}
+
+class Bench {
+ public:
+  Bench(Backend& backend, const Args& args) : backend_(backend), args_(args) {
+    if (!args.out.empty()) out_ = std::fopen(args.out.c_str(), "w");
+    std::printf("%-34s %10s %10s %8s\n", "op", "us", "rate", "of floor");
+  }
+  ~Bench() {
+    if (out_ != nullptr) std::fclose(out_);
+  }
+
+  // A device buffer of `count` random bf16 (or fp32) values in [-1, 1).
+  absl::StatusOr<DeviceBuffer> Random(size_t count, bool bf16, uint32_t seed) {
+    const size_t element = bf16 ? 2 : 4;
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, backend_.Allocate(count * element));
+    // One random 16 MiB pattern, copied over the buffer (values only need not be zeros).
+    const size_t pattern = std::min<size_t>(count, size_t{8} << 20);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<uint16_t> halves(bf16 ? pattern : 0);
+    std::vector<float> floats(bf16 ? 0 : pattern);
+    for (size_t i = 0; i < pattern; ++i) {
+      if (bf16) {
+        halves[i] = F32ToBf16(dist(rng));
+      } else {
+        floats[i] = dist(rng);
+      }
+    }
+    const void* source = bf16 ? static_cast<const void*>(halves.data()) : floats.data();
+    for (size_t done = 0; done < count; done += pattern) {
+      const size_t n = std::min(pattern, count - done);
+      backend_.CopyToDevice(static_cast<char*>(buffer.data()) + done * element, source,
+                            n * element);
+    }
+    PULSE_RETURN_IF_ERROR(backend_.Synchronize());
+    return buffer;
+  }
+
+  absl::StatusOr<DeviceBuffer> Ints(const std::vector<int32_t>& values) {
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, backend_.Allocate(values.size() * 4));
+    backend_.CopyToDevice(buffer.data(), values.data(), values.size() * 4);
+    return buffer;
+  }
+
+  // Times run(rep) and reports it against `bytes` (a bandwidth floor) or `flops` (a compute
+  // floor; bytes 0).
+  absl::Status Time(const std::string& name, double bytes, double flops,
+                    const std::function<void(int)>& run, int reps = 50) {
+    for (int i = 0; i < 3; ++i) run(i);
+    PULSE_RETURN_IF_ERROR(backend_.Synchronize());
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) run(i);
+    PULSE_RETURN_IF_ERROR(backend_.Synchronize());
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
+        reps;
+    const double floor_us =
+        flops > 0 ? flops / (args_.peak_tflops * 1e12) * 1e6 : bytes / (args_.hbm_gb_s * 1e9) * 1e6;
+    const std::string rate = flops > 0 ? absl::StrFormat("%.0f TF/s", flops / us / 1e6)
+                                       : absl::StrFormat("%.0f GB/s", bytes / us / 1e3);
+    std::printf("%-34s %10.1f %10s %7.0f%%\n", name.c_str(), us, rate.c_str(), 100 * floor_us / us);
+    if (out_ != nullptr) {
+      std::fprintf(out_,
+                   "{\"bench\": \"op\", \"op\": \"%s\", \"us\": %.3f, \"bytes\": %.6g, "
+                   "\"flops\": %.6g, \"floor_us\": %.3f, \"floor_fraction\": %.4f}\n",
+                   name.c_str(), us, bytes, flops, floor_us, floor_us / us);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Backend& backend_;
+  const Args& args_;
+  FILE* out_ = nullptr;
+};
+
+// Llama-3.1-8B.
+constexpr int64_t kHidden = 4096;
+constexpr int64_t kInter = 14336;
+constexpr int32_t kHeads = 32;
+constexpr int32_t kKvHeads = 8;
+constexpr int32_t kHeadDim = 128;
+constexpr int64_t kVocab = 128256;
+constexpr int64_t kQkv = (kHeads + 2 * kKvHeads) * kHeadDim;
+
+absl::Status BenchGemms(Backend& backend, Bench& bench, int64_t m) {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  for (const Shape& shape : {Shape{"qkv", kQkv, kHidden}, Shape{"o", kHidden, kHeads * kHeadDim},
+                             Shape{"gate_up", 2 * kInter, kHidden}, Shape{"down", kHidden, kInter},
+                             Shape{"lm_head", kVocab, kHidden}}) {
+    const size_t weight_bytes = static_cast<size_t>(shape.n * shape.k) * 2;
+    const int copies = static_cast<int>(std::min<size_t>(8, 4 * kL2Bytes / weight_bytes + 1));
+    std::vector<DeviceBuffer> weights;
+    for (int c = 0; c < copies; ++c) {
+      PULSE_ASSIGN_OR_RETURN(DeviceBuffer w, bench.Random(shape.n * shape.k, true, 10 + c));
+      weights.push_back(std::move(w));
+    }
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer x, bench.Random(m * shape.k, true, 1));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer y, backend.Allocate(m * shape.n * 4));
+    const auto run = [&](int rep) {
+      const MatrixView w{weights[rep % copies].data(), DType::kBF16, shape.n, shape.k};
+      backend.Gemm(x.data(), m, w, nullptr, y.as<float>());
+    };
+    const std::string name = absl::StrFormat("gemm %s m=%d", shape.name, m);
+    if (m <= 64) {
+      PULSE_RETURN_IF_ERROR(
+          bench.Time(name, weight_bytes + m * shape.k * 2 + m * shape.n * 4, 0, run));
+    } else {
+      PULSE_RETURN_IF_ERROR(bench.Time(name, 0, 2.0 * m * shape.n * shape.k, run, 10));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BenchPointwise(Backend& backend, Bench& bench, int64_t m) {
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer x, bench.Random(m * kHidden, false, 2));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer residual, bench.Random(m * kHidden, false, 3));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer weight, bench.Random(kHidden, false, 4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer y, backend.Allocate(m * kHidden * 2));
+  PULSE_RETURN_IF_ERROR(
+      bench.Time(absl::StrFormat("add_rms_norm m=%d", m), m * kHidden * 14.0, 0, [&](int) {
+        backend.AddRmsNorm(residual.as<float>(), x.as<float>(), weight.as<float>(), m, kHidden,
+                           1e-5f, y.data());
+      }));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer qkv, bench.Random(m * kQkv, false, 5));
+  std::vector<int32_t> position_values(m, 4000);
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer positions, bench.Ints(position_values));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer inv_freq, bench.Random(kHeadDim / 2, false, 6));
+  PULSE_RETURN_IF_ERROR(bench.Time(
+      absl::StrFormat("rope q+k m=%d", m), m * (kHeads + kKvHeads) * kHeadDim * 8.0, 0, [&](int) {
+        backend.Rope(qkv.as<float>(), m, kQkv, kHeads + kKvHeads, kHeadDim, positions.as<int32_t>(),
+                     inv_freq.as<float>());
+      }));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer gate_up, bench.Random(m * 2 * kInter, false, 7));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer act, backend.Allocate(m * kInter * 2));
+  PULSE_RETURN_IF_ERROR(
+      bench.Time(absl::StrFormat("swiglu m=%d", m), m * kInter * 10.0, 0,
+                 [&](int) { backend.SwiGlu(gate_up.as<float>(), m, kInter, act.data()); }));
+  return absl::OkStatus();
+}
+
+// A paged cache of `seqs` sequences of `context` tokens each, blocks in a shuffled order.
+struct Cache {
+  DeviceBuffer blocks, tables, lens, offsets;
+  PagedKvBatch batch;
+};
+
+absl::StatusOr<Cache> MakeCache(Backend& backend, Bench& bench, int32_t seqs, int32_t context,
+                                int32_t q_len) {
+  const PagedKvLayout layout{
+      .block_tokens = 32, .num_kv_heads = kKvHeads, .head_dim = kHeadDim, .type = DType::kBF16};
+  const int32_t per_seq = (context + 31) / 32;
+  std::vector<int32_t> tables(static_cast<size_t>(seqs) * per_seq);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
+  std::vector<int32_t> offsets(seqs + 1);
+  for (int32_t s = 0; s <= seqs; ++s) offsets[s] = s * q_len;
+  Cache cache;
+  PULSE_ASSIGN_OR_RETURN(cache.blocks, bench.Random(tables.size() * layout.block_elems(), true, 8));
+  PULSE_ASSIGN_OR_RETURN(cache.tables, bench.Ints(tables));
+  PULSE_ASSIGN_OR_RETURN(cache.lens, bench.Ints(std::vector<int32_t>(seqs, context)));
+  PULSE_ASSIGN_OR_RETURN(cache.offsets, bench.Ints(offsets));
+  cache.batch = {.blocks = cache.blocks.data(),
+                 .layout = layout,
+                 .num_seqs = seqs,
+                 .max_blocks_per_seq = per_seq,
+                 .block_tables = cache.tables.as<int32_t>(),
+                 .kv_lens = cache.lens.as<int32_t>(),
+                 .q_offsets = cache.offsets.as<int32_t>(),
+                 .num_rows = seqs * q_len,
+                 .max_q_len = q_len,
+                 .max_kv_len = context};
+  return cache;
+}
+
+absl::Status BenchAttention(Backend& backend, Bench& bench) {
+  const float scale = 1.0f / std::sqrt(float{kHeadDim});
+  for (const auto [seqs, context] :
+       {std::pair{1, 4096}, std::pair{8, 16384}, std::pair{32, 8192}, std::pair{16, 32768}}) {
+    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(backend, bench, seqs, context, 1));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(seqs * kQkv, false, 9));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(seqs * kHeads * kHeadDim * 2));
+    const double kv_bytes = double{seqs} * context * kKvHeads * kHeadDim * 2 * 2;
+    PULSE_RETURN_IF_ERROR(
+        bench.Time(absl::StrFormat("decode attention %dx%d", seqs, context), kv_bytes, 0, [&](int) {
+          backend.Attention(q.as<float>(), kQkv, kHeads, cache.batch, scale, out.data());
+        }));
+  }
+  for (const auto [q_len, context] : {std::pair{8192, 8192}, std::pair{8192, 32768}}) {
+    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(backend, bench, 1, context, q_len));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(int64_t{q_len} * kQkv, false, 9));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer out,
+                           backend.Allocate(int64_t{q_len} * kHeads * kHeadDim * 2));
+    // Causal: row i of the chunk sees context - q_len + i + 1 keys; QK^T and PV, 2 FLOPs a MAC.
+    const double keys = double{q_len} * (context - q_len) + double{q_len} * (q_len + 1) / 2;
+    PULSE_RETURN_IF_ERROR(bench.Time(
+        absl::StrFormat("prefill attention %d over %d", q_len, context), 0,
+        4.0 * kHeads * kHeadDim * keys,
+        [&](int) {
+          backend.Attention(q.as<float>(), kQkv, kHeads, cache.batch, scale, out.data());
+        },
+        5));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BenchSampling(Backend& backend, Bench& bench) {
+  constexpr int64_t kRows = 8;
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer logits, bench.Random(kRows * kVocab, false, 11));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer history, bench.Ints({0}));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer tokens, backend.Allocate(kRows * 4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer params, backend.Allocate(kRows * sizeof(TokenSampling)));
+  for (const auto& [name, sampling] :
+       {std::pair{"sample greedy 8 rows", TokenSampling{}},
+        std::pair{"sample top-p 0.9 8 rows",
+                  TokenSampling{.temperature = 0.8f, .top_p = 0.9f, .uniform = 0.5}},
+        std::pair{"sample top-k 50 8 rows",
+                  TokenSampling{.temperature = 0.8f, .top_k = 50, .uniform = 0.5}}}) {
+    const std::vector<TokenSampling> rows(kRows, sampling);
+    backend.CopyToDevice(params.data(), rows.data(), rows.size() * sizeof(TokenSampling));
+    PULSE_RETURN_IF_ERROR(bench.Time(name, kRows * kVocab * 4.0, 0, [&](int) {
+      backend.SampleTokens(logits.as<float>(), kRows, kVocab, params.as<TokenSampling>(),
+                           history.as<int32_t>(), tokens.as<int32_t>());
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const Args& args) {
+  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, CreateCudaBackend({}));
+  Bench bench(*backend, args);
+  for (const int64_t m : {1, 8, 32}) PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, m));
+  PULSE_RETURN_IF_ERROR(BenchPointwise(*backend, bench, 8));
+  PULSE_RETURN_IF_ERROR(BenchAttention(*backend, bench));
+  PULSE_RETURN_IF_ERROR(BenchSampling(*backend, bench));
+  PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, 8192));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace pulse
+
+int main(int argc, char** argv) {
+  return pulse::RunTool("pulse-cuda-op-bench", pulse::kUsage, pulse::ParseArgs(argc, argv),
+                        &pulse::Run);
+}
