@@ -1,55 +1,54 @@
-// Decode attention: one query row per sequence, GQA, split along the sequence (flash-decoding).
+// Decode attention: one query row per sequence, GQA, split along the sequence (flash-decoding),
+// on tensor cores.
 //
-// A block serves one (sequence, KV head, tile of up to kGroupTile query heads of that KV head,
-// split of the sequence), so each KV byte of a split is read once for all the query heads that
-// share it. Within a block, a token's key row is read by kHeadDim / 8 lanes, 16 bytes each; a
-// warp walks kTokensPerWarp tokens at a time, kUnroll steps deep, with keys and values of a whole
-// chunk in flight before the first use. Each token slot keeps its own online softmax; slots,
-// warps and then splits are merged by their log-sum-exp.
+// A block serves one (sequence, KV head, up to 16 query heads of its group, split of the
+// sequence). The group's query heads are the rows of one m16 MMA tile, so each KV byte of the
+// split is read once for all of them, and QK^T and PV run as mma.sync as in the prefill kernel
+// (rows past the group are padding: tensor-core work is not what bounds decode). Each warp streams
+// its own tiles of kTileKeys keys (warp w takes tiles w, w + kWarps, ...) from their paged blocks
+// into its own two shared-memory stages with cp.async, so one tile's copy overlaps the previous
+// tile's math and many loads are in flight per SM. The warps then merge their softmax states in
+// shared memory; CombineSplitsKernel merges the splits by their log-sum-exp.
 #include <algorithm>
 
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/mma.cuh"
 
 namespace pulse::cuda {
 namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kUnroll = 4;
+constexpr int kRows = 16;  // query heads of one block: the MMA tile's rows
+constexpr int kTileKeys = 32;
+constexpr int kStages = 2;
 constexpr int kMinSplitTokens = 256;
-constexpr int kSplitRounding = 64;
+constexpr int kSplitRounding = kTileKeys * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -__builtin_huge_valf();
 
-int32_t GroupTile(int32_t group) { return group <= 4 ? 4 : 8; }
-
-// Merges (max_b, sum_b, acc_b) into (max_a, sum_a, acc_a); either may be empty (max -inf).
-template <int kN>
-__device__ __forceinline__ void Merge(float& max_a, float& sum_a, float (&acc_a)[kN], float max_b,
-                                      float sum_b, const float (&acc_b)[kN]) {
-  const float merged = fmaxf(max_a, max_b);
-  if (merged == kNegInf) return;
-  const float scale_a = exp2f(max_a - merged);
-  const float scale_b = exp2f(max_b - merged);
-  sum_a = sum_a * scale_a + sum_b * scale_b;
-#pragma unroll
-  for (int i = 0; i < kN; ++i) acc_a[i] = acc_a[i] * scale_a + acc_b[i] * scale_b;
-  max_a = merged;
+template <int kHeadDim>
+constexpr int SharedBytes() {
+  // The Q tile, then each warp's stages of K and V tiles.
+  return (kRows + kWarps * kStages * 2 * kTileKeys) * kHeadDim * 2;
 }
 
-template <int kHeadDim, int kGroupTile>
+template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const float* __restrict__ q, int64_t q_stride, int32_t num_heads,
                           PagedKvBatch kv, float scale_log2, int32_t split_tokens,
                           float* __restrict__ partial_o, float* __restrict__ partial_lse,
                           bf16* __restrict__ out) {
-  constexpr int kLanesPerToken = kHeadDim / 8;
-  constexpr int kTokensPerWarp = kWarp / kLanesPerToken;
-  constexpr int kChunk = kTokensPerWarp * kUnroll;
-  __shared__ float shared_max[kWarps][kGroupTile];
-  __shared__ float shared_sum[kWarps][kGroupTile];
-  __shared__ float shared_acc[kWarps][kGroupTile][kHeadDim];
+  constexpr int kChunks = kHeadDim / 8;
+  constexpr int kDimSteps = kHeadDim / 16;   // k-steps of QK^T
+  constexpr int kDimTiles = kHeadDim / 8;    // n-tiles of O
+  constexpr int kKeyTiles = kTileKeys / 8;   // n-tiles of S
+  constexpr int kKeySteps = kTileKeys / 16;  // k-steps of PV
+  constexpr int kTileElems = kTileKeys * kHeadDim;
+  extern __shared__ __align__(128) unsigned char shared_bytes[];
+  bf16* q_tile = reinterpret_cast<bf16*>(shared_bytes);
+  bf16* stages = q_tile + kRows * kHeadDim;  // [kWarps][kStages][K, V][kTileKeys][kHeadDim]
 
   const PagedKvLayout& layout = kv.layout;
   const int32_t seq = blockIdx.z;
@@ -58,143 +57,204 @@ __global__ void __launch_bounds__(kThreads)
   if (begin >= kv_len) return;
   const int32_t end = min(kv_len, begin + split_tokens);
   const int32_t group = num_heads / layout.num_kv_heads;
-  const int32_t group_tiles = (group + kGroupTile - 1) / kGroupTile;
-  const int32_t kv_head = blockIdx.y / group_tiles;
-  const int32_t first_in_group = (blockIdx.y % group_tiles) * kGroupTile;
-  const int32_t heads = min(kGroupTile, group - first_in_group);
+  const int32_t row_tiles = (group + kRows - 1) / kRows;
+  const int32_t kv_head = blockIdx.y / row_tiles;
+  const int32_t first_in_group = (blockIdx.y % row_tiles) * kRows;
+  const int32_t heads = min(kRows, group - first_in_group);
   const int32_t first_head = kv_head * group + first_in_group;
   const int32_t row = kv.q_offsets[seq];
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarp;
+  const int warp = tid / kWarp;
 
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  const int slot = lane / kLanesPerToken;
-  const int sub = lane % kLanesPerToken;
-  const int dim0 = sub * 8;
-
-  float query[kGroupTile][8];
-#pragma unroll
-  for (int g = 0; g < kGroupTile; ++g) {
-    const float* src = q + row * q_stride + int64_t{first_head + g} * kHeadDim + dim0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) query[g][i] = g < heads ? src[i] * scale_log2 : 0.0f;
+  for (int c = tid; c < kRows * kChunks; c += kThreads) {
+    const int r = c / kChunks;
+    const int chunk = c % kChunks;
+    float values[8] = {};
+    if (r < heads) {
+      const float4* src = reinterpret_cast<const float4*>(
+          q + int64_t{row} * q_stride + int64_t{first_head + r} * kHeadDim + chunk * 8);
+      const float4 a = src[0];
+      const float4 b = src[1];
+      values[0] = a.x, values[1] = a.y, values[2] = a.z, values[3] = a.w;
+      values[4] = b.x, values[5] = b.y, values[6] = b.z, values[7] = b.w;
+    }
+    *reinterpret_cast<Bf16x8*>(q_tile + SwizzledOffset<kHeadDim>(r, chunk)) = Pack(values);
   }
-
-  float running_max[kGroupTile];
-  float running_sum[kGroupTile];
-  float acc[kGroupTile][8];
+  __syncthreads();
+  uint32_t q_frag[kDimSteps][4];
+  {
+    const int r = (lane % 8) + ((lane / 8) % 2) * 8;
 #pragma unroll
-  for (int g = 0; g < kGroupTile; ++g) {
-    running_max[g] = kNegInf;
-    running_sum[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+    for (int ks = 0; ks < kDimSteps; ++ks) {
+      LoadMatrixX4(q_frag[ks],
+                   SharedAddress(q_tile + SwizzledOffset<kHeadDim>(r, ks * 2 + lane / 16)));
+    }
   }
 
   const bf16* blocks = static_cast<const bf16*>(kv.blocks);
   const int32_t* table = kv.block_tables + int64_t{seq} * kv.max_blocks_per_seq;
-  const int64_t head_offset = int64_t{kv_head} * layout.head_elems() + dim0;
-  for (int32_t chunk = begin + warp * kChunk; chunk < end; chunk += kWarps * kChunk) {
-    Bf16x8 keys[kUnroll];
-    Bf16x8 values[kUnroll];
+  const int64_t head_offset = int64_t{kv_head} * layout.head_elems();
+  bf16* own_stages = stages + warp * kStages * 2 * kTileElems;
+  // This warp's copy of keys [first_key, first_key + kTileKeys) into `stage` (zeros past end).
+  const auto load_tile = [&](int32_t first_key, int stage) {
+    bf16* k_dst = own_stages + stage * 2 * kTileElems;
+    bf16* v_dst = k_dst + kTileElems;
+    for (int c = lane; c < kTileKeys * kChunks; c += kWarp) {
+      const int r = c / kChunks;
+      const int chunk = c % kChunks;
+      const int32_t key = first_key + r;
+      const bool valid = key < end;
+      const bf16* src = blocks;
+      if (valid) {
+        src = blocks + table[key / layout.block_tokens] * layout.block_elems() + head_offset +
+              int64_t{key % layout.block_tokens} * kHeadDim + chunk * 8;
+      }
+      const int offset = SwizzledOffset<kHeadDim>(r, chunk);
+      CopyAsync16(SharedAddress(k_dst + offset), src, valid);
+      CopyAsync16(SharedAddress(v_dst + offset), valid ? src + layout.value_offset() : src, valid);
+    }
+    CopyAsyncCommit();
+  };
+
+  float o_acc[kDimTiles][4];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int32_t t = chunk + u * kTokensPerWarp + slot;
-      if (t < end) {
-        const bf16* key = blocks + table[t / layout.block_tokens] * layout.block_elems() +
-                          head_offset + int64_t{t % layout.block_tokens} * kHeadDim;
-        keys[u] = *reinterpret_cast<const Bf16x8*>(key);
-        values[u] = *reinterpret_cast<const Bf16x8*>(key + layout.value_offset());
-      } else {
-        // Weighted by 0 below, but 0 * NaN is NaN: whatever the registers held must not stay.
-        keys[u] = Bf16x8{};
-        values[u] = Bf16x8{};
+  for (int n = 0; n < kDimTiles; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o_acc[n][i] = 0.0f;
+  }
+  float row_max[2] = {kNegInf, kNegInf};  // rows lane / 4 and lane / 4 + 8
+  float row_sum[2] = {0.0f, 0.0f};
+  const int32_t tiles = (end - begin + kTileKeys - 1) / kTileKeys;
+  int stage = 0;
+  if (warp < tiles) load_tile(begin + warp * kTileKeys, stage);
+  for (int32_t tile = warp; tile < tiles; tile += kWarps) {
+    if (tile + kWarps < tiles) {
+      load_tile(begin + (tile + kWarps) * kTileKeys, stage ^ 1);
+      CopyAsyncWait<1>();
+    } else {
+      CopyAsyncWait<0>();
+    }
+    __syncwarp();  // every lane's copies of this stage have landed
+    const bf16* k_tile = own_stages + stage * 2 * kTileElems;
+    const bf16* v_tile = k_tile + kTileElems;
+
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+    }
+#pragma unroll
+    for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
+      const int r = pair * 16 + (lane % 8) + (lane / 16) * 8;
+#pragma unroll
+      for (int ks = 0; ks < kDimSteps; ++ks) {
+        uint32_t b[4];
+        LoadMatrixX4(b,
+                     SharedAddress(k_tile + SwizzledOffset<kHeadDim>(r, ks * 2 + (lane / 8) % 2)));
+        MmaBf16(s[2 * pair], q_frag[ks], b[0], b[1]);
+        MmaBf16(s[2 * pair + 1], q_frag[ks], b[2], b[3]);
       }
     }
-    float scores[kUnroll][kGroupTile];
+    // Every tile holds at least one key before `end`, so no row's maximum stays -inf.
+    const int32_t first_key = begin + tile * kTileKeys;
+    float tile_max[2] = {kNegInf, kNegInf};
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float k[8];
-      Unpack(keys[u], k);
+    for (int n = 0; n < kKeyTiles; ++n) {
 #pragma unroll
-      for (int g = 0; g < kGroupTile; ++g) {
-        float partial = 0.0f;
+      for (int i = 0; i < 4; ++i) {
+        const int32_t key = first_key + n * 8 + (lane % 4) * 2 + i % 2;
+        s[n][i] = key < end ? s[n][i] * scale_log2 : kNegInf;
+        tile_max[i / 2] = fmaxf(tile_max[i / 2], s[n][i]);
+      }
+    }
+    float rescale[2];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) partial = fmaf(query[g][i], k[i], partial);
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      rescale[r] = exp2f(row_max[r] - new_max);
+      row_max[r] = new_max;
+      row_sum[r] *= rescale[r];
+    }
 #pragma unroll
-        for (int offset = kLanesPerToken / 2; offset > 0; offset /= 2) {
-          partial += __shfl_xor_sync(0xffffffffu, partial, offset);
-        }
-        const int32_t t = chunk + u * kTokensPerWarp + slot;
-        scores[u][g] = t < end ? partial : kNegInf;
+    for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[n][i] = exp2f(s[n][i] - row_max[i / 2]);
+        row_sum[i / 2] += s[n][i];
       }
     }
 #pragma unroll
-    for (int g = 0; g < kGroupTile; ++g) {
-      float chunk_max = scores[0][g];
+    for (int n = 0; n < kDimTiles; ++n) {
 #pragma unroll
-      for (int u = 1; u < kUnroll; ++u) chunk_max = fmaxf(chunk_max, scores[u][g]);
-      const float new_max = fmaxf(running_max[g], chunk_max);
-      if (new_max == kNegInf) continue;
-      const float rescale = exp2f(running_max[g] - new_max);
-      running_sum[g] *= rescale;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[g][i] *= rescale;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float p = exp2f(scores[u][g] - new_max);
-        running_sum[g] += p;
-        float v[8];
-        Unpack(values[u], v);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(p, v[i], acc[g][i]);
-      }
-      running_max[g] = new_max;
+      for (int i = 0; i < 4; ++i) o_acc[n][i] *= rescale[i / 2];
     }
+#pragma unroll
+    for (int ks = 0; ks < kKeySteps; ++ks) {
+      const uint32_t p[4] = {PackBf16(s[2 * ks][0], s[2 * ks][1]),
+                             PackBf16(s[2 * ks][2], s[2 * ks][3]),
+                             PackBf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                             PackBf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      const int r = ks * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+#pragma unroll
+      for (int pair = 0; pair < kDimTiles / 2; ++pair) {
+        uint32_t b[4];
+        LoadMatrixX4Trans(
+            b, SharedAddress(v_tile + SwizzledOffset<kHeadDim>(r, pair * 2 + lane / 16)));
+        MmaBf16(o_acc[2 * pair], p, b[0], b[1]);
+        MmaBf16(o_acc[2 * pair + 1], p, b[2], b[3]);
+      }
+    }
+    __syncwarp();  // the next iteration's copy overwrites the stage read here
+    stage ^= 1;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
   }
 
-  // Merge the token slots of the warp (lanes with the same `sub`), then the warps.
+  // Merge the warps (a warp without tiles has max -inf and adds nothing) in the stages' memory.
+  __syncthreads();
+  float* merge_max = reinterpret_cast<float*>(stages);  // [kWarps][kRows]
+  float* merge_sum = merge_max + kWarps * kRows;        // [kWarps][kRows]
+  float* merge_o = merge_sum + kWarps * kRows;          // [kWarps][kRows][kHeadDim]
 #pragma unroll
-  for (int offset = kLanesPerToken; offset < kWarp; offset *= 2) {
-#pragma unroll
-    for (int g = 0; g < kGroupTile; ++g) {
-      const float other_max = __shfl_xor_sync(0xffffffffu, running_max[g], offset);
-      const float other_sum = __shfl_xor_sync(0xffffffffu, running_sum[g], offset);
-      float other_acc[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) other_acc[i] = __shfl_xor_sync(0xffffffffu, acc[g][i], offset);
-      Merge(running_max[g], running_sum[g], acc[g], other_max, other_sum, other_acc);
+  for (int r = 0; r < 2; ++r) {
+    const int tile_row = lane / 4 + r * 8;
+    if (lane % 4 == 0) {
+      merge_max[warp * kRows + tile_row] = row_max[r];
+      merge_sum[warp * kRows + tile_row] = row_sum[r];
     }
-  }
-  if (slot == 0) {
+    float* dst = merge_o + (warp * kRows + tile_row) * kHeadDim + (lane % 4) * 2;
 #pragma unroll
-    for (int g = 0; g < kGroupTile; ++g) {
-      if (sub == 0) {
-        shared_max[warp][g] = running_max[g];
-        shared_sum[warp][g] = running_sum[g];
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) shared_acc[warp][g][dim0 + i] = acc[g][i];
+    for (int n = 0; n < kDimTiles; ++n) {
+      dst[n * 8] = o_acc[n][2 * r];
+      dst[n * 8 + 1] = o_acc[n][2 * r + 1];
     }
   }
   __syncthreads();
-
   const int32_t splits = gridDim.x;
-  for (int item = threadIdx.x; item < heads * kHeadDim; item += kThreads) {
-    const int g = item / kHeadDim;
+  for (int item = tid; item < heads * kHeadDim; item += kThreads) {
+    const int r = item / kHeadDim;
     const int d = item % kHeadDim;
     float max_all = kNegInf;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) max_all = fmaxf(max_all, shared_max[w][g]);
+    for (int w = 0; w < kWarps; ++w) max_all = fmaxf(max_all, merge_max[w * kRows + r]);
     float sum = 0.0f;
     float value = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      if (shared_max[w][g] == kNegInf) continue;
-      const float scale = exp2f(shared_max[w][g] - max_all);
-      sum += shared_sum[w][g] * scale;
-      value += shared_acc[w][g][d] * scale;
+      const float warp_max = merge_max[w * kRows + r];
+      if (warp_max == kNegInf) continue;
+      const float scale = exp2f(warp_max - max_all);
+      sum += merge_sum[w * kRows + r] * scale;
+      value += merge_o[(w * kRows + r) * kHeadDim + d] * scale;
     }
-    const int64_t head_row = int64_t{row} * num_heads + first_head + g;
+    const int64_t head_row = int64_t{row} * num_heads + first_head + r;
     if (splits == 1) {
       out[head_row * kHeadDim + d] = __float2bfloat16_rn(value / sum);
     } else {
@@ -229,22 +289,29 @@ __global__ void CombineSplitsKernel(PagedKvBatch kv, int32_t num_heads, int32_t 
   }
 }
 
+int32_t RowTiles(int32_t num_heads, const PagedKvLayout& layout) {
+  return (num_heads / layout.num_kv_heads + kRows - 1) / kRows;
+}
+
 int32_t SplitTokens(int32_t max_kv_len, int32_t splits) {
   const int32_t per_split = (max_kv_len + splits - 1) / splits;
   return (per_split + kSplitRounding - 1) / kSplitRounding * kSplitRounding;
 }
 
-template <int kHeadDim, int kGroupTile>
+template <int kHeadDim>
 cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
                    float scale, int32_t splits, float* scratch, bf16* out, cudaStream_t stream) {
-  const int32_t group = num_heads / kv.layout.num_kv_heads;
-  const int32_t group_tiles = (group + kGroupTile - 1) / kGroupTile;
+  constexpr int kShared = SharedBytes<kHeadDim>();
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      DecodeAttentionKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+  if (configured != cudaSuccess) return configured;
   const int32_t split_tokens = SplitTokens(kv.max_kv_len, splits);
   const int32_t used_splits = (kv.max_kv_len + split_tokens - 1) / split_tokens;
   float* partial_o = scratch;
   float* partial_lse = scratch + int64_t{kv.num_seqs} * num_heads * used_splits * kHeadDim;
-  const dim3 grid(used_splits, kv.layout.num_kv_heads * group_tiles, kv.num_seqs);
-  DecodeAttentionKernel<kHeadDim, kGroupTile><<<grid, kThreads, 0, stream>>>(
+  const dim3 grid(used_splits, kv.layout.num_kv_heads * RowTiles(num_heads, kv.layout),
+                  kv.num_seqs);
+  DecodeAttentionKernel<kHeadDim><<<grid, kThreads, kShared, stream>>>(
       q, q_stride, num_heads, kv, scale * kLog2e, split_tokens, partial_o, partial_lse, out);
   if (used_splits == 1) return cudaGetLastError();
   if (const cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
@@ -258,10 +325,10 @@ cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const Pa
 bool AttentionSupportsHeadDim(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int32_t sm_count) {
-  const int32_t group = num_heads / kv.layout.num_kv_heads;
-  const int64_t units = int64_t{kv.num_seqs} * kv.layout.num_kv_heads *
-                        ((group + GroupTile(group) - 1) / GroupTile(group));
-  // Enough blocks for two waves of four blocks an SM, but no split shorter than kMinSplitTokens.
+  const int64_t units =
+      int64_t{kv.num_seqs} * kv.layout.num_kv_heads * RowTiles(num_heads, kv.layout);
+  // Several waves of blocks (a block fills most of an SM's shared memory), but no split shorter
+  // than kMinSplitTokens.
   const int64_t wanted = (int64_t{sm_count} * 8 + units - 1) / units;
   const int64_t longest = (int64_t{kv.max_kv_len} + kMinSplitTokens - 1) / kMinSplitTokens;
   return static_cast<int32_t>(std::clamp<int64_t>(std::min(wanted, longest), 1, 1 << 16));
@@ -276,18 +343,11 @@ cudaError_t LaunchDecodeAttention(const float* q, int64_t q_stride, int32_t num_
                                   float* scratch, void* out, cudaStream_t stream) {
   if (kv.num_seqs == 0) return cudaSuccess;
   bf16* output = static_cast<bf16*>(out);
-  const bool small_group = num_heads / kv.layout.num_kv_heads <= 4;
   switch (kv.layout.head_dim) {
     case 64:
-      return small_group
-                 ? Launch<64, 4>(q, q_stride, num_heads, kv, scale, splits, scratch, output, stream)
-                 : Launch<64, 8>(q, q_stride, num_heads, kv, scale, splits, scratch, output,
-                                 stream);
+      return Launch<64>(q, q_stride, num_heads, kv, scale, splits, scratch, output, stream);
     case 128:
-      return small_group ? Launch<128, 4>(q, q_stride, num_heads, kv, scale, splits, scratch,
-                                          output, stream)
-                         : Launch<128, 8>(q, q_stride, num_heads, kv, scale, splits, scratch,
-                                          output, stream);
+      return Launch<128>(q, q_stride, num_heads, kv, scale, splits, scratch, output, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -52,6 +52,14 @@ __device__ __forceinline__ void CopyAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Element offset of (row, 16-byte chunk) in a shared tile of rows of kRowElems bf16 whose chunks
+// are XOR-swizzled by the row, so that ldmatrix reads of 8 rows at one column hit 8 different bank
+// groups.
+template <int kRowElems>
+__device__ __forceinline__ int SwizzledOffset(int row, int chunk) {
+  return row * kRowElems + ((chunk ^ (row % 8)) * 8);
+}
+
 // Two floats as one register of two bf16, the first in the low half.
 __device__ __forceinline__ uint32_t PackBf16(float first, float second) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(first, second);

@@ -1,13 +1,14 @@
 // Causal attention over the paged cache on tensor cores, in the flash-attention style: for
 // chunked prefill and for batches that mix prompt chunks with decode rows.
 //
-// A block computes kBlockM query rows of one sequence and one query head. Its 4 warps own 16
-// rows each. Key/value tiles of kBlockN tokens are gathered from their paged blocks into shared
-// memory by cp.async, double-buffered, so the next tile's copy overlaps this tile's math.
-// S = Q K^T and O += P V run as mma.sync m16n8k16 (bf16 in, fp32 accumulate); the softmax is
-// online, in the log2 domain, with P kept in registers between the two products. Shared tiles
-// are rows of head_dim bf16 whose 16-byte chunks are XOR-swizzled by the row, so ldmatrix reads
-// of 8 rows at one column hit 8 different bank groups.
+// A block computes kBlockM query rows of one sequence and one query head. Its 4 warps own 32
+// rows each, as two m16 tiles that share every K and V fragment a warp loads from shared memory
+// (shared-memory reads, not the tensor cores, bound this kernel). Key/value tiles of BlockKeys()
+// tokens are gathered from their paged blocks into shared memory by cp.async, double-buffered,
+// so the next tile's copy overlaps this tile's math. S = Q K^T and O += P V run as mma.sync
+// m16n8k16 (bf16 in, fp32 accumulate); the softmax is online, in the log2 domain, with P kept in
+// registers between the two products. Shared tiles are rows of head_dim bf16 whose 16-byte chunks
+// are XOR-swizzled by the row, so ldmatrix reads of 8 rows at one column hit 8 bank groups.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/mma.cuh"
@@ -15,22 +16,23 @@
 namespace pulse::cuda {
 namespace {
 
-constexpr int kBlockM = 64;
-constexpr int kBlockN = 64;
+constexpr int kBlockM = 128;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarp;
+constexpr int kWarpRows = kBlockM / kWarps;
+constexpr int kRowTiles = kWarpRows / 16;  // m16 tiles a warp
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -__builtin_huge_valf();
 
-// Element offset of (row, 16-byte chunk) in a swizzled tile of rows of kHeadDim bf16.
+// Keys of one shared tile: the S accumulators of 128-dim heads must leave registers for O.
 template <int kHeadDim>
-__device__ __forceinline__ int Swizzled(int row, int chunk) {
-  return row * kHeadDim + ((chunk ^ (row % 8)) * 8);
+__host__ __device__ constexpr int BlockKeys() {
+  return kHeadDim >= 128 ? 32 : 64;
 }
 
 template <int kHeadDim>
 constexpr int SharedBytes() {
-  return (kBlockM + 4 * kBlockN) * kHeadDim * 2;  // Q, then K and V of two stages
+  return (kBlockM + 4 * BlockKeys<kHeadDim>()) * kHeadDim * 2;  // Q, then K and V of two stages
 }
 
 // The query tile of this block: its sequence and first row, or seq -1 when there is none. Tiles
@@ -64,6 +66,7 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads)
     PrefillAttentionKernel(const float* __restrict__ q, int64_t q_stride, int32_t num_heads,
                            PagedKvBatch kv, float scale_log2, bf16* __restrict__ out) {
+  constexpr int kBlockN = BlockKeys<kHeadDim>();
   constexpr int kChunks = kHeadDim / 8;     // 16-byte chunks of a row
   constexpr int kDimTiles = kHeadDim / 8;   // n-tiles of O
   constexpr int kDimSteps = kHeadDim / 16;  // k-steps of S = Q K^T
@@ -89,9 +92,10 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* blocks = static_cast<const bf16*>(kv.blocks);
   const int32_t* table = kv.block_tables + int64_t{tile.seq} * kv.max_blocks_per_seq;
   const int64_t head_offset = int64_t{kv_head} * layout.head_elems();
-  auto load_kv_tile = [&](int32_t key_tile, int stage) {
+  const auto load_kv_tile = [&](int32_t key_tile, int stage) {
     bf16* k_dst = k_tiles + stage * kBlockN * kHeadDim;
     bf16* v_dst = v_tiles + stage * kBlockN * kHeadDim;
+#pragma unroll 1
     for (int c = tid; c < kBlockN * kChunks; c += kThreads) {
       const int row = c / kChunks;
       const int chunk = c % kChunks;
@@ -102,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
         src = blocks + table[key / layout.block_tokens] * layout.block_elems() + head_offset +
               int64_t{key % layout.block_tokens} * kHeadDim + chunk * 8;
       }
-      const int offset = Swizzled<kHeadDim>(row, chunk);
+      const int offset = SwizzledOffset<kHeadDim>(row, chunk);
       CopyAsync16(SharedAddress(k_dst + offset), src, valid);
       CopyAsync16(SharedAddress(v_dst + offset), valid ? src + layout.value_offset() : src, valid);
     }
@@ -124,31 +128,32 @@ __global__ void __launch_bounds__(kThreads)
       values[0] = a.x, values[1] = a.y, values[2] = a.z, values[3] = a.w;
       values[4] = b.x, values[5] = b.y, values[6] = b.z, values[7] = b.w;
     }
-    *reinterpret_cast<Bf16x8*>(q_tile + Swizzled<kHeadDim>(row, chunk)) = Pack(values);
+    *reinterpret_cast<Bf16x8*>(q_tile + SwizzledOffset<kHeadDim>(row, chunk)) = Pack(values);
   }
-  __syncthreads();
 
-  // This warp's Q fragments for every k-step.
-  uint32_t q_frag[kDimSteps][4];
-  {
-    const int row = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+  float o_acc[kRowTiles][kDimTiles][4];
 #pragma unroll
-    for (int ks = 0; ks < kDimSteps; ++ks) {
-      LoadMatrixX4(q_frag[ks], SharedAddress(q_tile + Swizzled<kHeadDim>(row, ks * 2 + lane / 16)));
+  for (int m = 0; m < kRowTiles; ++m) {
+#pragma unroll
+    for (int n = 0; n < kDimTiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o_acc[m][n][i] = 0.0f;
     }
   }
-
-  float o_acc[kDimTiles][4];
+  // Row m * 16 + lane / 4 + r * 8 of this warp's kWarpRows: [m][r].
+  float row_max[kRowTiles][2];
+  float row_sum[kRowTiles][2];
 #pragma unroll
-  for (int n = 0; n < kDimTiles; ++n) {
+  for (int m = 0; m < kRowTiles; ++m) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) o_acc[n][i] = 0.0f;
+    for (int r = 0; r < 2; ++r) {
+      row_max[m][r] = kNegInf;
+      row_sum[m][r] = 0.0f;
+    }
   }
-  // Rows lane / 4 and lane / 4 + 8 of this warp's 16.
-  float row_max[2] = {kNegInf, kNegInf};
-  float row_sum[2] = {0.0f, 0.0f};
-  const int32_t row_position[2] = {tile.first_position + warp * 16 + lane / 4,
-                                   tile.first_position + warp * 16 + lane / 4 + 8};
+  // The position of this lane's row r of row tile m is first_row_position + m * 16 + r * 8.
+  const int32_t first_row_position = tile.first_position + warp * kWarpRows + lane / 4;
+  const int q_row = warp * kWarpRows + (lane % 8) + ((lane / 8) % 2) * 8;  // + m * 16
 
   for (int32_t key_tile = 0; key_tile < key_tiles; ++key_tile) {
     const int stage = key_tile % 2;
@@ -158,87 +163,110 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       CopyAsyncWait<0>();
     }
-    __syncthreads();
+    __syncthreads();  // this tile (and, the first time, Q) is in shared memory for every warp
     const bf16* k_tile = k_tiles + stage * kBlockN * kHeadDim;
     const bf16* v_tile = v_tiles + stage * kBlockN * kHeadDim;
 
-    float s[kKeyTiles][4];
+    float s[kRowTiles][kKeyTiles][4];
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n) {
+    for (int m = 0; m < kRowTiles; ++m) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+      for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[m][n][i] = 0.0f;
+      }
     }
 #pragma unroll
-    for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
-      const int row = pair * 16 + (lane % 8) + (lane / 16) * 8;
+    for (int ks = 0; ks < kDimSteps; ++ks) {
+      uint32_t a[kRowTiles][4];
 #pragma unroll
-      for (int ks = 0; ks < kDimSteps; ++ks) {
+      for (int m = 0; m < kRowTiles; ++m) {
+        LoadMatrixX4(a[m], SharedAddress(q_tile + SwizzledOffset<kHeadDim>(q_row + m * 16,
+                                                                           ks * 2 + lane / 16)));
+      }
+#pragma unroll
+      for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
+        const int row = pair * 16 + (lane % 8) + (lane / 16) * 8;
         uint32_t b[4];
-        LoadMatrixX4(b, SharedAddress(k_tile + Swizzled<kHeadDim>(row, ks * 2 + (lane / 8) % 2)));
-        MmaBf16(s[2 * pair], q_frag[ks], b[0], b[1]);
-        MmaBf16(s[2 * pair + 1], q_frag[ks], b[2], b[3]);
+        LoadMatrixX4(
+            b, SharedAddress(k_tile + SwizzledOffset<kHeadDim>(row, ks * 2 + (lane / 8) % 2)));
+#pragma unroll
+        for (int m = 0; m < kRowTiles; ++m) {
+          MmaBf16(s[m][2 * pair], a[m], b[0], b[1]);
+          MmaBf16(s[m][2 * pair + 1], a[m], b[2], b[3]);
+        }
       }
     }
 
-    // Scale, mask (causal and past the keys), and the online softmax of rows r = 0, 1.
+    // Scale, mask (causal and past the keys), and the online softmax of this warp's rows.
     const int32_t first_key = key_tile * kBlockN;
     const bool needs_mask =
-        first_key + kBlockN > tile.first_position + warp * 16 || first_key + kBlockN > keys;
-    float tile_max[2] = {kNegInf, kNegInf};
+        first_key + kBlockN > tile.first_position + warp * kWarpRows || first_key + kBlockN > keys;
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n) {
+    for (int m = 0; m < kRowTiles; ++m) {
+      float tile_max[2] = {kNegInf, kNegInf};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = i / 2;
-        float value = s[n][i] * scale_log2;
-        if (needs_mask) {
-          const int32_t key = first_key + n * 8 + (lane % 4) * 2 + i % 2;
-          if (key > row_position[r] || key >= keys) value = kNegInf;
+      for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = i / 2;
+          float value = s[m][n][i] * scale_log2;
+          if (needs_mask) {
+            const int32_t key = first_key + n * 8 + (lane % 4) * 2 + i % 2;
+            if (key > first_row_position + m * 16 + r * 8 || key >= keys) value = kNegInf;
+          }
+          s[m][n][i] = value;
+          tile_max[r] = fmaxf(tile_max[r], value);
         }
-        s[n][i] = value;
-        tile_max[r] = fmaxf(tile_max[r], value);
       }
-    }
-    float rescale[2];
+      float rescale[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      // Key 0 is visible to every row, so after the first tile no row's maximum is -inf.
-      const float new_max = fmaxf(row_max[r], tile_max[r]);
-      rescale[r] = exp2f(row_max[r] - new_max);
-      row_max[r] = new_max;
-      row_sum[r] *= rescale[r];
-    }
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = i / 2;
-        s[n][i] = exp2f(s[n][i] - row_max[r]);
-        row_sum[r] += s[n][i];
+      for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+        // Key 0 is visible to every row, so after the first tile no row's maximum is -inf.
+        const float new_max = fmaxf(row_max[m][r], tile_max[r]);
+        rescale[r] = exp2f(row_max[m][r] - new_max);
+        row_max[m][r] = new_max;
+        row_sum[m][r] *= rescale[r];
       }
-    }
 #pragma unroll
-    for (int n = 0; n < kDimTiles; ++n) {
+      for (int n = 0; n < kKeyTiles; ++n) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) o_acc[n][i] *= rescale[i / 2];
+        for (int i = 0; i < 4; ++i) {
+          s[m][n][i] = exp2f(s[m][n][i] - row_max[m][i / 2]);
+          row_sum[m][i / 2] += s[m][n][i];
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kDimTiles; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o_acc[m][n][i] *= rescale[i / 2];
+      }
     }
 
-    // O += P V, P from the S accumulators as A fragments.
+    // O += P V, P from the S accumulators as A fragments; each V fragment serves both row tiles.
 #pragma unroll
     for (int ks = 0; ks < kKeySteps; ++ks) {
-      const uint32_t p[4] = {PackBf16(s[2 * ks][0], s[2 * ks][1]),
-                             PackBf16(s[2 * ks][2], s[2 * ks][3]),
-                             PackBf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                             PackBf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      uint32_t p[kRowTiles][4];
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m) {
+        p[m][0] = PackBf16(s[m][2 * ks][0], s[m][2 * ks][1]);
+        p[m][1] = PackBf16(s[m][2 * ks][2], s[m][2 * ks][3]);
+        p[m][2] = PackBf16(s[m][2 * ks + 1][0], s[m][2 * ks + 1][1]);
+        p[m][3] = PackBf16(s[m][2 * ks + 1][2], s[m][2 * ks + 1][3]);
+      }
       const int row = ks * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
 #pragma unroll
       for (int pair = 0; pair < kDimTiles / 2; ++pair) {
         uint32_t b[4];
-        LoadMatrixX4Trans(b, SharedAddress(v_tile + Swizzled<kHeadDim>(row, pair * 2 + lane / 16)));
-        MmaBf16(o_acc[2 * pair], p, b[0], b[1]);
-        MmaBf16(o_acc[2 * pair + 1], p, b[2], b[3]);
+        LoadMatrixX4Trans(
+            b, SharedAddress(v_tile + SwizzledOffset<kHeadDim>(row, pair * 2 + lane / 16)));
+#pragma unroll
+        for (int m = 0; m < kRowTiles; ++m) {
+          MmaBf16(o_acc[m][2 * pair], p[m], b[0], b[1]);
+          MmaBf16(o_acc[m][2 * pair + 1], p[m], b[2], b[3]);
+        }
       }
     }
     // The next iteration's copy overwrites the stage read here.
@@ -246,20 +274,21 @@ __global__ void __launch_bounds__(kThreads)
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-  }
+  for (int m = 0; m < kRowTiles; ++m) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp * 16 + lane / 4 + r * 8;
-    if (row >= tile.rows) continue;
-    const float inv_sum = 1.0f / row_sum[r];
-    bf16* dst = out + (int64_t{tile.first_row + row} * num_heads + head) * kHeadDim;
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[m][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = warp * kWarpRows + m * 16 + lane / 4 + r * 8;
+      if (row >= tile.rows) continue;
+      const float inv_sum = 1.0f / sum;
+      bf16* dst = out + (int64_t{tile.first_row + row} * num_heads + head) * kHeadDim;
 #pragma unroll
-    for (int n = 0; n < kDimTiles; ++n) {
-      *reinterpret_cast<__nv_bfloat162*>(dst + n * 8 + (lane % 4) * 2) =
-          __floats2bfloat162_rn(o_acc[n][2 * r] * inv_sum, o_acc[n][2 * r + 1] * inv_sum);
+      for (int n = 0; n < kDimTiles; ++n) {
+        *reinterpret_cast<__nv_bfloat162*>(dst + n * 8 + (lane % 4) * 2) =
+            __floats2bfloat162_rn(o_acc[m][n][2 * r] * inv_sum, o_acc[m][n][2 * r + 1] * inv_sum);
+      }
     }
   }
 }
