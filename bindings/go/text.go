@@ -25,8 +25,9 @@ type DetokenizeFlags uint32
 // nothing.
 const DetokenizeRenderSpecial DetokenizeFlags = C.PULSE_DETOKENIZE_RENDER_SPECIAL
 
-// Tokenize encodes text with the model's tokenizer. Any bytes are accepted: invalid UTF-8 is
-// encoded byte by byte, so Detokenize gives the same bytes back.
+// Tokenize encodes text with the model's tokenizer. Any bytes are accepted; those the
+// vocabulary can represent (directly or by byte fallback) come back from Detokenize, others
+// are dropped as Hugging Face tokenizers drops them (see pulse_tokenize in pulseinfer.h).
 func (m *Model) Tokenize(text string, flags TokenizeFlags) ([]int32, error) {
 	defer runtime.KeepAlive(m)
 	var memory cMemory

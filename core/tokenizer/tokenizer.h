@@ -68,8 +68,8 @@ class Tokenizer {
   // the well-formed stretches around it are tokenized as if each were a text of its own
   // (byte-level) or merged apart from it (SentencePiece), and the byte becomes its byte-level
   // symbol's token or its <0xAB> token. So Decode(Encode(text)) == text, except that a byte a
-  // byte-level vocabulary has no symbol for (SmolLM2 has none for 0xC0, 0xC1, 0xF5..0xFF, which
-  // UTF-8 never uses) is dropped, as Hugging Face tokenizers drops it, and the SentencePiece
+  // byte-level vocabulary has no symbol for (SmolLM2 has none for 21 byte values, among them
+  // 0x04, 0xC0, 0xF1 and 0xFF) is dropped, as Hugging Face tokenizers drops it, and the SentencePiece
   // leading-space rule of Decode.
   virtual std::vector<int32_t> Encode(std::string_view text,
                                       const EncodeOptions& options) const = 0;

@@ -239,8 +239,8 @@ void VocabTokenizer::EncodeByteLevelPiece(std::string_view piece, std::vector<in
   symbols.reserve(piece.size());
   for (const char c : piece) symbols.push_back(byte_ids_[static_cast<uint8_t>(c)]);
   ApplyMerges(merges_, symbols);
-  // A byte the vocabulary has no symbol for (SmolLM2's lacks 0xC0, 0xC1, 0xF5..0xFF, never
-  // part of UTF-8) is dropped, as Hugging Face tokenizers drops it; GGUF's unknown token is
+  // A byte the vocabulary has no symbol for (SmolLM2's lacks 21 byte values, 0x04, 0xC0, 0xF1
+  // and 0xFF among them) is dropped, as Hugging Face tokenizers drops it; GGUF's unknown token is
   // often a control token (<|endoftext|>) that must not appear in the middle of a text.
   for (const int32_t id : symbols) {
     if (id >= 0) out.push_back(id);

@@ -200,20 +200,21 @@ absl::Status BenchPointwise(Backend& backend, Bench& bench, int64_t m) {
   return absl::OkStatus();
 }
 
-// A paged cache of `seqs` sequences of `context` tokens each, blocks in a shuffled order.
+// A paged cache of `seqs` sequences of `context` tokens each, blocks in a shuffled order (or in
+// order: one contiguous stretch a sequence).
 struct Cache {
   DeviceBuffer blocks, tables, lens, offsets;
   PagedKvBatch batch;
 };
 
 absl::StatusOr<Cache> MakeCache(Backend& backend, Bench& bench, int32_t seqs, int32_t context,
-                                int32_t q_len) {
+                                int32_t q_len, bool shuffle = true) {
   const PagedKvLayout layout{
       .block_tokens = 32, .num_kv_heads = kKvHeads, .head_dim = kHeadDim, .type = DType::kBF16};
   const int32_t per_seq = (context + 31) / 32;
   std::vector<int32_t> tables(static_cast<size_t>(seqs) * per_seq);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
-  std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
+  if (shuffle) std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
   std::vector<int32_t> offsets(seqs + 1);
   for (int32_t s = 0; s <= seqs; ++s) offsets[s] = s * q_len;
   Cache cache;
@@ -246,6 +247,16 @@ absl::Status BenchAttention(Backend& backend, Bench& bench) {
         bench.Time(absl::StrFormat("decode attention %dx%d", seqs, context), kv_bytes, 0, [&](int) {
           backend.Attention(q.as<float>(), kQkv, kHeads, cache.batch, scale, out.data());
         }));
+  }
+  {
+    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(backend, bench, 8, 16384, 1, false));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(8 * kQkv, false, 9));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(8 * kHeads * kHeadDim * 2));
+    PULSE_RETURN_IF_ERROR(bench.Time("decode attention 8x16384 in order",
+                                     8.0 * 16384 * kKvHeads * kHeadDim * 2 * 2, 0, [&](int) {
+                                       backend.Attention(q.as<float>(), kQkv, kHeads, cache.batch,
+                                                         scale, out.data());
+                                     }));
   }
   for (const auto [q_len, context] : {std::pair{8192, 8192}, std::pair{8192, 32768}}) {
     PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(backend, bench, 1, context, q_len));
