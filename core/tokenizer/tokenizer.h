@@ -69,8 +69,8 @@ class Tokenizer {
   // (byte-level) or merged apart from it (SentencePiece), and the byte becomes its byte-level
   // symbol's token or its <0xAB> token. So Decode(Encode(text)) == text, except that a byte a
   // byte-level vocabulary has no symbol for (SmolLM2 has none for 21 byte values, among them
-  // 0x04, 0xC0, 0xF1 and 0xFF) is dropped, as Hugging Face tokenizers drops it, and the SentencePiece
-  // leading-space rule of Decode.
+  // 0x04, 0xC0, 0xF1 and 0xFF) is dropped, as Hugging Face tokenizers drops it, and the
+  // SentencePiece leading-space rule of Decode.
   virtual std::vector<int32_t> Encode(std::string_view text,
                                       const EncodeOptions& options) const = 0;
 
