@@ -1,14 +1,16 @@
 // Decode attention: one query row per sequence, GQA, split along the sequence (flash-decoding),
 // on tensor cores.
 //
-// A block serves one (sequence, KV head, up to 16 query heads of its group, split of the
-// sequence). The group's query heads are the rows of one m16 MMA tile, so each KV byte of the
-// split is read once for all of them, and QK^T and PV run as mma.sync as in the prefill kernel
-// (rows past the group are padding: tensor-core work is not what bounds decode). Each warp streams
-// its own tiles of kTileKeys keys (warp w takes tiles w, w + kWarps, ...) from their paged blocks
-// into its own two shared-memory stages with cp.async, so one tile's copy overlaps the previous
-// tile's math and many loads are in flight per SM. The warps then merge their softmax states in
-// shared memory; CombineSplitsKernel merges the splits by their log-sum-exp.
+// A block serves one (sequence, KV head, up to 8 query heads of its group, split of the
+// sequence), so each KV byte of the split is read once for all of them. The products run
+// transposed, keys and head dims as the MMA's 16 rows and the group's heads as its 8 columns:
+// S^T = K Q^T, then O^T += V^T P^T, with P^T moved from accumulator to operand layout by movmatrix.
+// So a small group wastes little of the tile and the accumulators stay few (32 a lane for
+// head_dim 128), which leaves room for three blocks, 12 warps, an SM: decode is latency-bound,
+// and warps are what hide it. Each warp streams its own tiles of kTileKeys keys (warp w takes
+// tiles w, w + kWarps, ...) from their paged blocks into its own two shared-memory stages with
+// cp.async, so one tile's copy overlaps the previous tile's math. The warps then merge their
+// softmax states in shared memory; CombineSplitsKernel merges the splits by log-sum-exp.
 #include <algorithm>
 
 #include "core/backend/cuda/device_math.cuh"
@@ -20,8 +22,8 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kRows = 16;  // query heads of one block: the MMA tile's rows
-constexpr int kTileKeys = 32;
+constexpr int kHeadsPerBlock = 8;  // the MMA tile's columns
+constexpr int kTileKeys = 16;      // the MMA tile's rows
 constexpr int kStages = 2;
 constexpr int kMinSplitTokens = 256;
 constexpr int kSplitRounding = kTileKeys * kWarps;
@@ -31,7 +33,7 @@ constexpr float kNegInf = -__builtin_huge_valf();
 template <int kHeadDim>
 constexpr int SharedBytes() {
   // The Q tile, then each warp's stages of K and V tiles.
-  return (kRows + kWarps * kStages * 2 * kTileKeys) * kHeadDim * 2;
+  return (kHeadsPerBlock + kWarps * kStages * 2 * kTileKeys) * kHeadDim * 2;
 }
 
 template <int kHeadDim>
@@ -41,14 +43,11 @@ __global__ void __launch_bounds__(kThreads)
                           float* __restrict__ partial_o, float* __restrict__ partial_lse,
                           bf16* __restrict__ out) {
   constexpr int kChunks = kHeadDim / 8;
-  constexpr int kDimSteps = kHeadDim / 16;   // k-steps of QK^T
-  constexpr int kDimTiles = kHeadDim / 8;    // n-tiles of O
-  constexpr int kKeyTiles = kTileKeys / 8;   // n-tiles of S
-  constexpr int kKeySteps = kTileKeys / 16;  // k-steps of PV
+  constexpr int kDimSteps = kHeadDim / 16;  // k-steps of S^T, m-tiles of O^T
   constexpr int kTileElems = kTileKeys * kHeadDim;
   extern __shared__ __align__(128) unsigned char shared_bytes[];
   bf16* q_tile = reinterpret_cast<bf16*>(shared_bytes);
-  bf16* stages = q_tile + kRows * kHeadDim;  // [kWarps][kStages][K, V][kTileKeys][kHeadDim]
+  bf16* stages = q_tile + kHeadsPerBlock * kHeadDim;  // [kWarps][kStages][K, V][kTileKeys][dim]
 
   const PagedKvLayout& layout = kv.layout;
   const int32_t seq = blockIdx.z;
@@ -57,39 +56,42 @@ __global__ void __launch_bounds__(kThreads)
   if (begin >= kv_len) return;
   const int32_t end = min(kv_len, begin + split_tokens);
   const int32_t group = num_heads / layout.num_kv_heads;
-  const int32_t row_tiles = (group + kRows - 1) / kRows;
-  const int32_t kv_head = blockIdx.y / row_tiles;
-  const int32_t first_in_group = (blockIdx.y % row_tiles) * kRows;
-  const int32_t heads = min(kRows, group - first_in_group);
+  const int32_t head_tiles = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const int32_t kv_head = blockIdx.y / head_tiles;
+  const int32_t first_in_group = (blockIdx.y % head_tiles) * kHeadsPerBlock;
+  const int32_t heads = min(kHeadsPerBlock, group - first_in_group);
   const int32_t first_head = kv_head * group + first_in_group;
   const int32_t row = kv.q_offsets[seq];
   const int tid = threadIdx.x;
   const int lane = tid % kWarp;
   const int warp = tid / kWarp;
 
-  for (int c = tid; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks;
+  for (int c = tid; c < kHeadsPerBlock * kChunks; c += kThreads) {
+    const int h = c / kChunks;
     const int chunk = c % kChunks;
     float values[8] = {};
-    if (r < heads) {
+    if (h < heads) {
       const float4* src = reinterpret_cast<const float4*>(
-          q + int64_t{row} * q_stride + int64_t{first_head + r} * kHeadDim + chunk * 8);
+          q + int64_t{row} * q_stride + int64_t{first_head + h} * kHeadDim + chunk * 8);
       const float4 a = src[0];
       const float4 b = src[1];
       values[0] = a.x, values[1] = a.y, values[2] = a.z, values[3] = a.w;
       values[4] = b.x, values[5] = b.y, values[6] = b.z, values[7] = b.w;
     }
-    *reinterpret_cast<Bf16x8*>(q_tile + SwizzledOffset<kHeadDim>(r, chunk)) = Pack(values);
+    *reinterpret_cast<Bf16x8*>(q_tile + SwizzledOffset<kHeadDim>(h, chunk)) = Pack(values);
   }
   __syncthreads();
-  uint32_t q_frag[kDimSteps][4];
-  {
-    const int r = (lane % 8) + ((lane / 8) % 2) * 8;
+  // Q^T as the B operand of every k-step: one ldmatrix.x4 covers two k-steps (lane l gives head
+  // row l % 8 of the 8-dim chunk 4 p + l / 8).
+  uint32_t q_frag[kDimSteps][2];
 #pragma unroll
-    for (int ks = 0; ks < kDimSteps; ++ks) {
-      LoadMatrixX4(q_frag[ks],
-                   SharedAddress(q_tile + SwizzledOffset<kHeadDim>(r, ks * 2 + lane / 16)));
-    }
+  for (int p = 0; p < kDimSteps / 2; ++p) {
+    uint32_t r[4];
+    LoadMatrixX4(r, SharedAddress(q_tile + SwizzledOffset<kHeadDim>(lane % 8, 4 * p + lane / 8)));
+    q_frag[2 * p][0] = r[0];
+    q_frag[2 * p][1] = r[1];
+    q_frag[2 * p + 1][0] = r[2];
+    q_frag[2 * p + 1][1] = r[3];
   }
 
   const bf16* blocks = static_cast<const bf16*>(kv.blocks);
@@ -100,6 +102,7 @@ __global__ void __launch_bounds__(kThreads)
   const auto load_tile = [&](int32_t first_key, int stage) {
     bf16* k_dst = own_stages + stage * 2 * kTileElems;
     bf16* v_dst = k_dst + kTileElems;
+#pragma unroll
     for (int c = lane; c < kTileKeys * kChunks; c += kWarp) {
       const int r = c / kChunks;
       const int chunk = c % kChunks;
@@ -117,14 +120,16 @@ __global__ void __launch_bounds__(kThreads)
     CopyAsyncCommit();
   };
 
-  float o_acc[kDimTiles][4];
+  // O^T: m-tile m is head dims [16 m, 16 m + 16); a lane holds dims 16 m + lane / 4 (+ 8) of
+  // heads 2 (lane % 4) and 2 (lane % 4) + 1, the lane's two heads (index j below).
+  float o_acc[kDimSteps][4];
 #pragma unroll
-  for (int n = 0; n < kDimTiles; ++n) {
+  for (int m = 0; m < kDimSteps; ++m) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) o_acc[n][i] = 0.0f;
+    for (int i = 0; i < 4; ++i) o_acc[m][i] = 0.0f;
   }
-  float row_max[2] = {kNegInf, kNegInf};  // rows lane / 4 and lane / 4 + 8
-  float row_sum[2] = {0.0f, 0.0f};
+  float head_max[2] = {kNegInf, kNegInf};
+  float head_sum[2] = {0.0f, 0.0f};
   const int32_t tiles = (end - begin + kTileKeys - 1) / kTileKeys;
   int stage = 0;
   if (warp < tiles) load_tile(begin + warp * kTileKeys, stage);
@@ -139,122 +144,101 @@ __global__ void __launch_bounds__(kThreads)
     const bf16* k_tile = own_stages + stage * 2 * kTileElems;
     const bf16* v_tile = k_tile + kTileElems;
 
-    float s[kKeyTiles][4];
+    // S^T [keys][heads]: s[0], s[1] are key lane / 4 for the lane's two heads, s[2], s[3] key
+    // lane / 4 + 8.
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+    for (int ks = 0; ks < kDimSteps; ++ks) {
+      uint32_t a[4];
+      LoadMatrixX4(
+          a, SharedAddress(k_tile + SwizzledOffset<kHeadDim>((lane % 8) + ((lane / 8) % 2) * 8,
+                                                             ks * 2 + lane / 16)));
+      MmaBf16(s, a, q_frag[ks][0], q_frag[ks][1]);
     }
+    const int32_t key = begin + tile * kTileKeys + lane / 4;
 #pragma unroll
-    for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
-      const int r = pair * 16 + (lane % 8) + (lane / 16) * 8;
+    for (int i = 0; i < 4; ++i) s[i] = key + (i / 2) * 8 < end ? s[i] * scale_log2 : kNegInf;
+    // The tile's first key is before `end`, so every head's maximum is finite.
+    float p[4];
 #pragma unroll
-      for (int ks = 0; ks < kDimSteps; ++ks) {
-        uint32_t b[4];
-        LoadMatrixX4(b,
-                     SharedAddress(k_tile + SwizzledOffset<kHeadDim>(r, ks * 2 + (lane / 8) % 2)));
-        MmaBf16(s[2 * pair], q_frag[ks], b[0], b[1]);
-        MmaBf16(s[2 * pair + 1], q_frag[ks], b[2], b[3]);
+    for (int j = 0; j < 2; ++j) {
+      float tile_max = fmaxf(s[j], s[j + 2]);
+#pragma unroll
+      for (int offset = 4; offset < kWarp; offset *= 2) {
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
+      }
+      const float new_max = fmaxf(head_max[j], tile_max);
+      const float rescale = exp2f(head_max[j] - new_max);
+      head_max[j] = new_max;
+      p[j] = exp2f(s[j] - new_max);
+      p[j + 2] = exp2f(s[j + 2] - new_max);
+      head_sum[j] = head_sum[j] * rescale + p[j] + p[j + 2];
+#pragma unroll
+      for (int m = 0; m < kDimSteps; ++m) {
+        o_acc[m][j] *= rescale;
+        o_acc[m][j + 2] *= rescale;
       }
     }
-    // Every tile holds at least one key before `end`, so no row's maximum stays -inf.
-    const int32_t first_key = begin + tile * kTileKeys;
-    float tile_max[2] = {kNegInf, kNegInf};
+    // P^T [keys][heads] in accumulator layout, transposed into the B operand [heads][keys].
+    const uint32_t b0 = TransposeMatrix(PackBf16(p[0], p[1]));  // keys 0..7
+    const uint32_t b1 = TransposeMatrix(PackBf16(p[2], p[3]));  // keys 8..15
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int32_t key = first_key + n * 8 + (lane % 4) * 2 + i % 2;
-        s[n][i] = key < end ? s[n][i] * scale_log2 : kNegInf;
-        tile_max[i / 2] = fmaxf(tile_max[i / 2], s[n][i]);
-      }
-    }
-    float rescale[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float new_max = fmaxf(row_max[r], tile_max[r]);
-      rescale[r] = exp2f(row_max[r] - new_max);
-      row_max[r] = new_max;
-      row_sum[r] *= rescale[r];
-    }
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        s[n][i] = exp2f(s[n][i] - row_max[i / 2]);
-        row_sum[i / 2] += s[n][i];
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < kDimTiles; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o_acc[n][i] *= rescale[i / 2];
-    }
-#pragma unroll
-    for (int ks = 0; ks < kKeySteps; ++ks) {
-      const uint32_t p[4] = {PackBf16(s[2 * ks][0], s[2 * ks][1]),
-                             PackBf16(s[2 * ks][2], s[2 * ks][3]),
-                             PackBf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                             PackBf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
-      const int r = ks * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-#pragma unroll
-      for (int pair = 0; pair < kDimTiles / 2; ++pair) {
-        uint32_t b[4];
-        LoadMatrixX4Trans(
-            b, SharedAddress(v_tile + SwizzledOffset<kHeadDim>(r, pair * 2 + lane / 16)));
-        MmaBf16(o_acc[2 * pair], p, b[0], b[1]);
-        MmaBf16(o_acc[2 * pair + 1], p, b[2], b[3]);
-      }
+    for (int m = 0; m < kDimSteps; ++m) {
+      uint32_t a[4];
+      LoadMatrixX4Trans(
+          a, SharedAddress(v_tile + SwizzledOffset<kHeadDim>((lane % 8) + (lane / 16) * 8,
+                                                             m * 2 + (lane / 8) % 2)));
+      MmaBf16(o_acc[m], a, b0, b1);
     }
     __syncwarp();  // the next iteration's copy overwrites the stage read here
     stage ^= 1;
   }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int offset = 4; offset < kWarp; offset *= 2) {
+      head_sum[j] += __shfl_xor_sync(0xffffffffu, head_sum[j], offset);
+    }
   }
 
   // Merge the warps (a warp without tiles has max -inf and adds nothing) in the stages' memory.
   __syncthreads();
-  float* merge_max = reinterpret_cast<float*>(stages);  // [kWarps][kRows]
-  float* merge_sum = merge_max + kWarps * kRows;        // [kWarps][kRows]
-  float* merge_o = merge_sum + kWarps * kRows;          // [kWarps][kRows][kHeadDim]
+  float* merge_max = reinterpret_cast<float*>(stages);     // [kWarps][kHeadsPerBlock]
+  float* merge_sum = merge_max + kWarps * kHeadsPerBlock;  // [kWarps][kHeadsPerBlock]
+  float* merge_o = merge_sum + kWarps * kHeadsPerBlock;    // [kWarps][kHeadsPerBlock][dim]
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int tile_row = lane / 4 + r * 8;
-    if (lane % 4 == 0) {
-      merge_max[warp * kRows + tile_row] = row_max[r];
-      merge_sum[warp * kRows + tile_row] = row_sum[r];
+  for (int j = 0; j < 2; ++j) {
+    const int h = 2 * (lane % 4) + j;
+    if (lane < 4) {
+      merge_max[warp * kHeadsPerBlock + h] = head_max[j];
+      merge_sum[warp * kHeadsPerBlock + h] = head_sum[j];
     }
-    float* dst = merge_o + (warp * kRows + tile_row) * kHeadDim + (lane % 4) * 2;
+    float* dst = merge_o + (warp * kHeadsPerBlock + h) * kHeadDim + lane / 4;
 #pragma unroll
-    for (int n = 0; n < kDimTiles; ++n) {
-      dst[n * 8] = o_acc[n][2 * r];
-      dst[n * 8 + 1] = o_acc[n][2 * r + 1];
+    for (int m = 0; m < kDimSteps; ++m) {
+      dst[m * 16] = o_acc[m][j];
+      dst[m * 16 + 8] = o_acc[m][j + 2];
     }
   }
   __syncthreads();
   const int32_t splits = gridDim.x;
   for (int item = tid; item < heads * kHeadDim; item += kThreads) {
-    const int r = item / kHeadDim;
+    const int h = item / kHeadDim;
     const int d = item % kHeadDim;
     float max_all = kNegInf;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) max_all = fmaxf(max_all, merge_max[w * kRows + r]);
+    for (int w = 0; w < kWarps; ++w) max_all = fmaxf(max_all, merge_max[w * kHeadsPerBlock + h]);
     float sum = 0.0f;
     float value = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float warp_max = merge_max[w * kRows + r];
+      const float warp_max = merge_max[w * kHeadsPerBlock + h];
       if (warp_max == kNegInf) continue;
       const float scale = exp2f(warp_max - max_all);
-      sum += merge_sum[w * kRows + r] * scale;
-      value += merge_o[(w * kRows + r) * kHeadDim + d] * scale;
+      sum += merge_sum[w * kHeadsPerBlock + h] * scale;
+      value += merge_o[(w * kHeadsPerBlock + h) * kHeadDim + d] * scale;
     }
-    const int64_t head_row = int64_t{row} * num_heads + first_head + r;
+    const int64_t head_row = int64_t{row} * num_heads + first_head + h;
     if (splits == 1) {
       out[head_row * kHeadDim + d] = __float2bfloat16_rn(value / sum);
     } else {
@@ -289,8 +273,8 @@ __global__ void CombineSplitsKernel(PagedKvBatch kv, int32_t num_heads, int32_t 
   }
 }
 
-int32_t RowTiles(int32_t num_heads, const PagedKvLayout& layout) {
-  return (num_heads / layout.num_kv_heads + kRows - 1) / kRows;
+int32_t HeadTiles(int32_t num_heads, const PagedKvLayout& layout) {
+  return (num_heads / layout.num_kv_heads + kHeadsPerBlock - 1) / kHeadsPerBlock;
 }
 
 int32_t SplitTokens(int32_t max_kv_len, int32_t splits) {
@@ -309,7 +293,7 @@ cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const Pa
   const int32_t used_splits = (kv.max_kv_len + split_tokens - 1) / split_tokens;
   float* partial_o = scratch;
   float* partial_lse = scratch + int64_t{kv.num_seqs} * num_heads * used_splits * kHeadDim;
-  const dim3 grid(used_splits, kv.layout.num_kv_heads * RowTiles(num_heads, kv.layout),
+  const dim3 grid(used_splits, kv.layout.num_kv_heads * HeadTiles(num_heads, kv.layout),
                   kv.num_seqs);
   DecodeAttentionKernel<kHeadDim><<<grid, kThreads, kShared, stream>>>(
       q, q_stride, num_heads, kv, scale * kLog2e, split_tokens, partial_o, partial_lse, out);
@@ -326,9 +310,8 @@ bool AttentionSupportsHeadDim(int32_t head_dim) { return head_dim == 64 || head_
 
 int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int32_t sm_count) {
   const int64_t units =
-      int64_t{kv.num_seqs} * kv.layout.num_kv_heads * RowTiles(num_heads, kv.layout);
-  // Several waves of blocks (a block fills most of an SM's shared memory), but no split shorter
-  // than kMinSplitTokens.
+      int64_t{kv.num_seqs} * kv.layout.num_kv_heads * HeadTiles(num_heads, kv.layout);
+  // Several waves of blocks (three fit an SM), but no split shorter than kMinSplitTokens.
   const int64_t wanted = (int64_t{sm_count} * 8 + units - 1) / units;
   const int64_t longest = (int64_t{kv.max_kv_len} + kMinSplitTokens - 1) / kMinSplitTokens;
   return static_cast<int32_t>(std::clamp<int64_t>(std::min(wanted, longest), 1, 1 << 16));

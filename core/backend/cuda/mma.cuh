@@ -36,6 +36,16 @@ __device__ __forceinline__ void LoadMatrixX4Trans(uint32_t (&r)[4], uint32_t add
                : "r"(address));
 }
 
+// The transpose of an 8x8 b16 matrix held as a fragment (lane l: row l / 4, columns 2 (l % 4) and
+// 2 (l % 4) + 1), as the same kind of fragment.
+__device__ __forceinline__ uint32_t TransposeMatrix(uint32_t fragment) {
+  uint32_t transposed;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n"
+               : "=r"(transposed)
+               : "r"(fragment));
+  return transposed;
+}
+
 // Copies 16 bytes from global to shared memory asynchronously; with `valid` false it writes 16
 // zero bytes and reads nothing.
 __device__ __forceinline__ void CopyAsync16(uint32_t shared_address, const void* global,

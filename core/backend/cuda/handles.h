@@ -1,0 +1,39 @@
+// Owners of CUDA runtime handles and allocations: each releases its handle once, when destroyed.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <type_traits>
+
+#include "core/base/status.h"
+
+namespace pulse::cuda {
+
+struct StreamDeleter {
+  void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
+};
+struct EventDeleter {
+  void operator()(cudaEvent_t event) const { cudaEventDestroy(event); }
+};
+struct PinnedDeleter {
+  void operator()(void* data) const { cudaFreeHost(data); }
+};
+struct DeviceDeleter {
+  void operator()(void* data) const { cudaFree(data); }
+};
+
+using UniqueStream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
+using UniqueEvent = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
+using UniquePinned = std::unique_ptr<void, PinnedDeleter>;
+using UniqueDevice = std::unique_ptr<void, DeviceDeleter>;
+
+// A stream that does not synchronize with the legacy default stream.
+absl::StatusOr<UniqueStream> CreateStream();
+absl::StatusOr<UniqueEvent> CreateEvent(unsigned int flags);
+// Page-locked host memory (cudaHostAlloc with `flags`).
+absl::StatusOr<UniquePinned> AllocatePinned(size_t bytes, unsigned int flags);
+absl::StatusOr<UniqueDevice> AllocateDevice(size_t bytes);
+
+}  // namespace pulse::cuda
