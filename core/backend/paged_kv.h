@@ -31,6 +31,11 @@ struct PagedKvLayout {
 // (q_offsets[s+1] - q_offsets[s]) positions of its kv_lens[s] cached tokens, and attend causally.
 // Logical block j of sequence s is block_tables[s * max_blocks_per_seq + j]. The arrays are in
 // backend memory; the counts after them are on the host, for launch shapes.
+//
+// With table_heads == layout.num_kv_heads (head-wise sparse attention), every KV head of a
+// sequence has its own block list and length: table row TableRow(s, h) = s * num_kv_heads + h
+// indexes block_tables (rows of max_blocks_per_seq) and kv_lens. Only for batches of one query
+// row a sequence (max_q_len == 1), which attends to every token of its rows.
 struct PagedKvBatch {
   void* blocks = nullptr;  // block b starts layout.block_bytes() * b bytes in
   PagedKvLayout layout;
@@ -42,6 +47,12 @@ struct PagedKvBatch {
   int32_t num_rows = 0;                   // q_offsets[num_seqs]
   int32_t max_q_len = 0;                  // the most query rows of one sequence
   int32_t max_kv_len = 0;                 // the longest kv_lens[s]
+  int32_t table_heads = 1;                // 1, or layout.num_kv_heads: a table a KV head
+
+  // The row of block_tables and kv_lens that sequence `seq`'s KV head `kv_head` reads.
+  PULSE_HOST_DEVICE int64_t TableRow(int32_t seq, int32_t kv_head) const {
+    return int64_t{seq} * table_heads + (table_heads == 1 ? 0 : kv_head);
+  }
 };
 
 }  // namespace pulse

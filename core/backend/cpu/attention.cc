@@ -15,7 +15,8 @@ namespace {
 // Start of kv head `kv_head`'s keys in logical block `logical_block` of sequence `seq`; the
 // block's values of that head are ValueOffset() further.
 float* HeadKeys(const PagedKvBatch& kv, int32_t seq, int64_t logical_block, int32_t kv_head) {
-  const int32_t block = kv.block_tables[int64_t{seq} * kv.max_blocks_per_seq + logical_block];
+  const int32_t block =
+      kv.block_tables[kv.TableRow(seq, kv_head) * kv.max_blocks_per_seq + logical_block];
   assert(block >= 0);
   return static_cast<float*>(kv.blocks) + block * kv.layout.block_elems() +
          kv_head * kv.layout.head_elems();
@@ -83,6 +84,7 @@ void AttendOneHead(const float* query, const PagedKvBatch& kv, int32_t seq, int3
 }  // namespace
 
 void AppendKv(const float* k, const float* v, int64_t row_stride, const PagedKvBatch& kv) {
+  assert(kv.table_heads == 1);
   const PagedKvLayout& layout = kv.layout;
   const size_t head_bytes = static_cast<size_t>(layout.head_dim) * sizeof(float);
   const int64_t value_offset = layout.value_offset();
@@ -109,13 +111,16 @@ void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_h
   const PagedKvLayout& layout = kv.layout;
   const int32_t head_dim = layout.head_dim;
   assert(layout.num_kv_heads > 0 && num_heads % layout.num_kv_heads == 0);
+  assert(kv.table_heads == 1 || kv.max_q_len <= 1);
   const int32_t group = num_heads / layout.num_kv_heads;
   const int32_t rows = kv.num_rows;
   std::vector<int32_t> row_seq(rows);
-  int32_t max_kv_len = 0;
   for (int32_t s = 0; s < kv.num_seqs; ++s) {
     std::fill(row_seq.begin() + kv.q_offsets[s], row_seq.begin() + kv.q_offsets[s + 1], s);
-    max_kv_len = std::max(max_kv_len, kv.kv_lens[s]);
+  }
+  int32_t max_kv_len = 0;
+  for (int64_t r = 0; r < int64_t{kv.num_seqs} * kv.table_heads; ++r) {
+    max_kv_len = std::max(max_kv_len, kv.kv_lens[r]);
   }
 
   pool.ParallelFor(int64_t{rows} * num_heads, 1, [&](int64_t begin, int64_t end) {
@@ -125,8 +130,10 @@ void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_h
       const int32_t head = static_cast<int32_t>(item % num_heads);
       const int32_t seq = row_seq[row];
       const int32_t q_len = kv.q_offsets[seq + 1] - kv.q_offsets[seq];
-      const int64_t position = kv.kv_lens[seq] - q_len + (row - kv.q_offsets[seq]);
-      AttendOneHead(q + row * q_stride + int64_t{head} * head_dim, kv, seq, head / group, position,
+      const int32_t kv_head = head / group;
+      const int64_t position =
+          kv.kv_lens[kv.TableRow(seq, kv_head)] - q_len + (row - kv.q_offsets[seq]);
+      AttendOneHead(q + row * q_stride + int64_t{head} * head_dim, kv, seq, kv_head, position,
                     scale, scores.data(), out + (int64_t{row} * num_heads + head) * head_dim);
     }
   });

@@ -51,13 +51,14 @@ __global__ void __launch_bounds__(kThreads)
 
   const PagedKvLayout& layout = kv.layout;
   const int32_t seq = blockIdx.z;
-  const int32_t kv_len = kv.kv_lens[seq];
-  const int32_t begin = blockIdx.x * split_tokens;
-  if (begin >= kv_len) return;
-  const int32_t end = min(kv_len, begin + split_tokens);
   const int32_t group = num_heads / layout.num_kv_heads;
   const int32_t head_tiles = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
   const int32_t kv_head = blockIdx.y / head_tiles;
+  const int64_t table_row = kv.TableRow(seq, kv_head);
+  const int32_t kv_len = kv.kv_lens[table_row];
+  const int32_t begin = blockIdx.x * split_tokens;
+  if (begin >= kv_len) return;
+  const int32_t end = min(kv_len, begin + split_tokens);
   const int32_t first_in_group = (blockIdx.y % head_tiles) * kHeadsPerBlock;
   const int32_t heads = min(kHeadsPerBlock, group - first_in_group);
   const int32_t first_head = kv_head * group + first_in_group;
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const bf16* blocks = static_cast<const bf16*>(kv.blocks);
-  const int32_t* table = kv.block_tables + int64_t{seq} * kv.max_blocks_per_seq;
+  const int32_t* table = kv.block_tables + table_row * kv.max_blocks_per_seq;
   const int64_t head_offset = int64_t{kv_head} * layout.head_elems();
   bf16* own_stages = stages + warp * kStages * 2 * kTileElems;
   // This warp's copy of keys [first_key, first_key + kTileKeys) into `stage` (zeros past end).
@@ -256,7 +257,8 @@ __global__ void CombineSplitsKernel(PagedKvBatch kv, int32_t num_heads, int32_t 
   const int32_t seq = blockIdx.x;
   const int32_t head = blockIdx.y;
   const int32_t row = kv.q_offsets[seq];
-  const int32_t used = (kv.kv_lens[seq] + split_tokens - 1) / split_tokens;
+  const int32_t kv_head = head / (num_heads / kv.layout.num_kv_heads);
+  const int32_t used = (kv.kv_lens[kv.TableRow(seq, kv_head)] + split_tokens - 1) / split_tokens;
   const int64_t head_row = int64_t{row} * num_heads + head;
   const float* lse = partial_lse + head_row * splits;
   float max_lse = kNegInf;

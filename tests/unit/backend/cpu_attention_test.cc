@@ -310,3 +310,68 @@ TEST(AttentionTest, ChunkedPrefillEqualsWholePrefill) {
 
 }  // namespace
 }  // namespace pulse
+
+namespace pulse {
+namespace {
+
+// Head-wise tables: each KV head of a sequence reads its own list of blocks (what head-wise
+// sparse selection hands attention). Each query head's output must be bitwise what a shared-table
+// batch over its KV head's list gives.
+TEST(AttentionTest, PerHeadTablesEqualOneSharedTableAHead) {
+  const PagedKvLayout layout{.block_tokens = 4, .num_kv_heads = 2, .head_dim = 16};
+  constexpr int32_t kHeads = 6;  // groups of 3
+  constexpr int32_t kBlocks = 9;
+  std::shared_ptr<Backend> backend = MakeCpuBackend(2);
+  const std::vector<float> blocks = RandomValues(kBlocks * layout.block_elems(), 71);
+  // Two sequences; per KV head a selection of blocks in logical order, the last one partial.
+  const std::vector<std::vector<int32_t>> tables = {{0, 3, 5}, {1, 3, 5}, {7, 2, 8}, {6, 2, 8}};
+  const std::vector<int32_t> kv_lens = {10, 9, 11, 11};  // per (sequence, KV head)
+  const int32_t max_blocks = 3;
+  std::vector<int32_t> flat;
+  for (const std::vector<int32_t>& table : tables)
+    flat.insert(flat.end(), table.begin(), table.end());
+  const std::vector<int32_t> q_offsets = {0, 1, 2};
+  const int64_t q_stride = kHeads * layout.head_dim;
+  const std::vector<float> q = RandomValues(2 * q_stride, 72);
+  PagedKvBatch kv{.blocks = const_cast<float*>(blocks.data()),
+                  .layout = layout,
+                  .num_seqs = 2,
+                  .max_blocks_per_seq = max_blocks,
+                  .block_tables = flat.data(),
+                  .kv_lens = kv_lens.data(),
+                  .q_offsets = q_offsets.data(),
+                  .num_rows = 2,
+                  .max_q_len = 1,
+                  .max_kv_len = 11,
+                  .table_heads = 2};
+  std::vector<float> per_head = Poisoned(2 * q_stride);
+  backend->Attention(q.data(), q_stride, kHeads, kv, 0.25f, per_head.data());
+
+  for (int32_t seq = 0; seq < 2; ++seq) {
+    for (int32_t kv_head = 0; kv_head < 2; ++kv_head) {
+      const int32_t row = seq * 2 + kv_head;
+      const int32_t one_offset[2] = {0, 1};
+      PagedKvBatch shared{.blocks = const_cast<float*>(blocks.data()),
+                          .layout = layout,
+                          .num_seqs = 1,
+                          .max_blocks_per_seq = max_blocks,
+                          .block_tables = tables[row].data(),
+                          .kv_lens = &kv_lens[row],
+                          .q_offsets = one_offset,
+                          .num_rows = 1,
+                          .max_q_len = 1,
+                          .max_kv_len = kv_lens[row]};
+      std::vector<float> expected = Poisoned(q_stride);
+      backend->Attention(q.data() + seq * q_stride, q_stride, kHeads, shared, 0.25f,
+                         expected.data());
+      for (int32_t head = kv_head * 3; head < kv_head * 3 + 3; ++head) {
+        const int64_t at = int64_t{head} * layout.head_dim;
+        ExpectBitwiseEqual(per_head.data() + seq * q_stride + at, expected.data() + at,
+                           layout.head_dim);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pulse
