@@ -1,0 +1,162 @@
+#include "core/kv/block_selector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_format.h"
+#include "core/kv/block_table.h"
+
+namespace pulse {
+namespace {
+
+// Tokens of a sequence of `num_tokens` tokens held by its logical blocks [begin, end).
+int32_t TokensInBlocks(int32_t begin, int32_t end, int32_t block_tokens, int32_t num_tokens) {
+  const auto tokens_before = [&](int32_t block) {
+    return static_cast<int32_t>(std::min<int64_t>(int64_t{block} * block_tokens, num_tokens));
+  };
+  return tokens_before(end) - tokens_before(begin);
+}
+
+// One score per candidate from `bounds`, [heads][scores.size()].
+void AggregateHeads(HeadAggregate aggregate, float logit_scale, std::span<const float> bounds,
+                    std::span<float> scores) {
+  const size_t num_candidates = scores.size();
+  const size_t num_heads = bounds.size() / num_candidates;
+  switch (aggregate) {
+    case HeadAggregate::kMax:
+      std::fill(scores.begin(), scores.end(), -std::numeric_limits<float>::infinity());
+      for (size_t head = 0; head < num_heads; ++head) {
+        for (size_t i = 0; i < num_candidates; ++i) {
+          const float bound = bounds[head * num_candidates + i];
+          // A NaN bound, once met, stays the score.
+          if (!std::isnan(scores[i]) && !(bound <= scores[i])) scores[i] = bound;
+        }
+      }
+      return;
+    case HeadAggregate::kSoftmaxSum: {
+      std::vector<double> sums(num_candidates, 0.0);
+      std::vector<double> weights(num_candidates);
+      for (size_t head = 0; head < num_heads; ++head) {
+        const std::span<const float> row = bounds.subspan(head * num_candidates, num_candidates);
+        const double max_logit = double{logit_scale} * *std::max_element(row.begin(), row.end());
+        double total = 0.0;
+        for (size_t i = 0; i < num_candidates; ++i) {
+          weights[i] = std::exp(double{logit_scale} * row[i] - max_logit);
+          total += weights[i];
+        }
+        for (size_t i = 0; i < num_candidates; ++i) sums[i] += weights[i] / total;
+      }
+      std::copy(sums.begin(), sums.end(), scores.begin());
+      return;
+    }
+  }
+}
+
+// True when candidate `a` ranks before candidate `b`: the higher score first, NaN after every
+// number, the lower block first among equals.
+bool RanksBefore(std::span<const float> scores, int32_t a, int32_t b) {
+  const float score_a = scores[static_cast<size_t>(a)];
+  const float score_b = scores[static_cast<size_t>(b)];
+  const bool nan_a = std::isnan(score_a);
+  const bool nan_b = std::isnan(score_b);
+  if (nan_a != nan_b) return nan_b;
+  if (!nan_a && score_a != score_b) return score_a > score_b;
+  return a < b;
+}
+
+}  // namespace
+
+std::span<const int32_t> BlockSelection::set(int32_t index) const {
+  const size_t per_set = static_cast<size_t>(partition.blocks_per_set());
+  return std::span<const int32_t>(blocks).subspan(static_cast<size_t>(index) * per_set, per_set);
+}
+
+absl::StatusOr<BlockSelector> BlockSelector::Create(const PagedKvLayout& layout,
+                                                    int32_t num_query_heads,
+                                                    const SelectionOptions& options) {
+  if (layout.block_tokens <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 ||
+      num_query_heads <= 0 || num_query_heads % layout.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "block selection over blocks of %d tokens x %d KV heads x %d dims for %d query heads",
+        layout.block_tokens, layout.num_kv_heads, layout.head_dim, num_query_heads));
+  }
+  if (options.budget_tokens < 0 || options.sink_tokens < 0 || options.window_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block selection with a budget of %d tokens, %d sink and %d window tokens",
+                        options.budget_tokens, options.sink_tokens, options.window_tokens));
+  }
+  const float logit_scale =
+      options.logit_scale.value_or(1.0f / std::sqrt(static_cast<float>(layout.head_dim)));
+  if (!(logit_scale > 0.0f) || std::isinf(logit_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block selection with a logit scale of %g", logit_scale));
+  }
+  return BlockSelector(layout, num_query_heads, options, logit_scale);
+}
+
+absl::StatusOr<BlockPartition> BlockSelector::Partition(int32_t num_tokens) const {
+  if (num_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block selection over %d tokens", num_tokens));
+  }
+  const int32_t block_tokens = layout_.block_tokens;
+  BlockPartition partition;
+  partition.num_blocks = BlocksForTokens(num_tokens, block_tokens);
+  partition.sink_end =
+      std::min(BlocksForTokens(options_.sink_tokens, block_tokens), partition.num_blocks);
+  // With no window this is the partial tail block, or num_blocks when there is none.
+  const int32_t window_begin = std::max(num_tokens - options_.window_tokens, 0) / block_tokens;
+  partition.window_begin = std::max(window_begin, partition.sink_end);
+  const int32_t forced_tokens =
+      TokensInBlocks(0, partition.sink_end, block_tokens, num_tokens) +
+      TokensInBlocks(partition.window_begin, partition.num_blocks, block_tokens, num_tokens);
+  const int32_t room = std::max(options_.budget_tokens - forced_tokens, 0);
+  partition.picks = std::min(room / block_tokens, partition.num_candidates());
+  partition.selected_tokens = forced_tokens + partition.picks * block_tokens;
+  return partition;
+}
+
+absl::StatusOr<BlockSelection> BlockSelector::Select(int32_t num_tokens,
+                                                     std::span<const float> bounds) const {
+  PULSE_ASSIGN_OR_RETURN(const BlockPartition partition, Partition(num_tokens));
+  const size_t num_candidates = static_cast<size_t>(partition.num_candidates());
+  if (bounds.size() != static_cast<size_t>(num_query_heads_) * num_candidates) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d bounds for %d query heads x %d candidate blocks", bounds.size(),
+                        num_query_heads_, num_candidates));
+  }
+  const size_t num_sets =
+      options_.mode == SelectionMode::kSoloHead ? 1 : static_cast<size_t>(layout_.num_kv_heads);
+  const size_t bounds_per_set = bounds.size() / num_sets;
+
+  BlockSelection selection{.partition = partition, .num_sets = static_cast<int32_t>(num_sets)};
+  selection.scores.resize(num_sets * num_candidates);
+  selection.blocks.reserve(num_sets * static_cast<size_t>(partition.blocks_per_set()));
+  std::vector<int32_t> ranked(num_candidates);
+  for (size_t set = 0; set < num_sets; ++set) {
+    const std::span<float> scores =
+        std::span<float>(selection.scores).subspan(set * num_candidates, num_candidates);
+    if (num_candidates > 0) {
+      AggregateHeads(options_.aggregate, logit_scale_,
+                     bounds.subspan(set * bounds_per_set, bounds_per_set), scores);
+    }
+    std::iota(ranked.begin(), ranked.end(), 0);
+    const auto best_end = ranked.begin() + partition.picks;
+    std::nth_element(ranked.begin(), best_end, ranked.end(),
+                     [&](int32_t a, int32_t b) { return RanksBefore(scores, a, b); });
+    std::sort(ranked.begin(), best_end);
+
+    for (int32_t block = 0; block < partition.sink_end; ++block) selection.blocks.push_back(block);
+    for (auto it = ranked.begin(); it != best_end; ++it) {
+      selection.blocks.push_back(partition.sink_end + *it);
+    }
+    for (int32_t block = partition.window_begin; block < partition.num_blocks; ++block) {
+      selection.blocks.push_back(block);
+    }
+  }
+  return selection;
+}
+
+}  // namespace pulse

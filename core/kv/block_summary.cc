@@ -1,0 +1,113 @@
+#include "core/kv/block_summary.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace pulse {
+namespace {
+
+absl::Status CheckLayout(const PagedKvLayout& layout) {
+  if (layout.type != DType::kF32 || layout.block_tokens <= 0 || layout.num_kv_heads <= 0 ||
+      layout.head_dim <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "block summaries of %s blocks of %d tokens x %d heads x %d dims", DTypeName(layout.type),
+        layout.block_tokens, layout.num_kv_heads, layout.head_dim));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSize(const char* what, size_t size, int64_t expected) {
+  if (static_cast<int64_t>(size) != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s has %d floats; the layout needs %d", what, size, expected));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t BlockSummaryElems(const PagedKvLayout& layout) {
+  return 2 * int64_t{layout.num_kv_heads} * layout.head_dim;
+}
+
+absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> block,
+                            int32_t tokens, std::span<float> summary) {
+  PULSE_RETURN_IF_ERROR(CheckLayout(layout));
+  PULSE_RETURN_IF_ERROR(CheckSize("the block", block.size(), layout.block_elems()));
+  PULSE_RETURN_IF_ERROR(CheckSize("the summary", summary.size(), BlockSummaryElems(layout)));
+  if (tokens < 1 || tokens > layout.block_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat("cannot summarize %d tokens of a block of %d",
+                                                      tokens, layout.block_tokens));
+  }
+  const size_t head_dim = static_cast<size_t>(layout.head_dim);
+  for (int32_t head = 0; head < layout.num_kv_heads; ++head) {
+    const std::span<const float> keys =
+        block.subspan(static_cast<size_t>(head * layout.head_elems()), tokens * head_dim);
+    const std::span<float> min = summary.subspan(2 * head * head_dim, head_dim);
+    const std::span<float> max = summary.subspan((2 * head + 1) * head_dim, head_dim);
+    std::copy_n(keys.begin(), head_dim, min.begin());
+    std::copy_n(keys.begin(), head_dim, max.begin());
+    for (size_t t = 1; t < static_cast<size_t>(tokens); ++t) {
+      const std::span<const float> key = keys.subspan(t * head_dim, head_dim);
+      for (size_t d = 0; d < head_dim; ++d) {
+        min[d] = std::fmin(min[d], key[d]);
+        max[d] = std::fmax(max[d], key[d]);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+float KeyDotUpperBound(std::span<const float> query, std::span<const float> head_summary) {
+  assert(head_summary.size() == 2 * query.size());
+  const size_t head_dim = query.size();
+  float bound = 0.0f;
+  for (size_t d = 0; d < head_dim; ++d) {
+    bound += std::max(query[d] * head_summary[d], query[d] * head_summary[head_dim + d]);
+  }
+  return bound;
+}
+
+absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> query,
+                         std::span<const float> summaries, std::span<const int32_t> block_ids,
+                         std::span<float> bounds) {
+  PULSE_RETURN_IF_ERROR(CheckLayout(layout));
+  const size_t head_dim = static_cast<size_t>(layout.head_dim);
+  const size_t num_query_heads = query.size() / head_dim;
+  const size_t num_kv_heads = static_cast<size_t>(layout.num_kv_heads);
+  if (num_query_heads == 0 || query.size() % head_dim != 0 || num_query_heads % num_kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a query of %d floats is not query heads of %d dims over %d KV heads",
+                        query.size(), head_dim, num_kv_heads));
+  }
+  const int64_t summary_elems = BlockSummaryElems(layout);
+  if (summaries.size() % summary_elems != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d floats of summaries are not summaries of %d floats", summaries.size(), summary_elems));
+  }
+  PULSE_RETURN_IF_ERROR(
+      CheckSize("the bounds", bounds.size(), int64_t(num_query_heads * block_ids.size())));
+  const int64_t num_summaries = static_cast<int64_t>(summaries.size()) / summary_elems;
+  for (const int32_t id : block_ids) {
+    if (id < 0 || id >= num_summaries) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("block %d has no summary: there are %d", id, num_summaries));
+    }
+  }
+  const size_t group = num_query_heads / num_kv_heads;
+  for (size_t i = 0; i < block_ids.size(); ++i) {
+    const std::span<const float> summary =
+        summaries.subspan(block_ids[i] * summary_elems, summary_elems);
+    for (size_t head = 0; head < num_query_heads; ++head) {
+      bounds[head * block_ids.size() + i] =
+          KeyDotUpperBound(query.subspan(head * head_dim, head_dim),
+                           summary.subspan(2 * (head / group) * head_dim, 2 * head_dim));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pulse

@@ -1,0 +1,40 @@
+// Quest's summary of a paged KV block: per KV head, the per-channel minimum and maximum of the
+// block's keys, from which an upper bound of any query's dot product with any key of the block
+// follows. Selection ranks blocks by that bound. The CPU reference; the CUDA kernels are tested
+// against these functions.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/backend/paged_kv.h"
+#include "core/base/status.h"
+
+namespace pulse {
+
+// Floats in one block's summary: [num_kv_heads][2][head_dim], each head's per-channel key minimum
+// row, then its maximum row.
+int64_t BlockSummaryElems(const PagedKvLayout& layout);
+
+// Writes into `summary` the summary of the keys of the first `tokens` tokens of `block`, one fp32
+// block of `layout` (the tokens after them are not read). A NaN key channel is skipped, as fminf
+// and fmaxf skip it. InvalidArgument for a layout that is not fp32 or not positive, spans whose
+// sizes do not match the layout, or `tokens` outside [1, block_tokens].
+absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> block,
+                            int32_t tokens, std::span<float> summary);
+
+// Upper bound of q.k over every key k that one KV head's summary rows (`head_summary`:
+// [2][head_dim], min then max) cover: sum over d of max(q[d] * min[d], q[d] * max[d]).
+// `head_summary` has twice as many elements as `query`.
+float KeyDotUpperBound(std::span<const float> query, std::span<const float> head_summary);
+
+// The bounds of every query head over the blocks `block_ids`: bounds[h][i] is query head h's
+// KeyDotUpperBound over block block_ids[i], whose summary is the block_ids[i]-th of `summaries`.
+// `query` is [num_query_heads][head_dim]; query head h reads KV head h / (num_query_heads /
+// num_kv_heads), as attention does. InvalidArgument for sizes that do not fit the layout or a
+// block id outside `summaries`.
+absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> query,
+                         std::span<const float> summaries, std::span<const int32_t> block_ids,
+                         std::span<float> bounds);
+
+}  // namespace pulse

@@ -1,0 +1,116 @@
+// The block cache of one layer's device tier: which host blocks are resident in which of its
+// `num_slots` slots, shared by every request of the layer. Selected blocks stay resident across
+// steps until a miss needs their slot; the EvictionPolicy picks which evictable block leaves.
+//
+// A resident block is evictable unless it is
+// - pinned (Pin/Unpin, counted): sinks, the recent window, a tail block still being written or not
+//   yet written back to the host tier;
+// - in use: hit by Lookup or acquired since the last EndStep(). A step's attention reads every
+//   block the step selected, so one of them must not be evicted to make room for another: the
+//   whole batch's selection of the layer is resident at once. The engine calls EndStep() when the
+//   slots the step read may be overwritten.
+// Misses are only counted here: the caller recalls the block into the slot Acquire gives. Nothing
+// is written back on eviction (KV is immutable once written to the host tier).
+//
+// Not thread-safe: the engine serializes calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "core/base/status.h"
+#include "core/kv/eviction_policy.h"
+
+namespace pulse {
+
+struct CacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t evictions = 0;
+
+  friend bool operator==(const CacheStats&, const CacheStats&) = default;
+};
+
+struct SlotGrant {
+  int32_t slot = 0;
+  std::optional<int32_t> evicted;  // the block that held the slot, when one did
+};
+
+class DeviceSlotCache {
+ public:
+  DeviceSlotCache(int32_t num_slots, std::unique_ptr<EvictionPolicy> policy);
+
+  // The slot holding `block`, counting a hit or a miss for `request_id`. A hit is in use until
+  // EndStep().
+  std::optional<int32_t> Lookup(int32_t block, uint64_t request_id);
+  // Makes `block` resident for its request `request_id`, in a free slot, else in the slot of the
+  // evictable block the policy ranks lowest (an eviction, counted for that block's request). The
+  // block is in use until EndStep(); its score starts at +infinity (a block not yet scored is a
+  // forced one: kept until a score says otherwise). InvalidArgument for a negative block id,
+  // AlreadyExists when it is resident, ResourceExhausted when every slot is pinned or in use;
+  // nothing changes then.
+  absl::StatusOr<SlotGrant> Acquire(int32_t block, uint64_t request_id);
+
+  // NotFound when `block` is not resident; Unpin: FailedPrecondition when it is not pinned.
+  absl::Status Pin(int32_t block);
+  absl::Status Unpin(int32_t block);
+
+  // Records `block`'s latest selection score (NaN counts as -infinity), the score-aware policy's
+  // rank. Ignored when `block` is not resident.
+  void NoteScore(int32_t block, float score);
+
+  // Frees the slot of `block`, pinned or not (its request ended). OK when `block` is not
+  // resident; FailedPrecondition, changing nothing, while it is in use.
+  absl::Status Forget(int32_t block);
+  // Forgets every block of `request_id` and drops its counters, which it returns.
+  // FailedPrecondition, changing nothing, while one of its blocks is in use.
+  absl::StatusOr<CacheStats> ForgetRequest(uint64_t request_id);
+
+  // Ends the step: no block is in use any more.
+  void EndStep();
+
+  int32_t num_slots() const { return static_cast<int32_t>(slots_.size()); }
+  int32_t num_free() const { return static_cast<int32_t>(free_slots_.size()); }
+  int32_t num_evictable() const { return static_cast<int32_t>(evictable_.size()); }
+  std::optional<int32_t> slot_of(int32_t block) const;
+  // The block in `slot`, nullopt when the slot is free.
+  std::optional<CachedBlock> block_in(int32_t slot) const;
+  int32_t pins(int32_t block) const;  // 0 when not resident
+  bool in_use(int32_t block) const;
+
+  const CacheStats& stats() const { return stats_; }
+  CacheStats request_stats(uint64_t request_id) const;
+
+ private:
+  struct Slot {
+    std::optional<CachedBlock> block = std::nullopt;
+    int32_t pins = 0;
+    bool in_use = false;
+    EvictionRank rank = {};  // its key in evictable_, while evictable
+  };
+
+  static bool Evictable(const Slot& slot) {
+    return slot.block.has_value() && slot.pins == 0 && !slot.in_use;
+  }
+  // Applies `change` to a slot, keeping evictable_ and in_use_slots_ in step with it.
+  template <typename Change>
+  void Update(int32_t slot, Change change);
+  void Free(int32_t slot);
+
+  std::unique_ptr<EvictionPolicy> policy_;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> free_slots_;  // a stack; a fresh cache hands out slots 0, 1, 2...
+  absl::flat_hash_map<int32_t, int32_t> slot_of_block_;
+  absl::btree_set<std::pair<EvictionRank, int32_t>> evictable_;  // (rank, slot)
+  std::vector<int32_t> in_use_slots_;
+  uint64_t use_clock_ = 0;
+  CacheStats stats_;
+  absl::flat_hash_map<uint64_t, CacheStats> request_stats_;
+};
+
+}  // namespace pulse

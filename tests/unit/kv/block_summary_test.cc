@@ -1,0 +1,232 @@
+#include "core/kv/block_summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pulse {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+// Key d of token t of KV head h in a block of `layout`, as PagedKvLayout lays it out.
+float& Key(const PagedKvLayout& layout, std::vector<float>& block, int32_t h, int32_t t,
+           int32_t d) {
+  return block[static_cast<size_t>(h * layout.head_elems() + int64_t{t} * layout.head_dim + d)];
+}
+
+std::vector<float> RandomFloats(std::mt19937& rng, size_t count, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(count);
+  for (float& value : values) value = normal(rng);
+  return values;
+}
+
+// The summary computed straight from its definition.
+std::vector<float> ReferenceSummary(const PagedKvLayout& layout, std::vector<float>& block,
+                                    int32_t tokens) {
+  std::vector<float> summary;
+  for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+    for (const bool is_max : {false, true}) {
+      for (int32_t d = 0; d < layout.head_dim; ++d) {
+        float extreme = Key(layout, block, h, 0, d);
+        for (int32_t t = 1; t < tokens; ++t) {
+          const float key = Key(layout, block, h, t, d);
+          extreme = is_max ? std::max(extreme, key) : std::min(extreme, key);
+        }
+        summary.push_back(extreme);
+      }
+    }
+  }
+  return summary;
+}
+
+TEST(BlockSummaryTest, MinRowThenMaxRowPerHead) {
+  const PagedKvLayout layout{.block_tokens = 3, .num_kv_heads = 2, .head_dim = 2};
+  EXPECT_EQ(BlockSummaryElems(layout), 8);
+  std::vector<float> block(static_cast<size_t>(layout.block_elems()), 1000.0f);  // values: 1000
+  // head 0: keys (1, -1), (3, -5), (2, 4); head 1: keys (0, 0), (-2, 7), (6, 7)
+  const float keys[2][3][2] = {{{1, -1}, {3, -5}, {2, 4}}, {{0, 0}, {-2, 7}, {6, 7}}};
+  for (int32_t h = 0; h < 2; ++h) {
+    for (int32_t t = 0; t < 3; ++t) {
+      for (int32_t d = 0; d < 2; ++d) Key(layout, block, h, t, d) = keys[h][t][d];
+    }
+  }
+  std::vector<float> summary(8);
+  ASSERT_TRUE(SummarizeBlock(layout, block, 3, summary).ok());
+  EXPECT_THAT(summary, ElementsAre(1, -5, 3, 4, -2, 0, 6, 7));
+  ASSERT_TRUE(SummarizeBlock(layout, block, 2, summary).ok());
+  EXPECT_THAT(summary, ElementsAre(1, -5, 3, -1, -2, 0, 0, 7));
+}
+
+TEST(BlockSummaryTest, ReadsOnlyTheKeysOfItsTokens) {
+  const PagedKvLayout layout{.block_tokens = 8, .num_kv_heads = 3, .head_dim = 5};
+  std::mt19937 rng(7);
+  std::vector<float> block = RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 1.0f);
+  const int32_t tokens = 5;
+  // Garbage in the tokens after `tokens` and in the values.
+  for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+    for (int32_t t = tokens; t < layout.block_tokens; ++t) {
+      for (int32_t d = 0; d < layout.head_dim; ++d) {
+        Key(layout, block, h, t, d) = (t % 2 == 0) ? kNan : 1e30f * (d % 2 == 0 ? 1 : -1);
+      }
+    }
+  }
+  std::fill(block.begin() + layout.value_offset(), block.end(), kNan);
+  std::vector<float> summary(static_cast<size_t>(BlockSummaryElems(layout)));
+  ASSERT_TRUE(SummarizeBlock(layout, block, tokens, summary).ok());
+  EXPECT_EQ(summary, ReferenceSummary(layout, block, tokens));
+}
+
+TEST(BlockSummaryTest, SkipsNanKeysAsFminfDoes) {
+  const PagedKvLayout layout{.block_tokens = 3, .num_kv_heads = 1, .head_dim = 2};
+  std::vector<float> block = {kNan, 1, 2, kNan, -3, kNan,  // keys (NaN, 1), (2, NaN), (-3, NaN)
+                              0,    0, 0, 0,    0,  0};
+  std::vector<float> summary(4);
+  ASSERT_TRUE(SummarizeBlock(layout, block, 3, summary).ok());
+  EXPECT_THAT(summary, ElementsAre(-3, 1, 2, 1));
+}
+
+TEST(BlockSummaryTest, RandomBlocksMatchTheDefinition) {
+  std::mt19937 rng(11);
+  for (int32_t trial = 0; trial < 200; ++trial) {
+    const PagedKvLayout layout{.block_tokens = 1 + static_cast<int32_t>(rng() % 40),
+                               .num_kv_heads = 1 + static_cast<int32_t>(rng() % 4),
+                               .head_dim = 1 + static_cast<int32_t>(rng() % 70)};
+    std::vector<float> block =
+        RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 1.0f + trial % 5);
+    const int32_t tokens = 1 + static_cast<int32_t>(rng() % layout.block_tokens);
+    std::vector<float> summary(static_cast<size_t>(BlockSummaryElems(layout)), kNan);
+    ASSERT_TRUE(SummarizeBlock(layout, block, tokens, summary).ok());
+    ASSERT_EQ(summary, ReferenceSummary(layout, block, tokens)) << "trial " << trial;
+  }
+}
+
+TEST(KeyDotUpperBoundTest, TakesTheLargerProductPerChannel) {
+  const std::vector<float> query = {1, -2, 0, 0.5f};
+  const std::vector<float> summary = {-1, -3, 5, -4,   // min
+                                      2,  1,  7, -2};  // max
+  // max(-1, 2) + max(6, -2) + max(0, 0) + max(-2, -1)
+  EXPECT_EQ(KeyDotUpperBound(query, summary), 2 + 6 + 0 - 1);
+}
+
+// The property selection relies on: no key of the block has a larger dot product with the query
+// than the bound, for every head, every token count and queries of any sign.
+TEST(KeyDotUpperBoundTest, BoundsEveryKeyOfTheBlock) {
+  std::mt19937 rng(3);
+  for (int32_t trial = 0; trial < 300; ++trial) {
+    const PagedKvLayout layout{.block_tokens = 1 + static_cast<int32_t>(rng() % 33),
+                               .num_kv_heads = 1 + static_cast<int32_t>(rng() % 3),
+                               .head_dim = 1 + static_cast<int32_t>(rng() % 130)};
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
+    std::vector<float> block = RandomFloats(rng, static_cast<size_t>(layout.block_elems()), scale);
+    if (trial % 3 == 0) {  // keys with an offset per channel, as real keys have
+      for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+        for (int32_t t = 0; t < layout.block_tokens; ++t) {
+          for (int32_t d = 0; d < layout.head_dim; ++d) Key(layout, block, h, t, d) += d % 7 - 3;
+        }
+      }
+    }
+    const int32_t tokens = 1 + static_cast<int32_t>(rng() % layout.block_tokens);
+    std::vector<float> summary(static_cast<size_t>(BlockSummaryElems(layout)));
+    ASSERT_TRUE(SummarizeBlock(layout, block, tokens, summary).ok());
+    const size_t head_dim = static_cast<size_t>(layout.head_dim);
+    const std::vector<float> query = RandomFloats(rng, head_dim, 1.0f);
+    for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+      const float bound = KeyDotUpperBound(
+          query, std::span<const float>(summary).subspan(2 * h * head_dim, 2 * head_dim));
+      double best = -std::numeric_limits<double>::infinity();
+      double magnitude = 0.0;  // of the terms, for the rounding allowance of an fp32 sum
+      for (int32_t t = 0; t < tokens; ++t) {
+        double dot = 0.0;
+        for (size_t d = 0; d < head_dim; ++d) {
+          const float key = Key(layout, block, h, t, static_cast<int32_t>(d));
+          dot += double{query[d]} * key;
+          magnitude = std::max(magnitude, std::abs(double{query[d]} * key));
+        }
+        best = std::max(best, dot);
+      }
+      const double allowance = 1e-6 * magnitude * static_cast<double>(head_dim);
+      ASSERT_GE(bound, best - allowance) << "trial " << trial << " head " << h;
+      if (tokens == 1) {
+        ASSERT_NEAR(bound, best, allowance) << "one key: the bound is its dot";
+      }
+    }
+  }
+}
+
+TEST(ScoreBlocksTest, EveryQueryHeadAgainstItsKvHeadsSummaries) {
+  const PagedKvLayout layout{.block_tokens = 4, .num_kv_heads = 2, .head_dim = 3};
+  constexpr int32_t kQueryHeads = 6;  // groups of 3
+  constexpr int32_t kSummaries = 5;
+  std::mt19937 rng(5);
+  const std::vector<float> summaries =
+      RandomFloats(rng, kSummaries * static_cast<size_t>(BlockSummaryElems(layout)), 1.0f);
+  const std::vector<float> query = RandomFloats(rng, kQueryHeads * 3, 1.0f);
+  const std::vector<int32_t> block_ids = {3, 0, 3, 4};
+  std::vector<float> bounds(kQueryHeads * block_ids.size(), kNan);
+  ASSERT_TRUE(ScoreBlocks(layout, query, summaries, block_ids, bounds).ok());
+  for (int32_t h = 0; h < kQueryHeads; ++h) {
+    for (size_t i = 0; i < block_ids.size(); ++i) {
+      const size_t kv_head = static_cast<size_t>(h / 3);
+      const size_t at = static_cast<size_t>(block_ids[i]) * 12 + kv_head * 6;
+      EXPECT_EQ(bounds[static_cast<size_t>(h) * block_ids.size() + i],
+                KeyDotUpperBound(std::span<const float>(query).subspan(h * 3u, 3),
+                                 std::span<const float>(summaries).subspan(at, 6)))
+          << "query head " << h << " block " << block_ids[i];
+    }
+  }
+}
+
+TEST(BlockSummaryTest, RejectsShapesThatDoNotFit) {
+  const PagedKvLayout layout{.block_tokens = 4, .num_kv_heads = 2, .head_dim = 3};
+  std::vector<float> block(static_cast<size_t>(layout.block_elems()));
+  std::vector<float> summary(12);
+  EXPECT_TRUE(SummarizeBlock(layout, block, 4, summary).ok());
+  for (const int32_t tokens : {0, 5, -1}) {
+    const absl::Status status = SummarizeBlock(layout, block, tokens, summary);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << tokens;
+  }
+  std::vector<float> short_block(block.size() - 1);
+  EXPECT_THAT(SummarizeBlock(layout, short_block, 4, summary).message(), HasSubstr("block"));
+  std::vector<float> long_summary(13);
+  EXPECT_EQ(SummarizeBlock(layout, block, 4, long_summary).code(),
+            absl::StatusCode::kInvalidArgument);
+  PagedKvLayout bf16 = layout;
+  bf16.type = DType::kBF16;
+  EXPECT_EQ(SummarizeBlock(bf16, block, 4, summary).code(), absl::StatusCode::kInvalidArgument);
+
+  const std::vector<float> summaries(24);
+  std::vector<float> bounds(4);
+  const std::vector<float> query(6);  // two query heads
+  const std::vector<int32_t> ids = {0, 1};
+  EXPECT_TRUE(ScoreBlocks(layout, query, summaries, ids, bounds).ok());
+  const std::vector<float> three_heads(9);  // not a multiple of two KV heads
+  EXPECT_EQ(ScoreBlocks(layout, three_heads, summaries, ids, bounds).code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<float> ragged(7);
+  EXPECT_EQ(ScoreBlocks(layout, ragged, summaries, ids, bounds).code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<int32_t> missing = {0, 2};
+  bounds.assign(4, kNan);
+  EXPECT_THAT(ScoreBlocks(layout, query, summaries, missing, bounds).message(),
+              HasSubstr("block 2 has no summary"));
+  EXPECT_TRUE(std::isnan(bounds[0])) << "a failed call writes nothing";
+  std::vector<float> few_bounds(3);
+  EXPECT_EQ(ScoreBlocks(layout, query, summaries, ids, few_bounds).code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<float> torn_summaries(23);
+  EXPECT_EQ(ScoreBlocks(layout, query, torn_summaries, ids, bounds).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pulse
