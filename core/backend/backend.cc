@@ -1,7 +1,6 @@
 #include "core/backend/backend.h"
 
 #include <limits>
-#include <utility>
 
 #include "absl/strings/str_format.h"
 
@@ -34,30 +33,6 @@ absl::StatusOr<size_t> WeightBytes(std::span<const float> values, int64_t rows, 
         absl::StrFormat("UploadWeight: [%d][%d] is too large", rows, cols));
   }
   return static_cast<size_t>(count) * element_bytes;
-}
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : owner_(std::exchange(other.owner_, nullptr)),
-      data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    owner_ = std::exchange(other.owner_, nullptr);
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-DeviceBuffer::~DeviceBuffer() { Reset(); }
-
-void DeviceBuffer::Reset() {
-  if (owner_ != nullptr && data_ != nullptr) owner_->Free(data_, bytes_);
-  owner_ = nullptr;
-  data_ = nullptr;
-  bytes_ = 0;
 }
 
 }  // namespace pulse

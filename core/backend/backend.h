@@ -15,7 +15,9 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 
+#include "core/backend/copy_plan.h"
 #include "core/backend/dtype.h"
 #include "core/backend/paged_kv.h"
 #include "core/backend/sampling.h"
@@ -25,18 +27,32 @@ namespace pulse {
 
 class Backend;
 
+enum class MemoryTier : uint8_t { kDevice, kHost };
+
 // Move-only owner of one allocation of a backend's memory; frees it on destruction.
 // The backend must outlive its buffers.
-class DeviceBuffer {
+template <MemoryTier kTier>
+class BackendBuffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(Backend* owner, void* data, size_t bytes)
+  BackendBuffer() = default;
+  BackendBuffer(Backend* owner, void* data, size_t bytes)
       : owner_(owner), data_(data), bytes_(bytes) {}
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
+  BackendBuffer(BackendBuffer&& other) noexcept
+      : owner_(std::exchange(other.owner_, nullptr)),
+        data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
+  BackendBuffer& operator=(BackendBuffer&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      owner_ = std::exchange(other.owner_, nullptr);
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+  ~BackendBuffer() { Reset(); }
 
   void* data() const { return data_; }
   template <typename T>
@@ -52,6 +68,32 @@ class DeviceBuffer {
   Backend* owner_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// Device memory (Backend::Allocate).
+using DeviceBuffer = BackendBuffer<MemoryTier::kDevice>;
+// Host memory that the backend's copy engine and kernels use directly (Backend::AllocateHost).
+using HostBuffer = BackendBuffer<MemoryTier::kHost>;
+
+// A point in a backend's copy stream. EnqueueCopy arms it with the end of a plan; compute
+// (WaitForCopy) and the host (CopyDone, SynchronizeCopy) wait for it. Events are reusable and
+// owned by the caller: keep one per layer (or per micro-batch and layer) and re-arm it every
+// step; arming forgets the plan it stood for before, as cudaEventRecord does. An event that was
+// never armed has completed. An event belongs to the backend that created it, which must outlive
+// it; use it from one thread at a time.
+class CopyEvent {
+ public:
+  virtual ~CopyEvent() = default;
+  CopyEvent(const CopyEvent&) = delete;
+  CopyEvent& operator=(const CopyEvent&) = delete;
+
+  const Backend* backend() const { return backend_; }
+
+ protected:
+  explicit CopyEvent(const Backend* backend) : backend_(backend) {}
+
+ private:
+  const Backend* backend_;
 };
 
 // A row-major weight matrix [rows][cols] in backend memory (rows = output features).
@@ -107,6 +149,39 @@ class Backend {
   // Synchronize or CopyToHost.
   virtual absl::Status Synchronize() = 0;
 
+  // --- host tier and copy engine -----------------------------------------------------------
+  // The copy engine runs copy plans (copy_plan.h) on its own stream, in the order they were
+  // enqueued, beside the compute stream: a CUDA stream of its own, a thread of its own on the CPU.
+  // Per layer, all misses of the batch become one plan whose event the layer's attention waits
+  // for; filled blocks go back to the host tier in a plan with after_compute set. Synchronize
+  // waits for compute only: plans are waited for through their events.
+
+  // Host memory that this backend's copy engine and kernels read and write directly (the host
+  // tier): pinned and mapped on CUDA (the one pointer is valid on the host and the device),
+  // aligned memory on the CPU. ResourceExhausted when it cannot be had (on CUDA: pinned).
+  // Pinning costs about 0.8 s a GiB, fails well below physical memory (FACTS.md) and serializes
+  // the device's streams while it runs: grow the host tier in chunks (say 1 GiB, each its own
+  // HostBuffer) between steps as it fills, and read ResourceExhausted as "the tier is full".
+  virtual absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) = 0;
+  virtual absl::StatusOr<std::unique_ptr<CopyEvent>> CreateCopyEvent() = 0;
+  // Enqueues `plan` on the copy stream and arms `done` with its end; returns without waiting for
+  // it. An empty plan only arms `done` (a marker, for CopySeconds). InvalidArgument, with nothing
+  // enqueued, armed or touched, for a plan ValidateCopyPlan refuses or an event of another
+  // backend. Host chunks must lie in AllocateHost memory: the CUDA gather kernel reads them
+  // through its mapping, and other host memory would fault it.
+  virtual absl::Status EnqueueCopy(const CopyPlan& plan, CopyEvent& done) = 0;
+  // Compute ops enqueued after this call start after `event` has completed (CUDA: the compute
+  // stream waits; CPU: the calling thread blocks until the copy thread has passed the event).
+  virtual absl::Status WaitForCopy(const CopyEvent& event) = 0;
+  // Whether `event` has completed, without waiting.
+  virtual absl::StatusOr<bool> CopyDone(const CopyEvent& event) = 0;
+  // Blocks the calling thread until `event` has completed; returns a failure of the copy engine.
+  virtual absl::Status SynchronizeCopy(const CopyEvent& event) = 0;
+  // Seconds from `start` to `end` on the copy stream, both armed and completed
+  // (FailedPrecondition otherwise): a plan's time is from a marker enqueued before it to its own
+  // event.
+  virtual absl::StatusOr<double> CopySeconds(const CopyEvent& start, const CopyEvent& end) = 0;
+
   // --- ops --------------------------------------------------------------------------------
   // "act" buffers are of activation_type().
   // out[i] = table row tokens[i], for i < count.
@@ -145,8 +220,34 @@ class Backend {
                             int32_t* tokens) = 0;
 
  protected:
-  friend class DeviceBuffer;
+  template <MemoryTier>
+  friend class BackendBuffer;
   virtual void Free(void* data, size_t bytes) = 0;
+  virtual void FreeHost(void* data, size_t bytes) = 0;
+
+  // `event` as this backend's event type E (const E for a const event), or InvalidArgument when
+  // another backend made it.
+  template <typename E, typename Event>
+  absl::StatusOr<E*> OwnEvent(Event& event) const {
+    if (event.backend() != this) {
+      return absl::InvalidArgumentError("a copy event made by another backend");
+    }
+    return static_cast<E*>(&event);
+  }
 };
+
+template <MemoryTier kTier>
+void BackendBuffer<kTier>::Reset() {
+  if (owner_ != nullptr && data_ != nullptr) {
+    if constexpr (kTier == MemoryTier::kDevice) {
+      owner_->Free(data_, bytes_);
+    } else {
+      owner_->FreeHost(data_, bytes_);
+    }
+  }
+  owner_ = nullptr;
+  data_ = nullptr;
+  bytes_ = 0;
+}
 
 }  // namespace pulse

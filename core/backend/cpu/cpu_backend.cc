@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend/cpu/attention.h"
+#include "core/backend/cpu/copy_thread.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/lanes.h"
 #include "core/backend/cpu/norm.h"
@@ -27,10 +28,26 @@ size_t AllocationBytes(size_t bytes) {
   return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
+class CpuCopyEvent final : public CopyEvent {
+ public:
+  explicit CpuCopyEvent(const Backend* backend) : CopyEvent(backend) {}
+
+  std::shared_ptr<const cpu::CopyThread::Completion> completion;  // null: never armed
+};
+
+// Bytes allocated against a limit (0: none).
+struct Budget {
+  size_t limit = 0;
+  size_t live = 0;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
-      : pool_(options.threads), memory_limit_(options.memory_limit_bytes) {}
+      : pool_(options.threads),
+        device_{.limit = options.memory_limit_bytes},
+        host_{.limit = options.host_memory_limit_bytes},
+        copy_thread_(options.copy_delay) {}
 
   std::string_view name() const override { return "cpu"; }
   DType activation_type() const override { return DType::kF32; }
@@ -49,33 +66,13 @@ class CpuBackend final : public Backend {
   }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
-    if (bytes > std::numeric_limits<size_t>::max() - kAlignment) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("CPU backend: cannot allocate %u bytes", bytes));
-    }
-    const size_t size = AllocationBytes(bytes);
-    {
-      absl::MutexLock lock(&mu_);
-      if (memory_limit_ != 0 && size > memory_limit_ - live_bytes_) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "CPU backend: cannot allocate %u bytes: %u of the %u-byte memory limit are in use",
-            bytes, live_bytes_, memory_limit_));
-      }
-      live_bytes_ += size;
-    }
-    void* data = std::aligned_alloc(kAlignment, size);
-    if (data == nullptr) {
-      ReleaseBytes(size);
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("CPU backend: out of host memory allocating %u bytes", bytes));
-    }
+    PULSE_ASSIGN_OR_RETURN(void* data, AllocateFrom(device_, bytes, "device"));
     return DeviceBuffer(this, data, bytes);
   }
 
   size_t AvailableBytes() const override {
-    if (memory_limit_ == 0) return 0;
     absl::MutexLock lock(&mu_);
-    return memory_limit_ - live_bytes_;
+    return device_.limit == 0 ? 0 : device_.limit - device_.live;
   }
 
   absl::StatusOr<Weight> UploadWeight(std::span<const float> values, int64_t rows, int64_t cols,
@@ -106,6 +103,50 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) override {
+    PULSE_ASSIGN_OR_RETURN(void* data, AllocateFrom(host_, bytes, "host"));
+    return HostBuffer(this, data, bytes);
+  }
+
+  absl::StatusOr<std::unique_ptr<CopyEvent>> CreateCopyEvent() override {
+    return std::make_unique<CpuCopyEvent>(this);
+  }
+
+  absl::Status EnqueueCopy(const CopyPlan& plan, CopyEvent& done) override {
+    PULSE_ASSIGN_OR_RETURN(CpuCopyEvent * event, OwnEvent<CpuCopyEvent>(done));
+    PULSE_RETURN_IF_ERROR(ValidateCopyPlan(plan));
+    event->completion = copy_thread_.Enqueue(plan.chunks);
+    return absl::OkStatus();
+  }
+
+  // Compute runs on the calling thread: waiting for the copy thread is all it takes.
+  absl::Status WaitForCopy(const CopyEvent& event) override { return SynchronizeCopy(event); }
+
+  absl::StatusOr<bool> CopyDone(const CopyEvent& event) override {
+    PULSE_ASSIGN_OR_RETURN(const CpuCopyEvent* own, OwnEvent<const CpuCopyEvent>(event));
+    return own->completion == nullptr || copy_thread_.CompletedAt(*own->completion).has_value();
+  }
+
+  absl::Status SynchronizeCopy(const CopyEvent& event) override {
+    PULSE_ASSIGN_OR_RETURN(const CpuCopyEvent* own, OwnEvent<const CpuCopyEvent>(event));
+    if (own->completion != nullptr) copy_thread_.Wait(*own->completion);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> CopySeconds(const CopyEvent& start, const CopyEvent& end) override {
+    PULSE_ASSIGN_OR_RETURN(const CpuCopyEvent* from, OwnEvent<const CpuCopyEvent>(start));
+    PULSE_ASSIGN_OR_RETURN(const CpuCopyEvent* to, OwnEvent<const CpuCopyEvent>(end));
+    if (from->completion == nullptr || to->completion == nullptr) {
+      return absl::FailedPreconditionError("CopySeconds: an event was never armed");
+    }
+    const auto from_time = copy_thread_.CompletedAt(*from->completion);
+    const auto to_time = copy_thread_.CompletedAt(*to->completion);
+    if (!from_time.has_value() || !to_time.has_value()) {
+      return absl::FailedPreconditionError("CopySeconds: an event has not completed");
+    }
+    return std::chrono::duration<double>(*to_time - *from_time).count();
+  }
 
   void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
     cpu::Embed(pool_, table, tokens, count, out);
@@ -155,21 +196,47 @@ class CpuBackend final : public Backend {
   }
 
  protected:
-  void Free(void* data, size_t bytes) override {
-    std::free(data);
-    ReleaseBytes(AllocationBytes(bytes));
-  }
+  void Free(void* data, size_t bytes) override { Release(device_, data, bytes); }
+  void FreeHost(void* data, size_t bytes) override { Release(host_, data, bytes); }
 
  private:
-  void ReleaseBytes(size_t size) {
+  // Aligned memory of `bytes` counted against `budget`; ResourceExhausted beyond its limit.
+  absl::StatusOr<void*> AllocateFrom(Budget& budget, size_t bytes, std::string_view tier) {
+    if (bytes > std::numeric_limits<size_t>::max() - kAlignment) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("CPU backend: cannot allocate %u bytes of %s memory", bytes, tier));
+    }
+    const size_t size = AllocationBytes(bytes);
+    {
+      absl::MutexLock lock(&mu_);
+      if (budget.limit != 0 && size > budget.limit - budget.live) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "CPU backend: cannot allocate %u bytes of %s memory: %u of its %u-byte limit are in "
+            "use",
+            bytes, tier, budget.live, budget.limit));
+      }
+      budget.live += size;
+    }
+    void* data = std::aligned_alloc(kAlignment, size);
+    if (data == nullptr) {
+      Release(budget, nullptr, bytes);
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "CPU backend: out of memory allocating %u bytes of %s memory", bytes, tier));
+    }
+    return data;
+  }
+
+  void Release(Budget& budget, void* data, size_t bytes) {
+    std::free(data);
     absl::MutexLock lock(&mu_);
-    live_bytes_ -= size;
+    budget.live -= AllocationBytes(bytes);
   }
 
   ThreadPool pool_;
-  const size_t memory_limit_;
   mutable absl::Mutex mu_;
-  size_t live_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  Budget device_ ABSL_GUARDED_BY(mu_);
+  Budget host_ ABSL_GUARDED_BY(mu_);
+  cpu::CopyThread copy_thread_;  // last: it finishes its queue before anything else goes
 };
 
 }  // namespace
@@ -179,6 +246,11 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
     return absl::InvalidArgumentError(
         absl::StrFormat("CPU backend: threads must be in [0, %d] (0: hardware cores), got %d",
                         kMaxThreads, options.threads));
+  }
+  if (options.copy_delay < absl::ZeroDuration() || options.copy_delay == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CPU backend: copy_delay must be finite and >= 0, got %s",
+                        absl::FormatDuration(options.copy_delay)));
   }
   return std::make_shared<CpuBackend>(options);
 }

@@ -1,5 +1,7 @@
 // The CPU reference backend: fp32 math in plain C++, run synchronously on the calling thread and
 // a thread pool (its "stream" is the caller, so Synchronize is a no-op and copies are memcpy).
+// Its copy engine is a thread of its own (cpu/copy_thread.h), so copy plans run beside compute
+// and WaitForCopy really waits, as on a GPU.
 //
 // Every op computes each output row with a fixed summation order that depends only on the
 // operand sizes (k, head_dim, the row's own kv length), never on the other rows in the call, m,
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/time/time.h"
 #include "core/backend/backend.h"
 
 namespace pulse {
@@ -19,6 +22,10 @@ namespace pulse {
 struct CpuBackendOptions {
   int32_t threads = 0;            // parallelism including the calling thread; 0: hardware cores
   size_t memory_limit_bytes = 0;  // 0: no limit; else Allocate beyond it is ResourceExhausted
+  size_t host_memory_limit_bytes = 0;  // the same for AllocateHost (the host tier)
+  // For tests: every copy plan starts this long after the copy thread reaches it, so that recall
+  // is late and compute waits for it. Finite and >= 0.
+  absl::Duration copy_delay = absl::ZeroDuration();
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);

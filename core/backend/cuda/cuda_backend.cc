@@ -10,7 +10,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend/bf16.h"
+#include "core/backend/cuda/copy_engine.h"
 #include "core/backend/cuda/cuda_check.h"
+#include "core/backend/cuda/handles.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/lt_gemm.h"
 #include "core/base/thread_pool.h"
@@ -20,6 +22,16 @@ namespace {
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kMinAllocation = 256;
+constexpr int32_t kMaxGatherBlocks = 1024;
+
+class CudaCopyEvent final : public CopyEvent {
+ public:
+  CudaCopyEvent(const Backend* backend, cuda::UniqueEvent event)
+      : CopyEvent(backend), event(std::move(event)) {}
+
+  cuda::UniqueEvent event;
+  bool armed = false;
+};
 
 // Ops enqueue under `mu_` (engines on several threads may share one model, hence one backend);
 // the stream orders them. The first failure of an enqueued op is kept until a sync point
@@ -34,6 +46,7 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
+    copy_engine_.reset();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     gemm_.reset();
     attention_scratch_ = DeviceBuffer();
@@ -134,6 +147,90 @@ class CudaBackend final : public Backend {
     return SynchronizeLocked();
   }
 
+  absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) override {
+    const size_t size = std::max(bytes, kMinAllocation);
+    PULSE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    absl::StatusOr<cuda::UniquePinned> pinned =
+        cuda::AllocatePinned(size, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (!pinned.ok()) {
+      absl::MutexLock lock(&memory_mu_);
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "CUDA backend: cannot pin %u more bytes of host memory (%s); %u bytes are pinned: "
+          "grow the host tier in smaller chunks, or give it less memory",
+          bytes, pinned.status().message(), pinned_bytes_));
+    }
+    // The kernels and copies use the host pointer as it is: with unified addressing it is also
+    // the device's.
+    void* mapped = nullptr;
+    PULSE_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, pinned->get(), 0));
+    if (mapped != pinned->get()) {
+      return absl::UnimplementedError(
+          "CUDA backend: mapped host memory has a device address of its own (no unified "
+          "addressing)");
+    }
+    {
+      absl::MutexLock lock(&memory_mu_);
+      pinned_bytes_ += size;
+    }
+    return HostBuffer(this, pinned->release(), bytes);
+  }
+
+  absl::StatusOr<std::unique_ptr<CopyEvent>> CreateCopyEvent() override {
+    PULSE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    PULSE_ASSIGN_OR_RETURN(cuda::UniqueEvent event, cuda::CreateEvent(cudaEventDefault));
+    return std::make_unique<CudaCopyEvent>(this, std::move(event));
+  }
+
+  absl::Status EnqueueCopy(const CopyPlan& plan, CopyEvent& done) override {
+    PULSE_ASSIGN_OR_RETURN(CudaCopyEvent * event, OwnEvent<CudaCopyEvent>(done));
+    PULSE_RETURN_IF_ERROR(ValidateCopyPlan(plan));
+    cudaEvent_t after = nullptr;
+    if (plan.after_compute) {
+      // Another thread may re-record the marker before the copy stream waits for it: the plan
+      // then waits for more compute than it needs, never less.
+      absl::MutexLock lock(&mu_);
+      PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_marker_.get(), stream_));
+      after = compute_marker_.get();
+    }
+    PULSE_RETURN_IF_ERROR(copy_engine_->Enqueue(plan, after, event->event.get()));
+    event->armed = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitForCopy(const CopyEvent& event) override {
+    PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* own, OwnEvent<const CudaCopyEvent>(event));
+    absl::MutexLock lock(&mu_);
+    PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, own->event.get(), 0));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<bool> CopyDone(const CopyEvent& event) override {
+    PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* own, OwnEvent<const CudaCopyEvent>(event));
+    return cuda::EventCompleted(own->event.get());
+  }
+
+  absl::Status SynchronizeCopy(const CopyEvent& event) override {
+    PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* own, OwnEvent<const CudaCopyEvent>(event));
+    PULSE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(own->event.get()));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> CopySeconds(const CopyEvent& start, const CopyEvent& end) override {
+    PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* from, OwnEvent<const CudaCopyEvent>(start));
+    PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* to, OwnEvent<const CudaCopyEvent>(end));
+    if (!from->armed || !to->armed) {
+      return absl::FailedPreconditionError("CopySeconds: an event was never armed");
+    }
+    for (const CudaCopyEvent* event : {from, to}) {
+      PULSE_ASSIGN_OR_RETURN(const bool completed, cuda::EventCompleted(event->event.get()));
+      if (!completed)
+        return absl::FailedPreconditionError("CopySeconds: an event has not completed");
+    }
+    float ms = 0;
+    PULSE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, from->event.get(), to->event.get()));
+    return ms / 1e3;
+  }
+
   void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
     absl::MutexLock lock(&mu_);
     if (!CheckBf16(table, "Embed")) return;
@@ -216,9 +313,17 @@ class CudaBackend final : public Backend {
     ReleaseBytes(std::max(bytes, kMinAllocation));
   }
 
+  void FreeHost(void* data, size_t bytes) override {
+    cudaFreeHost(data);
+    absl::MutexLock lock(&memory_mu_);
+    pinned_bytes_ -= std::max(bytes, kMinAllocation);
+  }
+
  private:
   explicit CudaBackend(const CudaBackendOptions& options)
-      : device_(options.device), memory_limit_(options.memory_limit_bytes) {}
+      : device_(options.device),
+        memory_limit_(options.memory_limit_bytes),
+        copy_gather_blocks_(options.copy_gather_blocks) {}
 
   absl::Status Init() {
     const int32_t count = CudaDeviceCount();
@@ -226,6 +331,11 @@ class CudaBackend final : public Backend {
     if (device_ < 0 || device_ >= count) {
       return absl::InvalidArgumentError(
           absl::StrFormat("CUDA backend: device %d of %d", device_, count));
+    }
+    if (copy_gather_blocks_ < 1 || copy_gather_blocks_ > kMaxGatherBlocks) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("CUDA backend: copy_gather_blocks must be in [1, %d], got %d",
+                          kMaxGatherBlocks, copy_gather_blocks_));
     }
     PULSE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     PULSE_CUDA_RETURN_IF_ERROR(
@@ -243,6 +353,8 @@ class CudaBackend final : public Backend {
     PULSE_ASSIGN_OR_RETURN(cuda::LtGemm gemm,
                            cuda::LtGemm::Create(gemm_workspace_.data(), kGemmWorkspaceBytes));
     gemm_ = std::make_unique<cuda::LtGemm>(std::move(gemm));
+    PULSE_ASSIGN_OR_RETURN(copy_engine_, cuda::CopyEngine::Create(copy_gather_blocks_));
+    PULSE_ASSIGN_OR_RETURN(compute_marker_, cuda::CreateEvent(cudaEventDisableTiming));
     return absl::OkStatus();
   }
 
@@ -285,14 +397,18 @@ class CudaBackend final : public Backend {
 
   const int32_t device_;
   const size_t memory_limit_;
+  const int32_t copy_gather_blocks_;
   ThreadPool host_pool_;  // converts weights to bf16 before upload
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer gemm_workspace_;
   std::unique_ptr<cuda::LtGemm> gemm_;
+  std::unique_ptr<cuda::CopyEngine> copy_engine_;
+  cuda::UniqueEvent compute_marker_;  // where a plan with after_compute starts on the copy stream
 
   mutable absl::Mutex memory_mu_;
   size_t live_bytes_ ABSL_GUARDED_BY(memory_mu_) = 0;
+  size_t pinned_bytes_ ABSL_GUARDED_BY(memory_mu_) = 0;
 
   absl::Mutex mu_;
   DeviceBuffer attention_scratch_ ABSL_GUARDED_BY(mu_);

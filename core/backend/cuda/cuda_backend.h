@@ -1,7 +1,8 @@
 // The CUDA backend: bf16 weights, activations that feed a GEMM and KV cache; fp32 residual
 // stream, GEMM outputs and accumulation. GEMMs go through cuBLASLt, everything else through
 // the kernels of kernels.h, all on one stream. Ops are asynchronous: a failure is recorded and
-// returned by the next Synchronize or CopyToHost.
+// returned by the next Synchronize or CopyToHost. Copy plans run on a second stream
+// (cuda/copy_engine.h); the host tier is pinned, mapped memory.
 //
 // Without CUDA in the build, CreateCudaBackend returns Unimplemented and CudaDeviceCount 0.
 #pragma once
@@ -17,6 +18,9 @@ namespace pulse {
 struct CudaBackendOptions {
   int32_t device = 0;
   size_t memory_limit_bytes = 0;  // 0: the device's memory; else Allocate beyond it fails
+  // Thread blocks (of 512 threads) of the copy engine's gather kernel, in [1, 1024]: 32 reach
+  // the PCIe limit at 4 KiB chunks and leave the other SMs to compute (FACTS.md).
+  int32_t copy_gather_blocks = 32;
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);

@@ -16,15 +16,32 @@ absl::StatusOr<UniqueEvent> CreateEvent(unsigned int flags) {
   return UniqueEvent(event);
 }
 
+absl::StatusOr<bool> EventCompleted(cudaEvent_t event) {
+  const cudaError_t state = cudaEventQuery(event);
+  if (state == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  PULSE_CUDA_RETURN_IF_ERROR(state);
+  return true;
+}
+
+// A failed allocation is not sticky; clear it so that the next launch check does not see it.
 absl::StatusOr<UniquePinned> AllocatePinned(size_t bytes, unsigned int flags) {
   void* data = nullptr;
-  PULSE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&data, bytes, flags));
+  if (const cudaError_t error = cudaHostAlloc(&data, bytes, flags); error != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(error, "cudaHostAlloc");
+  }
   return UniquePinned(data);
 }
 
 absl::StatusOr<UniqueDevice> AllocateDevice(size_t bytes) {
   void* data = nullptr;
-  PULSE_CUDA_RETURN_IF_ERROR(cudaMalloc(&data, bytes));
+  if (const cudaError_t error = cudaMalloc(&data, bytes); error != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(error, "cudaMalloc");
+  }
   return UniqueDevice(data);
 }
 

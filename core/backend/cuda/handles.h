@@ -32,6 +32,9 @@ using UniqueDevice = std::unique_ptr<void, DeviceDeleter>;
 // A stream that does not synchronize with the legacy default stream.
 absl::StatusOr<UniqueStream> CreateStream();
 absl::StatusOr<UniqueEvent> CreateEvent(unsigned int flags);
+// Whether the work `event` stands for has completed (cudaEventQuery without the sticky "not
+// ready" that a later launch check would read as its own failure).
+absl::StatusOr<bool> EventCompleted(cudaEvent_t event);
 // Page-locked host memory (cudaHostAlloc with `flags`).
 absl::StatusOr<UniquePinned> AllocatePinned(size_t bytes, unsigned int flags);
 absl::StatusOr<UniqueDevice> AllocateDevice(size_t bytes);

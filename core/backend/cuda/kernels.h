@@ -53,6 +53,20 @@ cudaError_t LaunchSampleTokens(const float* logits, int64_t rows, int64_t vocab,
                                const TokenSampling* params, const int32_t* history,
                                uint32_t* scratch, int32_t* tokens, cudaStream_t stream);
 
+// One piece of a gather (or scatter): `words` 16-byte words from src to dst, either of which may
+// be mapped host memory.
+struct GatherPiece {
+  const void* src;
+  void* dst;
+  uint32_t words;
+};
+// The most bytes one GatherPiece moves: longer chunks are cut into pieces this long, so that a
+// plan of a few large chunks still spreads over every warp.
+inline constexpr uint32_t kGatherPieceBytes = 16 << 10;
+// Copies pieces[0..count) (device memory) on at most `blocks` thread blocks, a warp a piece.
+cudaError_t LaunchGather(const GatherPiece* pieces, int64_t count, int32_t blocks,
+                         cudaStream_t stream);
+
 // The head sizes the attention kernels are built for.
 bool AttentionSupportsHeadDim(int32_t head_dim);
 

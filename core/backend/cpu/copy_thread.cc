@@ -1,0 +1,69 @@
+#include "core/backend/cpu/copy_thread.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace pulse::cpu {
+
+struct CopyThread::Completion {
+  std::optional<Clock::time_point> completed_at;  // guarded by the CopyThread's mu_
+};
+
+struct CopyThread::Plan {
+  std::vector<CopyChunk> chunks;
+  std::shared_ptr<Completion> completion;
+};
+
+CopyThread::CopyThread(absl::Duration delay_per_plan)
+    : delay_(delay_per_plan), thread_([this] { Main(); }) {}
+
+CopyThread::~CopyThread() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+std::shared_ptr<const CopyThread::Completion> CopyThread::Enqueue(
+    std::span<const CopyChunk> chunks) {
+  auto completion = std::make_shared<Completion>();
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(Plan{{chunks.begin(), chunks.end()}, completion});
+  return completion;
+}
+
+std::optional<CopyThread::Clock::time_point> CopyThread::CompletedAt(
+    const Completion& completion) const {
+  absl::MutexLock lock(&mu_);
+  return completion.completed_at;
+}
+
+void CopyThread::Wait(const Completion& completion) const {
+  absl::MutexLock lock(&mu_);
+  const auto done = [&completion]() { return completion.completed_at.has_value(); };
+  mu_.Await(absl::Condition(&done));
+}
+
+void CopyThread::Main() {
+  for (;;) {
+    Plan plan;
+    {
+      absl::MutexLock lock(&mu_);
+      const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;
+      plan = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    absl::SleepFor(delay_);
+    for (const CopyChunk& chunk : plan.chunks) std::memcpy(chunk.dst, chunk.src, chunk.bytes);
+    absl::MutexLock lock(&mu_);
+    plan.completion->completed_at = Clock::now();
+  }
+}
+
+}  // namespace pulse::cpu

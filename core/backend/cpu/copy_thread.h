@@ -1,0 +1,50 @@
+// The CPU backend's copy engine: one thread that runs copy plans (a memcpy a chunk) in the order
+// they were enqueued, each after an injected delay (a test option: recall that lands late).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/backend/copy_plan.h"
+
+namespace pulse::cpu {
+
+class CopyThread {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // A plan's completion, shared by the queue and whoever waits for the plan.
+  struct Completion;
+
+  explicit CopyThread(absl::Duration delay_per_plan);
+  CopyThread(const CopyThread&) = delete;
+  CopyThread& operator=(const CopyThread&) = delete;
+  // Runs the plans still queued, then stops.
+  ~CopyThread();
+
+  // Queues a copy of `chunks` (the list is copied; the memory it names must stay allocated).
+  std::shared_ptr<const Completion> Enqueue(std::span<const CopyChunk> chunks);
+  // When the plan of `completion` completed; nullopt while it has not.
+  std::optional<Clock::time_point> CompletedAt(const Completion& completion) const;
+  // Blocks until it has completed.
+  void Wait(const Completion& completion) const;
+
+ private:
+  struct Plan;
+
+  void Main();
+
+  const absl::Duration delay_;
+  mutable absl::Mutex mu_;
+  std::deque<Plan> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace pulse::cpu
