@@ -386,10 +386,73 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{"decode_mha_d64_block16", 4, 4, 64, 16, {300, 2}, {1, 1}},
         AttentionCase{"decode_gqa7_d128", 28, 4, 128, 32, {1000}, {1}},
         AttentionCase{"decode_mqa8_d128", 8, 1, 128, 16, {2049, 64}, {1, 1}},
+        AttentionCase{"decode_mqa16_d64", 16, 1, 64, 32, {777, 3}, {1, 1}},
         AttentionCase{"prefill_gqa4_d128", 8, 2, 128, 32, {200, 65}, {200, 65}},
         AttentionCase{"chunk_after_cache_d64", 9, 3, 64, 32, {1000, 130}, {129, 1}},
         AttentionCase{"prefill_gqa4_d128_block7", 4, 1, 128, 7, {150}, {150}},
         AttentionCase{"mixed_d128", 16, 8, 128, 32, {1, 500, 70, 3000}, {1, 64, 70, 1}}));
+
+// Head-wise sparse decode: every KV head of a sequence reads its own blocks (table_heads).
+TEST_F(CudaOpsTest, PerHeadTablesMatchCpu) {
+  for (const int32_t head_dim : {64, 128}) {
+    PagedKvLayout layout{.block_tokens = 32, .num_kv_heads = 4, .head_dim = head_dim};
+    constexpr int32_t kHeads = 16;
+    constexpr int32_t kSeqs = 3;
+    constexpr int32_t kBlocks = 200;
+    const int64_t cache_elems = kBlocks * layout.block_elems();
+    const std::vector<float> cache = RoundToBf16(RandomValues(cache_elems, 81 + head_dim));
+    // Per (sequence, KV head): a random subset of blocks in increasing order, the last partial.
+    std::mt19937 rng(82);
+    const int32_t max_blocks = 40;
+    std::vector<int32_t> tables(kSeqs * layout.num_kv_heads * max_blocks, -1);
+    std::vector<int32_t> kv_lens(kSeqs * layout.num_kv_heads);
+    int32_t max_kv_len = 0;
+    for (size_t row = 0; row < kv_lens.size(); ++row) {
+      std::vector<int32_t> pool(kBlocks);
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng);
+      const int32_t count = 1 + static_cast<int32_t>(rng() % max_blocks);
+      std::sort(pool.begin(), pool.begin() + count);
+      std::copy(pool.begin(), pool.begin() + count, tables.begin() + row * max_blocks);
+      kv_lens[row] = (count - 1) * layout.block_tokens + 1 + static_cast<int32_t>(rng() % 32);
+      max_kv_len = std::max(max_kv_len, kv_lens[row]);
+    }
+    const std::vector<int32_t> q_offsets = {0, 1, 2, 3};
+    const int64_t q_stride = int64_t{kHeads} * head_dim;
+    const std::vector<float> q = RandomValues(kSeqs * q_stride, 83);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    PagedKvBatch cpu_kv{.blocks = const_cast<float*>(cache.data()),
+                        .layout = layout,
+                        .num_seqs = kSeqs,
+                        .max_blocks_per_seq = max_blocks,
+                        .block_tables = tables.data(),
+                        .kv_lens = kv_lens.data(),
+                        .q_offsets = q_offsets.data(),
+                        .num_rows = kSeqs,
+                        .max_q_len = 1,
+                        .max_kv_len = max_kv_len,
+                        .table_heads = layout.num_kv_heads};
+    std::vector<float> expected = Poisoned(kSeqs * q_stride);
+    cpu_->Attention(q.data(), q_stride, kHeads, cpu_kv, scale, expected.data());
+
+    layout.type = DType::kBF16;
+    DeviceBuffer cuda_cache = UploadBf16(cache);
+    DeviceBuffer cuda_tables = UploadInts(tables);
+    DeviceBuffer cuda_lens = UploadInts(kv_lens);
+    DeviceBuffer cuda_offsets = UploadInts(q_offsets);
+    DeviceBuffer cuda_q = UploadF32(q);
+    PagedKvBatch cuda_kv = cpu_kv;
+    cuda_kv.blocks = cuda_cache.data();
+    cuda_kv.layout = layout;
+    cuda_kv.block_tables = cuda_tables.as<int32_t>();
+    cuda_kv.kv_lens = cuda_lens.as<int32_t>();
+    cuda_kv.q_offsets = cuda_offsets.as<int32_t>();
+    DeviceBuffer out = PoisonedBf16(expected.size());
+    cuda_->Attention(cuda_q.as<float>(), q_stride, kHeads, cuda_kv, scale, out.data());
+    EXPECT_LT(RelativeError(DownloadBf16(out, expected.size()), expected), kBf16Tolerance)
+        << head_dim;
+  }
+}
 
 }  // namespace
 }  // namespace pulse
