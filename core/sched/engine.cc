@@ -99,8 +99,8 @@ class EngineImpl final : public Engine {
   // `logits` (logits_to_host) or `tokens` (sampled by the backend) of the sampled rows.
   void Complete(const std::vector<ScheduledSequence>& work, const absl::Status& forward,
                 std::span<const float> logits, std::span<const int32_t> tokens,
-                Clock::time_point now, StepReport& report,
-                std::vector<Delivery>& deliveries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                Clock::time_point now, StepReport& report, std::vector<Delivery>& deliveries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the sinks, one delivery at a time, skipping the events of requests released or
   // cancelled since they were produced.
   void Deliver(const std::vector<Delivery>& deliveries) ABSL_LOCKS_EXCLUDED(mu_);
@@ -347,9 +347,9 @@ void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const absl
     }
     request.computed += sequence.count;
     if (!sequence.sample) continue;
-    const absl::StatusOr<int32_t> token =
-        options_.logits_to_host ? request.sampler.Sample(row_logits, request.tokens)
-                                : BackendToken(tokens[sample_row]);
+    const absl::StatusOr<int32_t> token = options_.logits_to_host
+                                              ? request.sampler.Sample(row_logits, request.tokens)
+                                              : BackendToken(tokens[sample_row]);
     if (!token.ok()) {
       Fail(request, token.status(), now, deliveries);
       continue;

@@ -239,7 +239,8 @@ TEST(AbiModelFiles, BadModelParams) {
 }
 
 TEST(AbiModelFiles, CudaIsUnsupportedWithoutACudaDevice) {
-  if ((pulse_features() & PULSE_FEATURE_CUDA_DEVICE) != 0) GTEST_SKIP() << "a CUDA device is present";
+  if ((pulse_features() & PULSE_FEATURE_CUDA_DEVICE) != 0)
+    GTEST_SKIP() << "a CUDA device is present";
   pulse_model* model = nullptr;
   EXPECT_FAILS_WITH(LoadWith(WriteTinyConfig(), "cuda", "auto", 1, &model), PULSE_UNSUPPORTED,
                     "CUDA");

@@ -180,15 +180,18 @@ TEST_F(EngineTest, SamplingOnTheBackendOrTheHostDrawsTheSameTokens) {
   const std::vector<SamplingParams> params = {
       Sampling(0.0f, 12),
       {.temperature = 0.9f, .top_k = 20, .top_p = 0.9f, .seed = 11, .max_tokens = 12},
-      {.temperature = 1.1f, .min_p = 0.05f, .repetition_penalty = 1.3f, .seed = 12,
+      {.temperature = 1.1f,
+       .min_p = 0.05f,
+       .repetition_penalty = 1.3f,
+       .seed = 12,
        .max_tokens = 12}};
   std::vector<std::vector<int32_t>> tokens[2];
   for (const bool on_host : {false, true}) {
     std::unique_ptr<Engine> engine = MakeEngine(model_, {.logits_to_host = on_host});
     std::vector<RequestId> ids;
     for (size_t r = 0; r < params.size(); ++r) {
-      ids.push_back(*engine->Submit(Prompt(6 + r, TinyConfig().vocab_size, 20 + r), params[r],
-                                    nullptr));
+      ids.push_back(
+          *engine->Submit(Prompt(6 + r, TinyConfig().vocab_size, 20 + r), params[r], nullptr));
     }
     RunToIdle(*engine);
     for (const RequestId id : ids) tokens[on_host].push_back(SnapshotOf(*engine, id).tokens);
