@@ -99,7 +99,7 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
 
 absl::Status ModelRunner::Forward(const StepBatch& batch, std::span<float> logits) {
   PULSE_RETURN_IF_ERROR(Prepare(batch));
-  RunLayers();
+  PULSE_RETURN_IF_ERROR(RunLayers());
   Logits();
   return CopyLogits(logits);
 }
@@ -109,17 +109,26 @@ absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
                                            std::span<const int32_t> penalised_ids,
                                            std::span<int32_t> tokens) {
   PULSE_RETURN_IF_ERROR(Prepare(batch));
-  RunLayers();
+  PULSE_RETURN_IF_ERROR(RunLayers());
   Logits();
   return SampleLogits(sampling, penalised_ids, tokens);
 }
 
-void ModelRunner::RunLayers() {
+absl::Status ModelRunner::RunLayers() {
   for (int32_t layer = 0; layer < model_->config().num_layers; ++layer) {
     PreAttention(layer);
-    Attention(layer);
+    PULSE_RETURN_IF_ERROR(Attention(layer));
     PostAttention(layer);
   }
+  return absl::OkStatus();
+}
+
+SparseAttentionStats ModelRunner::sparse_stats() const {
+  return sparse_ == nullptr ? SparseAttentionStats{} : sparse_->stats();
+}
+
+void ModelRunner::ForgetSparse(uint64_t key) {
+  if (sparse_ != nullptr) sparse_->Forget(key);
 }
 
 absl::Status ModelRunner::Check(const StepBatch& batch) const {
@@ -210,6 +219,17 @@ absl::Status ModelRunner::Prepare(const StepBatch& batch) {
   step.logit_rows = device + logit_rows;
   step_ = step;
 
+  batch_ = &batch;
+  if (batch.has_sparse()) {
+    if (sparse_ == nullptr) {
+      PULSE_ASSIGN_OR_RETURN(
+          sparse_, SparseAttention::Create(backend, cache_.layout(), cache_.num_layers(),
+                                           cache_.num_blocks(), model_->config().num_heads,
+                                           options_.max_seqs, options_.max_blocks_per_seq));
+    }
+    sparse_->Prepare(batch);
+  }
+
   backend.Embed(model_->weights().embed.view(), step_.tokens, step_.num_tokens,
                 scratch_.residual.as<float>());
   return absl::OkStatus();
@@ -252,13 +272,21 @@ void ModelRunner::PreAttention(int32_t layer) {
   backend.Rope(qkv + q_dim_, rows, qkv_dim_, config.num_kv_heads, config.head_dim, step_.positions,
                inv_freq);
   backend.AppendKv(qkv + q_dim_, qkv + q_dim_ + kv_dim_, qkv_dim_, KvBatch(layer));
+  if (batch_->has_sparse()) sparse_->Summarize(layer, cache_.layer(layer));
 }
 
-void ModelRunner::Attention(int32_t layer) {
+absl::Status ModelRunner::Attention(int32_t layer) {
   const ModelConfig& config = model_->config();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  if (batch_->has_sparse() && sparse_->Applies(*batch_)) {
+    const auto row_bytes =
+        static_cast<int64_t>(q_dim_ * DTypeBytes(model_->backend().activation_type()));
+    return sparse_->Attend(layer, *batch_, cache_.layer(layer), scratch_.qkv.as<float>(), qkv_dim_,
+                           scale, scratch_.attn.data(), row_bytes);
+  }
   model_->backend().Attention(scratch_.qkv.as<float>(), qkv_dim_, config.num_heads, KvBatch(layer),
                               scale, scratch_.attn.data());
+  return absl::OkStatus();
 }
 
 void ModelRunner::PostAttention(int32_t layer) {

@@ -14,6 +14,7 @@
 #include "core/base/status.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/model.h"
+#include "core/model/sparse_attention.h"
 #include "core/model/step_batch.h"
 
 namespace pulse {
@@ -36,6 +37,10 @@ class ModelRunner {
   const Model& model() const { return *model_; }
   const KvCache& cache() const { return cache_; }
   const ModelRunnerOptions& options() const { return options_; }
+  // Totals of the sparse selections so far (zeros before the first sparse step).
+  SparseAttentionStats sparse_stats() const;
+  // Forgets what sparse attention keeps of sequence `key` (a finished request).
+  void ForgetSparse(uint64_t key);
 
   // Runs the whole step and writes the wanted rows' logits, [batch.num_logit_rows()][vocab], to
   // the host span `logits` (which must hold exactly that many values).
@@ -52,7 +57,8 @@ class ModelRunner {
   // and CopyLogits or SampleLogits ends the step.
   absl::Status Prepare(const StepBatch& batch);
   void PreAttention(int32_t layer);
-  void Attention(int32_t layer);
+  // Fails only for a sparse selection the model cannot take (SparseAttention::Attend).
+  absl::Status Attention(int32_t layer);
   void PostAttention(int32_t layer);
   void Logits();
   absl::Status CopyLogits(std::span<float> logits);
@@ -95,15 +101,17 @@ class ModelRunner {
               Scratch scratch);
   absl::Status Check(const StepBatch& batch) const;
   PagedKvBatch KvBatch(int32_t layer) const;
-  void RunLayers();
+  absl::Status RunLayers();
 
   std::shared_ptr<const Model> model_;
   KvCache cache_;
   ModelRunnerOptions options_;
   Scratch scratch_;
   StepInputs step_;
-  std::vector<int32_t> staging_;  // the host side of Scratch::inputs
-  DeviceBuffer penalised_ids_;    // int32, grown to the longest list SampleLogits was given
+  std::vector<int32_t> staging_;      // the host side of Scratch::inputs
+  DeviceBuffer penalised_ids_;        // int32, grown to the longest list SampleLogits was given
+  const StepBatch* batch_ = nullptr;  // the step's batch, from Prepare to the end of the step
+  std::unique_ptr<SparseAttention> sparse_;  // made by the first step with a sparse sequence
   // Dimensions of the model, cached.
   int64_t hidden_ = 0;
   int64_t q_dim_ = 0;

@@ -5,7 +5,8 @@
 namespace pulse {
 
 void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_position,
-                            std::span<const int32_t> blocks, LogitRows logits) {
+                            std::span<const int32_t> blocks, LogitRows logits,
+                            const std::optional<SparseSelection>& sparse) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (logits == LogitRows::kAll) logit_rows_.push_back(num_tokens());
     tokens_.push_back(tokens[i]);
@@ -17,6 +18,8 @@ void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_posit
   block_offsets_.push_back(static_cast<int32_t>(block_ids_.size()));
   max_blocks_per_seq_ = std::max(max_blocks_per_seq_, static_cast<int32_t>(blocks.size()));
   if (logits == LogitRows::kLast && !tokens.empty()) logit_rows_.push_back(num_tokens() - 1);
+  sparse_.push_back(sparse);
+  has_sparse_ |= sparse.has_value();
 }
 
 void StepBatch::Clear() {
@@ -27,6 +30,8 @@ void StepBatch::Clear() {
   block_ids_.clear();
   block_offsets_.assign(1, 0);
   logit_rows_.clear();
+  sparse_.clear();
+  has_sparse_ = false;
   max_blocks_per_seq_ = 0;
 }
 

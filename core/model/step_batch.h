@@ -4,13 +4,24 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
+
+#include "core/kv/block_selector.h"
 
 namespace pulse {
 
 // Which of a sequence's new tokens get logits.
 enum class LogitRows : uint8_t { kNone, kLast, kAll };
+
+// Sparse attention for a sequence's decode steps: in every layer its query attends only to the
+// blocks the selector picks (core/kv/block_selector.h). `key` names the sequence from step to
+// step (the engine's request id), for the block reuse statistic.
+struct SparseSelection {
+  SelectionOptions options;
+  uint64_t key = 0;
+};
 
 class StepBatch {
  public:
@@ -20,7 +31,8 @@ class StepBatch {
   // `logits` says which new tokens' logits are computed (rows in the order tokens were added):
   // none, the last (to sample the next token), or all (to score a text).
   void AddSequence(std::span<const int32_t> tokens, int32_t start_position,
-                   std::span<const int32_t> blocks, LogitRows logits);
+                   std::span<const int32_t> blocks, LogitRows logits,
+                   const std::optional<SparseSelection>& sparse = std::nullopt);
   void Clear();
 
   int32_t num_seqs() const { return static_cast<int32_t>(kv_lens_.size()); }
@@ -36,6 +48,11 @@ class StepBatch {
   std::span<const int32_t> logit_rows() const { return logit_rows_; }
   // Sequence s's blocks.
   std::span<const int32_t> blocks(int32_t seq) const;
+  // Sequence s's sparse selection, if it has one (it applies when s has one new token).
+  const std::optional<SparseSelection>& sparse(int32_t seq) const {
+    return sparse_[static_cast<size_t>(seq)];
+  }
+  bool has_sparse() const { return has_sparse_; }
 
  private:
   std::vector<int32_t> tokens_;
@@ -45,6 +62,8 @@ class StepBatch {
   std::vector<int32_t> block_ids_;
   std::vector<int32_t> block_offsets_ = {0};  // sequence s: block_ids_[offsets[s], offsets[s+1])
   std::vector<int32_t> logit_rows_;
+  std::vector<std::optional<SparseSelection>> sparse_;  // [num_seqs]
+  bool has_sparse_ = false;
   int32_t max_blocks_per_seq_ = 0;
 };
 

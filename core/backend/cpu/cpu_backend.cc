@@ -1,12 +1,15 @@
 #include "core/backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend/cpu/attention.h"
+#include "core/backend/cpu/block_summary.h"
 #include "core/backend/cpu/copy_thread.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/lanes.h"
@@ -100,9 +103,12 @@ class CpuBackend final : public Backend {
   }
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes != 0) std::memcpy(dst, src, bytes);
-    return absl::OkStatus();
+    return Synchronize();
   }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status Synchronize() override {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(error_, absl::OkStatus());
+  }
 
   absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) override {
     PULSE_ASSIGN_OR_RETURN(void* data, AllocateFrom(host_, bytes, "host"));
@@ -182,6 +188,27 @@ class CpuBackend final : public Backend {
                   void* out) override {
     cpu::GatherRows(static_cast<const float*>(x), cols, rows, count, static_cast<float*>(out));
   }
+  void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout, const int32_t* block_ids,
+                       int32_t count, float* summaries) override {
+    const int64_t elems = cpu::BlockSummaryElems(layout);
+    const auto* data = static_cast<const float*>(blocks);
+    for (int32_t i = 0; i < count; ++i) {
+      Record(cpu::SummarizeBlock(
+          layout,
+          std::span<const float>(data + block_ids[i] * layout.block_elems(), layout.block_elems()),
+          layout.block_tokens, std::span<float>(summaries + block_ids[i] * elems, elems)));
+    }
+  }
+  void ScoreBlocks(const float* q, int32_t num_heads, const PagedKvLayout& layout,
+                   const float* summaries, const int32_t* block_ids, int32_t count,
+                   float* bounds) override {
+    const std::span<const int32_t> ids(block_ids, count);
+    const int32_t blocks = ids.empty() ? 0 : *std::max_element(ids.begin(), ids.end()) + 1;
+    Record(
+        cpu::ScoreBlocks(layout, std::span<const float>(q, int64_t{num_heads} * layout.head_dim),
+                         std::span<const float>(summaries, blocks * cpu::BlockSummaryElems(layout)),
+                         ids, std::span<float>(bounds, int64_t{num_heads} * count)));
+  }
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {
     pool_.ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
@@ -226,6 +253,13 @@ class CpuBackend final : public Backend {
     return data;
   }
 
+  // Keeps the first failure of an op for the next Synchronize or CopyToHost.
+  void Record(absl::Status status) {
+    if (status.ok()) return;
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = std::move(status);
+  }
+
   void Release(Budget& budget, void* data, size_t bytes) {
     std::free(data);
     absl::MutexLock lock(&mu_);
@@ -236,6 +270,7 @@ class CpuBackend final : public Backend {
   mutable absl::Mutex mu_;
   Budget device_ ABSL_GUARDED_BY(mu_);
   Budget host_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
   cpu::CopyThread copy_thread_;  // last: it finishes its queue before anything else goes
 };
 

@@ -296,6 +296,15 @@ class CudaBackend final : public Backend {
     Record(cuda::LaunchGatherRows(x, cols, rows, count, out, stream_), "GatherRows");
   }
 
+  void SummarizeBlocks(const void*, const PagedKvLayout&, const int32_t*, int32_t,
+                       float*) override {
+    Unbuilt("SummarizeBlocks");
+  }
+  void ScoreBlocks(const float*, int32_t, const PagedKvLayout&, const float*, const int32_t*,
+                   int32_t, float*) override {
+    Unbuilt("ScoreBlocks");
+  }
+
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {
     absl::MutexLock lock(&mu_);
@@ -365,6 +374,15 @@ class CudaBackend final : public Backend {
 
   void Record(cudaError_t error, std::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (error != cudaSuccess && error_.ok()) error_ = cuda::CudaStatus(error, what);
+  }
+
+  // An op the CUDA backend has no kernel for yet (sparse selection runs on the CPU backend only).
+  void Unbuilt(std::string_view op) {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) {
+      error_ = absl::UnimplementedError(
+          absl::StrFormat("CUDA backend: %s has no kernel yet (sparse selection: CPU only)", op));
+    }
   }
 
   bool CheckBf16(const MatrixView& w, std::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

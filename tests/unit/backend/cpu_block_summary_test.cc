@@ -1,4 +1,4 @@
-#include "core/kv/block_summary.h"
+#include "core/backend/cpu/block_summary.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace pulse {
+namespace pulse::cpu {
 namespace {
 
 using ::testing::ElementsAre;
@@ -229,4 +229,4 @@ TEST(BlockSummaryTest, RejectsShapesThatDoNotFit) {
 }
 
 }  // namespace
-}  // namespace pulse
+}  // namespace pulse::cpu

@@ -10,7 +10,7 @@
 #include "core/backend/paged_kv.h"
 #include "core/base/status.h"
 
-namespace pulse {
+namespace pulse::cpu {
 
 // Floats in one block's summary: [num_kv_heads][2][head_dim], each head's per-channel key minimum
 // row, then its maximum row.
@@ -37,4 +37,4 @@ absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> que
                          std::span<const float> summaries, std::span<const int32_t> block_ids,
                          std::span<float> bounds);
 
-}  // namespace pulse
+}  // namespace pulse::cpu

@@ -1,4 +1,4 @@
-#include "core/kv/block_summary.h"
+#include "core/backend/cpu/block_summary.h"
 
 #include <algorithm>
 #include <cassert>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_format.h"
 
-namespace pulse {
+namespace pulse::cpu {
 namespace {
 
 absl::Status CheckLayout(const PagedKvLayout& layout) {
@@ -110,4 +110,4 @@ absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> que
   return absl::OkStatus();
 }
 
-}  // namespace pulse
+}  // namespace pulse::cpu

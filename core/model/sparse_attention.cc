@@ -1,0 +1,207 @@
+#include "core/model/sparse_attention.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "core/backend/cpu/block_summary.h"
+#include "core/kv/block_selector.h"
+
+namespace pulse {
+
+absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
+    Backend& backend, const PagedKvLayout& layout, int32_t num_layers, int32_t num_blocks,
+    int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq) {
+  const int64_t summary_elems = cpu::BlockSummaryElems(layout);
+  std::vector<DeviceBuffer> summaries;
+  for (int32_t layer = 0; layer < num_layers; ++layer) {
+    PULSE_ASSIGN_OR_RETURN(
+        DeviceBuffer buffer,
+        backend.Allocate(static_cast<size_t>(num_blocks * summary_elems) * sizeof(float)));
+    summaries.push_back(std::move(buffer));
+  }
+  const int64_t blocks = int64_t{max_seqs} * max_blocks_per_seq;
+  const int64_t input_ints = int64_t{max_seqs} * layout.num_kv_heads * (max_blocks_per_seq + 1) +
+                             2 * int64_t{max_seqs} + 2;
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer ids, backend.Allocate(max_blocks_per_seq * sizeof(int32_t)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer bounds, backend.Allocate(static_cast<size_t>(num_heads) *
+                                                               max_blocks_per_seq * sizeof(float)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer inputs, backend.Allocate(input_ints * sizeof(int32_t)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer filled, backend.Allocate(blocks * sizeof(int32_t)));
+  return std::unique_ptr<SparseAttention>(
+      new SparseAttention(backend, layout, num_heads, max_blocks_per_seq, std::move(summaries),
+                          std::move(ids), std::move(bounds), std::move(inputs), std::move(filled)));
+}
+
+SparseAttention::SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_heads,
+                                 int32_t max_blocks_per_seq, std::vector<DeviceBuffer> summaries,
+                                 DeviceBuffer ids, DeviceBuffer bounds, DeviceBuffer inputs,
+                                 DeviceBuffer filled)
+    : backend_(backend),
+      layout_(layout),
+      num_heads_(num_heads),
+      max_blocks_per_seq_(max_blocks_per_seq),
+      summaries_(std::move(summaries)),
+      ids_(std::move(ids)),
+      bounds_(std::move(bounds)),
+      inputs_(std::move(inputs)),
+      filled_(std::move(filled)) {}
+
+void SparseAttention::Prepare(const StepBatch& batch) {
+  staging_.clear();
+  const int32_t block_tokens = layout_.block_tokens;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    if (!batch.sparse(s)) continue;
+    const int32_t kv_len = batch.kv_lens()[s];
+    const int32_t q_len = batch.q_offsets()[s + 1] - batch.q_offsets()[s];
+    for (int32_t position = kv_len - q_len; position < kv_len; ++position) {
+      if ((position + 1) % block_tokens == 0) {
+        staging_.push_back(batch.blocks(s)[position / block_tokens]);
+      }
+    }
+  }
+  filled_count_ = static_cast<int32_t>(staging_.size());
+  if (filled_count_ > 0) {
+    backend_.CopyToDevice(filled_.data(), staging_.data(), staging_.size() * sizeof(int32_t));
+  }
+}
+
+void SparseAttention::Summarize(int32_t layer, const void* layer_blocks) {
+  if (filled_count_ == 0) return;
+  backend_.SummarizeBlocks(layer_blocks, layout_, filled_.as<int32_t>(), filled_count_,
+                           summaries_[static_cast<size_t>(layer)].as<float>());
+}
+
+bool SparseAttention::Applies(const StepBatch& batch) const {
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    if (batch.sparse(s) && batch.q_offsets()[s + 1] - batch.q_offsets()[s] == 1) return true;
+  }
+  return false;
+}
+
+absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, int32_t seq,
+                                     const float* q_row, std::vector<std::vector<int32_t>>& tables,
+                                     int32_t& kv_len) {
+  const SparseSelection& sparse = *batch.sparse(seq);
+  PULSE_ASSIGN_OR_RETURN(const BlockSelector selector,
+                         BlockSelector::Create(layout_, num_heads_, sparse.options));
+  const int32_t num_tokens = batch.kv_lens()[seq];
+  PULSE_ASSIGN_OR_RETURN(const BlockPartition partition, selector.Partition(num_tokens));
+  const std::span<const int32_t> blocks = batch.blocks(seq);
+  const std::span<const int32_t> candidates =
+      blocks.subspan(partition.sink_end, partition.num_candidates());
+  host_bounds_.resize(static_cast<size_t>(num_heads_) * candidates.size());
+  if (!candidates.empty()) {
+    backend_.CopyToDevice(ids_.data(), candidates.data(), candidates.size_bytes());
+    backend_.ScoreBlocks(q_row, num_heads_, layout_,
+                         summaries_[static_cast<size_t>(layer)].as<float>(), ids_.as<int32_t>(),
+                         static_cast<int32_t>(candidates.size()), bounds_.as<float>());
+    PULSE_RETURN_IF_ERROR(backend_.CopyToHost(host_bounds_.data(), bounds_.data(),
+                                              host_bounds_.size() * sizeof(float)));
+  }
+  PULSE_ASSIGN_OR_RETURN(const BlockSelection selection, selector.Select(num_tokens, host_bounds_));
+
+  tables.assign(static_cast<size_t>(selection.num_sets), {});
+  for (int32_t k = 0; k < selection.num_sets; ++k) {
+    std::vector<int32_t> picked;
+    for (const int32_t logical : selection.set(k)) {
+      tables[k].push_back(blocks[logical]);
+      if (logical >= partition.sink_end && logical < partition.window_begin) {
+        picked.push_back(blocks[logical]);
+      }
+    }
+    std::sort(picked.begin(), picked.end());
+    std::vector<int32_t>& before = previous_[{sparse.key, layer * selection.num_sets + k}];
+    for (const int32_t block : picked) {
+      stats_.reused_blocks += std::binary_search(before.begin(), before.end(), block) ? 1 : 0;
+    }
+    stats_.picked_blocks += static_cast<int64_t>(picked.size());
+    before = std::move(picked);
+  }
+  stats_.selections += selection.num_sets;
+  stats_.candidate_blocks += static_cast<int64_t>(candidates.size()) * selection.num_sets;
+  stats_.attended_tokens += partition.selected_tokens;
+  stats_.context_tokens += num_tokens;
+  kv_len = partition.selected_tokens;
+  return absl::OkStatus();
+}
+
+absl::Status SparseAttention::Attend(int32_t layer, const StepBatch& batch, void* layer_blocks,
+                                     const float* q, int64_t q_stride, float scale, void* out,
+                                     int64_t out_row_bytes) {
+  const int32_t num_seqs = batch.num_seqs();
+  std::vector<std::vector<std::vector<int32_t>>> tables(static_cast<size_t>(num_seqs));
+  std::vector<int32_t> lengths(static_cast<size_t>(num_seqs));
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t first_row = batch.q_offsets()[s];
+    if (batch.sparse(s) && batch.q_offsets()[s + 1] - first_row == 1) {
+      PULSE_RETURN_IF_ERROR(
+          Select(layer, batch, s, q + first_row * q_stride, tables[s], lengths[s]));
+    } else {
+      const std::span<const int32_t> blocks = batch.blocks(s);
+      tables[s] = {std::vector<int32_t>(blocks.begin(), blocks.end())};
+      lengths[s] = batch.kv_lens()[s];
+    }
+  }
+
+  // Runs of consecutive sequences with one table a sequence, or one a KV head (head-wise).
+  std::vector<Run> runs;
+  staging_.clear();
+  for (int32_t s = 0; s < num_seqs;) {
+    Run run;
+    run.first_seq = s;
+    run.table_heads = static_cast<int32_t>(tables[s].size());
+    int32_t end = s;
+    while (end < num_seqs && static_cast<int32_t>(tables[end].size()) == run.table_heads) {
+      for (const std::vector<int32_t>& table : tables[end]) {
+        run.max_blocks = std::max(run.max_blocks, static_cast<int32_t>(table.size()));
+      }
+      run.max_kv_len = std::max(run.max_kv_len, lengths[end]);
+      run.max_q_len = std::max(run.max_q_len, batch.q_offsets()[end + 1] - batch.q_offsets()[end]);
+      ++end;
+    }
+    run.end_seq = end;
+    run.tables = staging_.size();
+    for (int32_t t = s; t < end; ++t) {
+      for (const std::vector<int32_t>& table : tables[t]) {
+        staging_.insert(staging_.end(), table.begin(), table.end());
+        staging_.resize(staging_.size() + static_cast<size_t>(run.max_blocks) - table.size(), -1);
+      }
+    }
+    run.kv_lens = staging_.size();
+    for (int32_t t = s; t < end; ++t)
+      staging_.resize(staging_.size() + run.table_heads, lengths[t]);
+    run.q_offsets = staging_.size();
+    for (int32_t t = s; t <= end; ++t) {
+      staging_.push_back(batch.q_offsets()[t] - batch.q_offsets()[s]);
+    }
+    runs.push_back(run);
+    s = end;
+  }
+  backend_.CopyToDevice(inputs_.data(), staging_.data(), staging_.size() * sizeof(int32_t));
+
+  const int32_t* inputs = inputs_.as<int32_t>();
+  for (const Run& run : runs) {
+    const int32_t first_row = batch.q_offsets()[run.first_seq];
+    PagedKvBatch kv;
+    kv.blocks = layer_blocks;
+    kv.layout = layout_;
+    kv.num_seqs = run.end_seq - run.first_seq;
+    kv.max_blocks_per_seq = run.max_blocks;
+    kv.block_tables = inputs + run.tables;
+    kv.kv_lens = inputs + run.kv_lens;
+    kv.q_offsets = inputs + run.q_offsets;
+    kv.num_rows = batch.q_offsets()[run.end_seq] - first_row;
+    kv.max_q_len = run.max_q_len;
+    kv.max_kv_len = run.max_kv_len;
+    kv.table_heads = run.table_heads;
+    backend_.Attention(q + first_row * q_stride, q_stride, num_heads_, kv, scale,
+                       static_cast<char*>(out) + first_row * out_row_bytes);
+  }
+  return absl::OkStatus();
+}
+
+void SparseAttention::Forget(uint64_t key) {
+  absl::erase_if(previous_, [key](const auto& entry) { return entry.first.first == key; });
+}
+
+}  // namespace pulse

@@ -1,0 +1,102 @@
+// Sparse decode attention (DESIGN.md, "one decode step as data"): for every sequence of a step
+// that has a SparseSelection and one new token, each layer's query attends only to the blocks the
+// selector picks - the attention-sink blocks, the recent window, and the full blocks whose Quest
+// summaries bound q.k highest, within a token budget. Summaries are kept per layer and block id,
+// written when the step that fills a block runs. Sequences without a selection, and prompt
+// chunks, attend to every block as before; with a budget that covers the context the selection
+// is every block, so the result is the dense one bit for bit.
+//
+// Selection runs on the host: scores are computed by the backend (Backend::ScoreBlocks) and
+// copied back, so it costs one small device-to-host copy a sparse row and layer. Not
+// thread-safe; the ModelRunner's step serializes it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/backend/backend.h"
+#include "core/base/status.h"
+#include "core/model/step_batch.h"
+
+namespace pulse {
+
+// Totals over every (sparse sequence, layer, step) selection since the runner was created.
+struct SparseAttentionStats {
+  int64_t selections = 0;        // (sequence, layer, set) selections made
+  int64_t candidate_blocks = 0;  // blocks scored
+  int64_t picked_blocks = 0;     // candidates selected
+  int64_t reused_blocks = 0;     // picked blocks the same set picked the step before
+  int64_t attended_tokens = 0;   // tokens the sparse rows attended to
+  int64_t context_tokens = 0;    // tokens they would have attended to densely
+};
+
+class SparseAttention {
+ public:
+  // Scratch for `num_layers` layers of caches of `num_blocks` blocks of `layout`, steps of up to
+  // `max_seqs` sequences with block tables of up to `max_blocks_per_seq`, and `num_heads` query
+  // heads.
+  static absl::StatusOr<std::unique_ptr<SparseAttention>> Create(
+      Backend& backend, const PagedKvLayout& layout, int32_t num_layers, int32_t num_blocks,
+      int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq);
+
+  // Takes note of the blocks this step fills (of sparse sequences), whose summaries Summarize
+  // then writes in every layer.
+  void Prepare(const StepBatch& batch);
+  // After the layer's KV append: the summaries of the blocks the step filled.
+  void Summarize(int32_t layer, const void* layer_blocks);
+  // Whether the step has a row that attends sparsely.
+  bool Applies(const StepBatch& batch) const;
+  // The layer's attention for the whole step: `q` rows as the batch describes (stride
+  // q_stride), `out` rows of out_row_bytes. InvalidArgument from the selector for options that
+  // do not fit the model.
+  absl::Status Attend(int32_t layer, const StepBatch& batch, void* layer_blocks, const float* q,
+                      int64_t q_stride, float scale, void* out, int64_t out_row_bytes);
+
+  const SparseAttentionStats& stats() const { return stats_; }
+  // Drops what is kept of sequence `key` (its previous selections).
+  void Forget(uint64_t key);
+
+ private:
+  // One Attention call: consecutive sequences [first_seq, end_seq) whose tables are laid out
+  // with the same table_heads.
+  struct Run {
+    int32_t first_seq = 0;
+    int32_t end_seq = 0;
+    int32_t table_heads = 1;
+    int32_t max_kv_len = 0;
+    int32_t max_q_len = 0;
+    int32_t max_blocks = 1;  // the longest table, the stride of the run's tables
+    size_t tables = 0;       // offsets into the staged inputs: [seqs][table_heads][max blocks]
+    size_t kv_lens = 0;
+    size_t q_offsets = 0;
+  };
+
+  SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_heads,
+                  int32_t max_blocks_per_seq, std::vector<DeviceBuffer> summaries, DeviceBuffer ids,
+                  DeviceBuffer bounds, DeviceBuffer inputs, DeviceBuffer filled);
+  // The blocks sequence `seq` attends to in `layer`: one list (or one a KV head when the
+  // sequence is head-wise) of physical blocks, and the tokens they hold.
+  absl::Status Select(int32_t layer, const StepBatch& batch, int32_t seq, const float* q_row,
+                      std::vector<std::vector<int32_t>>& tables, int32_t& kv_len);
+
+  Backend& backend_;
+  const PagedKvLayout layout_;
+  const int32_t num_heads_;
+  const int32_t max_blocks_per_seq_;
+  std::vector<DeviceBuffer> summaries_;  // a layer: [num_blocks][summary elements] fp32
+  DeviceBuffer ids_;                     // int32 [max_blocks_per_seq]: blocks to score
+  DeviceBuffer bounds_;                  // [num_heads][max_blocks_per_seq]
+  DeviceBuffer inputs_;                  // int32: the runs' tables, lengths and offsets
+  DeviceBuffer filled_;                  // int32: the blocks the step fills
+  int32_t filled_count_ = 0;
+  std::vector<int32_t> staging_;
+  std::vector<float> host_bounds_;
+  // (key, layer * sets + set) -> the blocks picked the step before, sorted.
+  absl::flat_hash_map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> previous_;
+  SparseAttentionStats stats_;
+};
+
+}  // namespace pulse
