@@ -35,9 +35,10 @@ pulse_status pulse_engine_create(const pulse_model* model, const pulse_engine_pa
     PULSE_ASSIGN_OR_RETURN(const pulse_engine_params complete,
                            pulse::capi::ReadVersioned(params, pulse::capi::DefaultEngineParams()));
     auto handle = std::make_unique<pulse_engine>();
-    PULSE_ASSIGN_OR_RETURN(
-        handle->engine, pulse::Engine::Create(model->model, pulse::capi::ToEngineOptions(complete),
-                                              model->tokenizer));
+    PULSE_ASSIGN_OR_RETURN(const pulse::EngineOptions options,
+                           pulse::capi::ToEngineOptions(complete));
+    PULSE_ASSIGN_OR_RETURN(handle->engine,
+                           pulse::Engine::Create(model->model, options, model->tokenizer));
     *out_engine = handle.release();
     return absl::OkStatus();
   });
@@ -91,6 +92,12 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.running = totals.running;
     value.kv_blocks = totals.kv_blocks;
     value.kv_blocks_in_use = totals.kv_blocks_in_use;
+    value.sparse_selections = totals.sparse.selections;
+    value.sparse_candidate_blocks = totals.sparse.candidate_blocks;
+    value.sparse_picked_blocks = totals.sparse.picked_blocks;
+    value.sparse_reused_blocks = totals.sparse.reused_blocks;
+    value.sparse_attended_tokens = totals.sparse.attended_tokens;
+    value.sparse_context_tokens = totals.sparse.context_tokens;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

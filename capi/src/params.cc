@@ -26,10 +26,15 @@ pulse_engine_params DefaultEngineParams() {
   params.block_tokens = options.block_tokens;
   params.max_context = options.max_context;
   params.kv_capacity_tokens = options.kv_capacity_tokens;
+  const SelectionOptions selection;
+  params.offload_mode = PULSE_OFFLOAD_OFF;
+  params.offload_budget_tokens = selection.budget_tokens;
+  params.offload_sink_tokens = selection.sink_tokens;
+  params.offload_window_tokens = selection.window_tokens;
   return params;
 }
 
-EngineOptions ToEngineOptions(const pulse_engine_params& params) {
+absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params) {
   EngineOptions options;
   options.max_batch = params.max_batch;
   options.prefill_chunk = params.prefill_chunk;
@@ -37,6 +42,21 @@ EngineOptions ToEngineOptions(const pulse_engine_params& params) {
   options.block_tokens = params.block_tokens;
   options.max_context = params.max_context;
   options.kv_capacity_tokens = params.kv_capacity_tokens;
+  if (params.offload_mode == PULSE_OFFLOAD_OFF) return options;
+  if (params.offload_mode != PULSE_OFFLOAD_HEADWISE &&
+      params.offload_mode != PULSE_OFFLOAD_SOLOHEAD) {
+    return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_mode is ",
+                                                   params.offload_mode,
+                                                   "; expected PULSE_OFFLOAD_OFF, _HEADWISE or "
+                                                   "_SOLOHEAD"));
+  }
+  SelectionOptions selection;
+  selection.mode = params.offload_mode == PULSE_OFFLOAD_HEADWISE ? SelectionMode::kHeadWise
+                                                                 : SelectionMode::kSoloHead;
+  selection.budget_tokens = params.offload_budget_tokens;
+  selection.sink_tokens = params.offload_sink_tokens;
+  selection.window_tokens = params.offload_window_tokens;
+  options.sparse_attention = selection;
   return options;
 }
 

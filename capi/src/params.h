@@ -12,7 +12,7 @@ namespace pulse::capi {
 pulse_model_params DefaultModelParams();
 
 pulse_engine_params DefaultEngineParams();
-EngineOptions ToEngineOptions(const pulse_engine_params& params);
+absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params);
 
 pulse_sampling_params DefaultSamplingParams();
 // InvalidArgument for a stop-token or stop-string array that is NULL but counted (or a NULL

@@ -146,6 +146,8 @@ class EngineImpl final : public Engine {
   // The requests Cancel was called on (also those already finished then), until their release:
   // their sinks are not called again.
   absl::flat_hash_set<RequestId> cancelled_ ABSL_GUARDED_BY(mu_);
+  // Requests finished since the last step, whose sparse-attention state the step drops.
+  std::vector<RequestId> sparse_finished_ ABSL_GUARDED_BY(mu_);
   // The request whose sink runs now, and the thread running it (Step's; a default id when none
   // runs).
   std::optional<RequestId> delivering_ ABSL_GUARDED_BY(mu_);
@@ -263,6 +265,7 @@ EngineStats EngineImpl::stats() const {
 
 void EngineImpl::Finish(Request& request, FinishReason reason, Clock::time_point now) {
   ++totals_.finished_requests;
+  if (options_.sparse_attention) sparse_finished_.push_back(request.id);
   request.state = RequestState::kFinished;
   request.reason = reason;
   request.finished = now;
@@ -305,11 +308,13 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
       Fail(request, grown, now, deliveries);
       continue;
     }
+    std::optional<SparseSelection> sparse;
+    if (options_.sparse_attention) sparse = SparseSelection{*options_.sparse_attention, request.id};
     batch_.AddSequence(
         std::span<const int32_t>(request.tokens)
             .subspan(static_cast<size_t>(sequence.begin), static_cast<size_t>(sequence.count)),
         sequence.begin, request.blocks->blocks(),
-        sequence.sample ? LogitRows::kLast : LogitRows::kNone);
+        sequence.sample ? LogitRows::kLast : LogitRows::kNone, sparse);
     if (sequence.sample && !options_.logits_to_host) {
       sampling_.push_back(request.sampler.Next(request.tokens, penalised_ids_));
     }
@@ -412,10 +417,13 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   absl::MutexLock step_lock(&step_mu_);
   std::vector<Delivery> deliveries;
   std::vector<ScheduledSequence> work;
+  std::vector<RequestId> finished;
   {
     absl::MutexLock lock(&mu_);
+    finished.swap(sparse_finished_);
     work = Schedule(Clock::now(), deliveries);
   }
+  for (const RequestId id : finished) runner_.ForgetSparse(id);
   StepReport report;
   absl::Status forward;
   std::span<float> logits;
@@ -432,6 +440,7 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   {
     absl::MutexLock lock(&mu_);
     Complete(work, forward, logits, tokens_, Clock::now(), report, deliveries);
+    totals_.sparse = runner_.sparse_stats();
   }
   Deliver(deliveries);
   return report;
@@ -506,6 +515,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   }
   PULSE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(backend, layout, config.num_layers,
                                                         static_cast<int32_t>(num_blocks)));
+  if (resolved.sparse_attention) {
+    PULSE_RETURN_IF_ERROR(
+        BlockSelector::Create(layout, config.num_heads, *resolved.sparse_attention).status());
+  }
   const ModelRunnerOptions runner_options{
       .max_step_tokens = resolved.max_step_tokens,
       .max_seqs = resolved.max_batch,

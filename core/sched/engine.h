@@ -19,13 +19,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/kv/block_selector.h"
 #include "core/model/model.h"
+#include "core/model/sparse_attention.h"
 #include "core/sample/sampling_params.h"
 #include "core/tokenizer/tokenizer.h"
 
@@ -46,6 +49,11 @@ struct EngineOptions {
   // (TokenEvent::logits). Otherwise (the default) the backend samples and only the tokens come
   // back; the tokens are the same either way (core/backend/sampling.h).
   bool logits_to_host = false;
+  // Sparse decode attention for every request (issue 6): each decode step attends, in every
+  // layer, only to the blocks these options select (core/kv/block_selector.h); prompt chunks stay
+  // dense. Empty (the default): dense attention. The blocks all stay in the one KV cache for
+  // now: the host tier and recall of the unselected blocks are not wired in yet.
+  std::optional<SelectionOptions> sparse_attention;
 
   absl::Status Validate() const;
 };
@@ -130,6 +138,7 @@ struct EngineStats {
   int32_t running = 0;
   int32_t kv_blocks = 0;         // blocks of the KV cache
   int32_t kv_blocks_in_use = 0;  // allocated or reserved by running requests
+  SparseAttentionStats sparse;   // with EngineOptions::sparse_attention
 };
 
 struct StepReport {

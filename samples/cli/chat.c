@@ -246,7 +246,7 @@ int command_chat(int argc, char** argv) {
   } else {
     size_t context = (size_t)flags.context;
     if (context > (size_t)info.context_length) context = (size_t)info.context_length;
-    pulse_engine* engine = create_single_engine(model, context);
+    pulse_engine* engine = create_single_engine(model, context, NULL);
     if (engine != NULL) exit_code = chat_loop(model, engine, &flags, context);
     pulse_engine_free(engine);
   }

@@ -3,11 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-pulse_engine* create_single_engine(pulse_model* model, size_t context) {
+pulse_engine* create_single_engine(pulse_model* model, size_t context,
+                                   const offload_flags* offload) {
   pulse_model_info info;
   info.struct_size = sizeof(info);
   pulse_engine_params params;
   pulse_engine_params_init(&params, sizeof(params));
+  if (offload != NULL && !offload_flags_apply(offload, &params)) return NULL;
   pulse_status status = pulse_model_info_get(model, &info);
   if (status == PULSE_OK) {
     if (context > (size_t)info.context_length) context = (size_t)info.context_length;

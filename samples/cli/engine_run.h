@@ -5,11 +5,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "offload_flags.h"
 #include "pulseinfer/pulseinfer.h"
 
 /* An engine for one sequence whose KV cache holds exactly `context` tokens (capped at the
- * model's context). Prints the library's error and returns NULL on failure. */
-pulse_engine* create_single_engine(pulse_model* model, size_t context);
+ * model's context), with the sparse attention of `offload` (NULL: dense). Prints the library's
+ * error and returns NULL on failure. */
+pulse_engine* create_single_engine(pulse_model* model, size_t context,
+                                   const offload_flags* offload);
 
 /* Steps until nothing is pending, reporting prefill chunks before the last on stderr unless
  * `quiet`. Returns 1, or 0 after printing why a step failed. */

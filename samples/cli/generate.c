@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "engine_run.h"
 #include "model_flags.h"
+#include "offload_flags.h"
 #include "sampling_flags.h"
 
 enum { kDefaultMaxTokens = 64 };
@@ -21,6 +22,7 @@ static const char kGenerateHelp[] =
     "  --chat                TEXT is a user message: format it with the model's chat template\n"
     "  --system TEXT         with --chat: a system message before it\n"
     "  --prompt-ids IDS      the prompt as token ids: 1,2,3 or \"1 2 3\"\n" SAMPLING_FLAGS_HELP
+        OFFLOAD_FLAGS_HELP
     "  --format F            text, ids (comma-separated) or json (one object at the end)\n"
     "                        (default text; ids for a model without a tokenizer)\n"
     "  --quiet               no progress on stderr\n"
@@ -31,6 +33,7 @@ typedef enum { kFormatIds, kFormatText, kFormatJson } output_format;
 typedef struct generate_flags {
   model_flags model;
   sampling_flags sampling;
+  offload_flags offload;
   const char* prompt;
   const char* prompt_ids;
   const char* system;
@@ -39,18 +42,22 @@ typedef struct generate_flags {
   int quiet;
 } generate_flags;
 
-enum { kGenerateFlagCount = kModelFlagCount + kSamplingFlagCount + 6 };
+enum { kOwnFlagCount = 6 };
+enum {
+  kGenerateFlagCount = kModelFlagCount + kSamplingFlagCount + kOffloadFlagCount + kOwnFlagCount
+};
 
 static void generate_flags_init(generate_flags* flags, flag_spec* specs) {
   model_flags_init(&flags->model, specs);
   sampling_flags_init(&flags->sampling, kDefaultMaxTokens, specs + kModelFlagCount);
+  offload_flags_init(&flags->offload, specs + kModelFlagCount + kSamplingFlagCount);
   flags->prompt = NULL;
   flags->prompt_ids = NULL;
   flags->system = NULL;
   flags->format = "text";
   flags->chat = 0;
   flags->quiet = 0;
-  const flag_spec own[kGenerateFlagCount - kModelFlagCount - kSamplingFlagCount] = {
+  const flag_spec own[kOwnFlagCount] = {
       {"--prompt-ids", kFlagString, &flags->prompt_ids, 0, 0},
       {"--prompt", kFlagString, &flags->prompt, 0, 0},
       {"--system", kFlagString, &flags->system, 0, 0},
@@ -58,8 +65,8 @@ static void generate_flags_init(generate_flags* flags, flag_spec* specs) {
       {"--format", kFlagString, &flags->format, 0, 0},
       {"--quiet", kFlagSwitch, &flags->quiet, 0, 0},
   };
-  for (int i = 0; i < kGenerateFlagCount - kModelFlagCount - kSamplingFlagCount; ++i) {
-    specs[kModelFlagCount + kSamplingFlagCount + i] = own[i];
+  for (int i = 0; i < kOwnFlagCount; ++i) {
+    specs[kModelFlagCount + kSamplingFlagCount + kOffloadFlagCount + i] = own[i];
   }
 }
 
@@ -232,8 +239,8 @@ static int generate_with(pulse_model* model, const generate_flags* flags, output
   pulse_sampling_params sampling;
   sampling_flags_apply(&flags->sampling, &stop_storage, &sampling);
   token_stream stream = {format, flags->quiet, input->tokens, 0};
-  pulse_engine* engine =
-      create_single_engine(model, input->tokens + (size_t)flags->sampling.max_tokens);
+  pulse_engine* engine = create_single_engine(
+      model, input->tokens + (size_t)flags->sampling.max_tokens, &flags->offload);
   if (engine == NULL) return kExitFailure;
   uint64_t id = 0;
   const double start = clock_seconds();
@@ -241,6 +248,7 @@ static int generate_with(pulse_model* model, const generate_flags* flags, output
   if (submit(engine, input, &sampling, &stream, &id) &&
       run_to_completion(engine, input->tokens, flags->quiet)) {
     exit_code = finish(engine, id, format, flags->quiet, clock_seconds() - start);
+    if (!flags->quiet) print_offload_stats(engine);
   }
   pulse_engine_free(engine);
   return exit_code;

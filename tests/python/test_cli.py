@@ -281,3 +281,32 @@ def test_token_outside_the_vocabulary_is_a_clear_error(cli, tiny_config):
                "5,300", "--quiet")
     assert proc.returncode == 1
     assert "cannot submit the prompt (invalid argument)" in proc.stderr
+
+
+def test_offload_with_a_budget_covering_the_context_generates_the_dense_ids(
+        cli, smollm2_path, smollm2_greedy_ids):
+    for mode in ("solohead", "headwise"):
+        proc = run(cli, "generate", "--model", smollm2_path, "--prompt-ids",
+                   ",".join(map(str, CHAT_PROMPT)), "--max-tokens", GREEDY_TOKENS,
+                   "--ignore-eos", "--format", "ids", "--offload", mode, "--budget", 4096)
+        assert proc.returncode == 0, proc.stderr
+        assert [int(t) for t in proc.stdout.strip().split(",")] == smollm2_greedy_ids
+        assert "sparse attention:" in proc.stderr and "100.0% of the context" in proc.stderr
+
+
+def test_offload_with_a_small_budget_attends_to_part_of_the_context(cli, shakespeare_path,
+                                                                     smollm2_path):
+    prompt = shakespeare_path.read_text()[:3000]
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens", 8,
+               "--offload", "solohead", "--budget", 256, "--sink", 32, "--window", 64)
+    assert proc.returncode == 0, proc.stderr
+    line = next(l for l in proc.stderr.splitlines() if l.startswith("sparse attention:"))
+    attended = float(line.split("selections, ")[1].split("%")[0])
+    assert 0 < attended < 40, line
+
+
+def test_offload_mode_must_be_known(cli, tiny_config):
+    proc = run(cli, "generate", "--model", tiny_config, "--random-weights", "--prompt-ids",
+               "1,2,3", "--offload", "everything")
+    assert proc.returncode == 1
+    assert "--offload expects off, solohead or headwise" in proc.stderr

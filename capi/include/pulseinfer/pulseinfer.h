@@ -205,7 +205,24 @@ typedef struct pulse_engine_params {
    * the backend (the GPU's, or what pulse_model_params.memory_limit_bytes leaves), or at 1 GiB of
    * KV on the CPU without a memory limit */
   int64_t kv_capacity_tokens;
+  /* Sparse decode attention (fields appended after version 0). With PULSE_OFFLOAD_HEADWISE or
+   * PULSE_OFFLOAD_SOLOHEAD, every decode step attends, in each layer, only to the attention-sink
+   * blocks, the recent window and the blocks whose key summaries (per-channel min/max) bound
+   * q.k highest, within offload_budget_tokens; prompt chunks stay dense. SoloHead picks one block
+   * set a layer for all KV heads, HeadWise one a KV head. In this version every block stays in
+   * the one KV cache (the host tier and recall of unselected blocks are not wired in yet), and
+   * only the CPU backend selects (the CUDA backend refuses the first sparse step). */
+  int32_t offload_mode;          /* PULSE_OFFLOAD_OFF (default), _HEADWISE or _SOLOHEAD */
+  int32_t offload_budget_tokens; /* tokens attended at most, sinks and window included; 2048 */
+  int32_t offload_sink_tokens;   /* the first tokens, always attended; default 32 */
+  int32_t offload_window_tokens; /* the last tokens, always attended; default 128 */
 } pulse_engine_params;
+
+enum pulse_offload_mode_code {
+  PULSE_OFFLOAD_OFF = 0,
+  PULSE_OFFLOAD_HEADWISE = 1,
+  PULSE_OFFLOAD_SOLOHEAD = 2
+};
 
 /* Fills `params` with the defaults; see pulse_model_params_init for the rules. */
 PULSE_API pulse_status pulse_engine_params_init(pulse_engine_params* params, size_t struct_size);
@@ -253,6 +270,13 @@ typedef struct pulse_engine_stats {
   int32_t running;           /* requests in the batch now */
   int32_t kv_blocks;         /* blocks of the KV cache */
   int32_t kv_blocks_in_use;  /* blocks allocated or reserved by running requests */
+  /* Sparse decode attention, totals over every (request, layer, step, block set) selection. */
+  int64_t sparse_selections;
+  int64_t sparse_candidate_blocks; /* blocks scored */
+  int64_t sparse_picked_blocks;    /* of them, selected */
+  int64_t sparse_reused_blocks;    /* of those, also selected by the same set the step before */
+  int64_t sparse_attended_tokens;  /* tokens the sparse rows attended to */
+  int64_t sparse_context_tokens;   /* tokens they would have attended to densely */
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

@@ -304,3 +304,77 @@ TEST_F(AbiGeneration, ModelInfoDescribesTheTinyModel) {
 }
 
 }  // namespace
+
+namespace {
+
+using pulse::capi_test::GreedySampling;
+using pulse::capi_test::LoadTinyModel;
+using pulse::capi_test::TinyPrompt;
+
+// Generates 12 greedy tokens after a 150-token prompt with the given offload settings; returns
+// the tokens, and the engine's stats in `stats`.
+std::vector<int32_t> GenerateWith(pulse_model* model, int32_t mode, int32_t budget,
+                                  pulse_engine_stats* stats) {
+  pulse_engine_params params;
+  EXPECT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
+  params.block_tokens = 8;
+  params.offload_mode = mode;
+  params.offload_budget_tokens = budget;
+  params.offload_sink_tokens = 8;
+  params.offload_window_tokens = 16;
+  pulse_engine* engine = nullptr;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_OK) << pulse_last_error();
+  const std::vector<int32_t> prompt = TinyPrompt(150);
+  const pulse_sampling_params sampling = GreedySampling(12);
+  uint64_t id = 0;
+  EXPECT_EQ(
+      pulse_request_submit(engine, prompt.data(), prompt.size(), &sampling, nullptr, nullptr, &id),
+      PULSE_OK);
+  EXPECT_EQ(pulse_engine_run(engine), PULSE_OK) << pulse_last_error();
+  std::vector<int32_t> tokens(12);
+  size_t count = 0;
+  EXPECT_EQ(pulse_request_result(engine, id, tokens.data(), tokens.size(), &count), PULSE_OK);
+  stats->struct_size = sizeof(*stats);
+  EXPECT_EQ(pulse_engine_stats_get(engine, stats), PULSE_OK);
+  pulse_engine_free(engine);
+  return tokens;
+}
+
+TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_stats dense_stats;
+  const std::vector<int32_t> dense = GenerateWith(model, PULSE_OFFLOAD_OFF, 0, &dense_stats);
+  EXPECT_EQ(dense_stats.sparse_selections, 0);
+  for (const int32_t mode : {PULSE_OFFLOAD_HEADWISE, PULSE_OFFLOAD_SOLOHEAD}) {
+    pulse_engine_stats stats;
+    EXPECT_EQ(GenerateWith(model, mode, 1 << 20, &stats), dense) << mode;
+    EXPECT_GT(stats.sparse_selections, 0);
+    EXPECT_EQ(stats.sparse_attended_tokens, stats.sparse_context_tokens);
+    pulse_engine_stats small;
+    GenerateWith(model, mode, 48, &small);
+    EXPECT_GT(small.sparse_picked_blocks, 0);
+    EXPECT_LT(small.sparse_attended_tokens, small.sparse_context_tokens / 2);
+  }
+  pulse_model_free(model);
+}
+
+TEST(AbiOffload, BadSettingsAreRefused) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_params params;
+  ASSERT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
+  EXPECT_EQ(params.offload_mode, PULSE_OFFLOAD_OFF);
+  EXPECT_EQ(params.offload_budget_tokens, 2048);
+  pulse_engine* engine = nullptr;
+  params.offload_mode = 7;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pulse_last_error()).find("offload_mode"), std::string::npos);
+  params.offload_mode = PULSE_OFFLOAD_SOLOHEAD;
+  params.offload_window_tokens = -1;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  EXPECT_EQ(engine, nullptr);
+  pulse_model_free(model);
+}
+
+}  // namespace

@@ -11,6 +11,9 @@
 
 namespace {
 
+// pulse_engine_params as version 0 laid it out (through kv_capacity_tokens).
+constexpr size_t kEngineParamsV0 = 32;
+
 using pulse::capi_test::CreateTinyEngine;
 using pulse::capi_test::LoadTinyModel;
 
@@ -49,7 +52,7 @@ TEST(AbiStructs, Version0LayoutsAreFrozen) {
   EXPECT_OFFSET(pulse_engine_params, block_tokens, 16);
   EXPECT_OFFSET(pulse_engine_params, max_context, 20);
   EXPECT_OFFSET(pulse_engine_params, kv_capacity_tokens, 24);
-  EXPECT_EQ(sizeof(pulse_engine_params), 32u);
+  EXPECT_EQ(kEngineParamsV0, 32u);
 
   EXPECT_OFFSET(pulse_step_report, scheduled, 4);
   EXPECT_OFFSET(pulse_step_report, prefill_tokens, 8);
@@ -94,7 +97,7 @@ TEST(AbiStructs, Version0LayoutsAreFrozen) {
   EXPECT_OFFSET(pulse_engine_stats, running, 52);
   EXPECT_OFFSET(pulse_engine_stats, kv_blocks, 56);
   EXPECT_OFFSET(pulse_engine_stats, kv_blocks_in_use, 60);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 64u);
+  EXPECT_EQ(offsetof(pulse_engine_stats, kv_blocks_in_use) + sizeof(int32_t), 64u);
 }
 
 // Fields appended after version 0, in the order they were added: they only ever extend a
@@ -113,6 +116,20 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_token_event, text, 32);
   EXPECT_OFFSET(pulse_token_event, text_len, 40);
   EXPECT_EQ(sizeof(pulse_token_event), 48u);
+
+  EXPECT_OFFSET(pulse_engine_params, offload_mode, 32);
+  EXPECT_OFFSET(pulse_engine_params, offload_budget_tokens, 36);
+  EXPECT_OFFSET(pulse_engine_params, offload_sink_tokens, 40);
+  EXPECT_OFFSET(pulse_engine_params, offload_window_tokens, 44);
+  EXPECT_EQ(sizeof(pulse_engine_params), 48u);
+
+  EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
+  EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
+  EXPECT_OFFSET(pulse_engine_stats, sparse_picked_blocks, 80);
+  EXPECT_OFFSET(pulse_engine_stats, sparse_reused_blocks, 88);
+  EXPECT_OFFSET(pulse_engine_stats, sparse_attended_tokens, 96);
+  EXPECT_OFFSET(pulse_engine_stats, sparse_context_tokens, 104);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 112u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {
@@ -140,7 +157,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
 }
 
 TEST(AbiStructs, InitRejectsASizeBelowVersion0AndWritesNothing) {
-  for (const size_t size : {size_t{0}, size_t{3}, sizeof(pulse_engine_params) - 8}) {
+  for (const size_t size : {size_t{0}, size_t{3}, kEngineParamsV0 - 8}) {
     std::vector<unsigned char> bytes(sizeof(pulse_engine_params), 0xAB);
     auto* params = reinterpret_cast<pulse_engine_params*>(bytes.data());
     EXPECT_EQ(pulse_engine_params_init(params, size), PULSE_INVALID_ARGUMENT) << size;
@@ -173,7 +190,7 @@ TEST(AbiStructs, InputStructSizeIsChecked) {
   EXPECT_NE(std::string(pulse_last_error()).find("pulse_engine_params.struct_size is 0"),
             std::string::npos)
       << pulse_last_error();
-  params.struct_size = sizeof(params) - 4;
+  params.struct_size = kEngineParamsV0 - 4;
   EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
 
   // A caller built against a later version: a longer struct with a zero tail.

@@ -1,0 +1,57 @@
+#include "offload_flags.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void offload_flags_init(offload_flags* flags, flag_spec* specs) {
+  pulse_engine_params defaults;
+  pulse_engine_params_init(&defaults, sizeof(defaults));
+  flags->mode = "off";
+  flags->budget = defaults.offload_budget_tokens;
+  flags->sink = defaults.offload_sink_tokens;
+  flags->window = defaults.offload_window_tokens;
+  const flag_spec own[kOffloadFlagCount] = {
+      {"--offload", kFlagString, &flags->mode, 0, 0},
+      {"--budget", kFlagInt32, &flags->budget, 1, 1 << 30},
+      {"--sink", kFlagInt32, &flags->sink, 0, 1 << 30},
+      {"--window", kFlagInt32, &flags->window, 0, 1 << 30},
+  };
+  for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
+}
+
+int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params) {
+  if (strcmp(flags->mode, "off") == 0) {
+    params->offload_mode = PULSE_OFFLOAD_OFF;
+  } else if (strcmp(flags->mode, "solohead") == 0) {
+    params->offload_mode = PULSE_OFFLOAD_SOLOHEAD;
+  } else if (strcmp(flags->mode, "headwise") == 0) {
+    params->offload_mode = PULSE_OFFLOAD_HEADWISE;
+  } else {
+    fprintf(stderr, "pulseinfer: --offload expects off, solohead or headwise, got '%s'\n",
+            flags->mode);
+    return 0;
+  }
+  params->offload_budget_tokens = flags->budget;
+  params->offload_sink_tokens = flags->sink;
+  params->offload_window_tokens = flags->window;
+  return 1;
+}
+
+void print_offload_stats(pulse_engine* engine) {
+  pulse_engine_stats stats;
+  stats.struct_size = sizeof(stats);
+  if (pulse_engine_stats_get(engine, &stats) != PULSE_OK || stats.sparse_selections == 0) return;
+  const double attended =
+      stats.sparse_context_tokens > 0
+          ? 100.0 * (double)stats.sparse_attended_tokens / (double)stats.sparse_context_tokens
+          : 0.0;
+  const double reused =
+      stats.sparse_picked_blocks > 0
+          ? 100.0 * (double)stats.sparse_reused_blocks / (double)stats.sparse_picked_blocks
+          : 0.0;
+  fprintf(stderr,
+          "sparse attention: %lld selections, %.1f%% of the context attended, %lld of %lld "
+          "scored blocks picked, %.1f%% of them picked the step before too\n",
+          (long long)stats.sparse_selections, attended, (long long)stats.sparse_picked_blocks,
+          (long long)stats.sparse_candidate_blocks, reused);
+}

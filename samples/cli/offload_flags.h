@@ -1,0 +1,33 @@
+/* The flags of sparse decode attention (pulse_engine_params.offload_*) and its statistics. */
+#ifndef PULSEINFER_CLI_OFFLOAD_FLAGS_H_
+#define PULSEINFER_CLI_OFFLOAD_FLAGS_H_
+
+#include <stdint.h>
+
+#include "args.h"
+#include "pulseinfer/pulseinfer.h"
+
+typedef struct offload_flags {
+  const char* mode; /* "off", "headwise" or "solohead" */
+  int32_t budget;
+  int32_t sink;
+  int32_t window;
+} offload_flags;
+
+enum { kOffloadFlagCount = 4 };
+
+#define OFFLOAD_FLAGS_HELP                                                                      \
+  "  --offload MODE        sparse decode attention: off (default), solohead (one block set a\n" \
+  "                        layer for all KV heads) or headwise (one a KV head)\n"               \
+  "  --budget N            tokens a decode step attends to at most (default 2048)\n"            \
+  "  --sink N              first tokens always attended (default 32)\n"                         \
+  "  --window N            last tokens always attended (default 128)\n"
+
+/* Sets the defaults (the library's) and writes the kOffloadFlagCount specs to `specs`. */
+void offload_flags_init(offload_flags* flags, flag_spec* specs);
+/* Writes the flags into `params`; 0 (after printing why) for an unknown mode. */
+int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params);
+/* Prints the sparse attention statistics of `engine` on stderr, when it attended sparsely. */
+void print_offload_stats(pulse_engine* engine);
+
+#endif /* PULSEINFER_CLI_OFFLOAD_FLAGS_H_ */
