@@ -22,21 +22,42 @@ type EngineParams struct {
 	MaxStepTokens int32 // tokens (prefill plus decode) in one step
 	BlockTokens   int32 // tokens of one KV block
 	MaxContext    int32 // prompt plus generated tokens; 0: the model's context
-	// KVCapacityTokens is the KV cache's size in tokens; 0: 8 full contexts, capped at 1 GiB.
+	// KVCapacityTokens is the KV cache's size in tokens; 0: 8 full contexts, capped by the
+	// backend's memory (pulseinfer.h says how).
 	KVCapacityTokens int64
+	// Sparse decode attention (pulse_engine_params.offload_*): OffloadOff, OffloadHeadWise or
+	// OffloadSoloHead, the tokens a decode step attends to at most, and the first and last
+	// tokens it always attends to.
+	OffloadMode         OffloadMode
+	OffloadBudgetTokens int32
+	OffloadSinkTokens   int32
+	OffloadWindowTokens int32
 }
+
+// OffloadMode selects sparse decode attention (pulse_offload_mode_code).
+type OffloadMode int32
+
+const (
+	OffloadOff      OffloadMode = C.PULSE_OFFLOAD_OFF
+	OffloadHeadWise OffloadMode = C.PULSE_OFFLOAD_HEADWISE
+	OffloadSoloHead OffloadMode = C.PULSE_OFFLOAD_SOLOHEAD
+)
 
 // DefaultEngineParams returns the library's defaults (pulse_engine_params_init).
 func DefaultEngineParams() EngineParams {
 	var params C.pulse_engine_params
 	C.pulse_engine_params_init(&params, C.sizeof_pulse_engine_params) // cannot fail: the header's own size
 	return EngineParams{
-		MaxBatch:         int32(params.max_batch),
-		PrefillChunk:     int32(params.prefill_chunk),
-		MaxStepTokens:    int32(params.max_step_tokens),
-		BlockTokens:      int32(params.block_tokens),
-		MaxContext:       int32(params.max_context),
-		KVCapacityTokens: int64(params.kv_capacity_tokens),
+		MaxBatch:            int32(params.max_batch),
+		PrefillChunk:        int32(params.prefill_chunk),
+		MaxStepTokens:       int32(params.max_step_tokens),
+		BlockTokens:         int32(params.block_tokens),
+		MaxContext:          int32(params.max_context),
+		KVCapacityTokens:    int64(params.kv_capacity_tokens),
+		OffloadMode:         OffloadMode(params.offload_mode),
+		OffloadBudgetTokens: int32(params.offload_budget_tokens),
+		OffloadSinkTokens:   int32(params.offload_sink_tokens),
+		OffloadWindowTokens: int32(params.offload_window_tokens),
 	}
 }
 
@@ -49,6 +70,10 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	params.block_tokens = C.int32_t(p.BlockTokens)
 	params.max_context = C.int32_t(p.MaxContext)
 	params.kv_capacity_tokens = C.int64_t(p.KVCapacityTokens)
+	params.offload_mode = C.int32_t(p.OffloadMode)
+	params.offload_budget_tokens = C.int32_t(p.OffloadBudgetTokens)
+	params.offload_sink_tokens = C.int32_t(p.OffloadSinkTokens)
+	params.offload_window_tokens = C.int32_t(p.OffloadWindowTokens)
 	return params
 }
 
@@ -149,6 +174,13 @@ type EngineStats struct {
 	Running          int32 // requests in the batch now
 	KVBlocks         int32 // blocks of the KV cache
 	KVBlocksInUse    int32 // blocks allocated or reserved by running requests
+	// Sparse decode attention: totals over every (request, layer, step, block set) selection.
+	SparseSelections      int64
+	SparseCandidateBlocks int64 // blocks scored
+	SparsePickedBlocks    int64 // of them, selected
+	SparseReusedBlocks    int64 // of those, also selected by the same set the step before
+	SparseAttendedTokens  int64 // tokens the sparse rows attended to
+	SparseContextTokens   int64 // tokens they would have attended to densely
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -161,14 +193,20 @@ func (e *Engine) Stats() (EngineStats, error) {
 		return EngineStats{}, err
 	}
 	return EngineStats{
-		Steps:            int64(stats.steps),
-		PrefillTokens:    int64(stats.prefill_tokens),
-		DecodeTokens:     int64(stats.decode_tokens),
-		GeneratedTokens:  int64(stats.generated_tokens),
-		FinishedRequests: int64(stats.finished_requests),
-		Queued:           int32(stats.queued),
-		Running:          int32(stats.running),
-		KVBlocks:         int32(stats.kv_blocks),
-		KVBlocksInUse:    int32(stats.kv_blocks_in_use),
+		Steps:                 int64(stats.steps),
+		PrefillTokens:         int64(stats.prefill_tokens),
+		DecodeTokens:          int64(stats.decode_tokens),
+		GeneratedTokens:       int64(stats.generated_tokens),
+		FinishedRequests:      int64(stats.finished_requests),
+		Queued:                int32(stats.queued),
+		Running:               int32(stats.running),
+		KVBlocks:              int32(stats.kv_blocks),
+		KVBlocksInUse:         int32(stats.kv_blocks_in_use),
+		SparseSelections:      int64(stats.sparse_selections),
+		SparseCandidateBlocks: int64(stats.sparse_candidate_blocks),
+		SparsePickedBlocks:    int64(stats.sparse_picked_blocks),
+		SparseReusedBlocks:    int64(stats.sparse_reused_blocks),
+		SparseAttendedTokens:  int64(stats.sparse_attended_tokens),
+		SparseContextTokens:   int64(stats.sparse_context_tokens),
 	}, nil
 }

@@ -266,3 +266,32 @@ func TestEngineLifetime(t *testing.T) {
 		t.Errorf("NewEngine(max_context beyond the model's) = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// Sparse decode attention with a budget that covers the context attends to every token: the same
+// greedy tokens as dense attention.
+func TestOffloadWithABudgetCoveringTheContext(t *testing.T) {
+	want := generateText(t, prompt, greedy(8)).result.Tokens
+	for _, mode := range []pulseinfer.OffloadMode{pulseinfer.OffloadSoloHead, pulseinfer.OffloadHeadWise} {
+		params := pulseinfer.DefaultEngineParams()
+		params.MaxContext = 512
+		params.OffloadMode = mode
+		params.OffloadBudgetTokens = 4096
+		sparse, err := pulseinfer.NewEngine(model, &params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		request, err := sparse.GenerateText(context.Background(), prompt, pulseinfer.TokenizeDefault, greedy(8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := readAll(request)
+		if err != nil || !equal(s.result.Tokens, want) {
+			t.Errorf("mode %d: %v, %v; want %v", mode, s.result.Tokens, err, want)
+		}
+		stats, err := sparse.Stats()
+		if err != nil || stats.SparseSelections == 0 || stats.SparseAttendedTokens != stats.SparseContextTokens {
+			t.Errorf("mode %d: stats %+v, %v", mode, stats, err)
+		}
+		sparse.Close()
+	}
+}

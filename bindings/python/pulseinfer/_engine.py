@@ -37,6 +37,12 @@ class EngineStats:
     running: int
     kv_blocks: int
     kv_blocks_in_use: int
+    sparse_selections: int
+    sparse_candidate_blocks: int
+    sparse_picked_blocks: int
+    sparse_reused_blocks: int
+    sparse_attended_tokens: int
+    sparse_context_tokens: int
 
 
 class Engine:

@@ -51,3 +51,11 @@ class FinishReason(enum.IntEnum):
 
     def __str__(self) -> str:
         return capi.pulse_finish_reason_string(self.value)
+
+
+class OffloadMode(enum.IntEnum):
+    """pulse_offload_mode_code: sparse decode attention (EngineParams.offload_mode)."""
+
+    OFF = capi.PULSE_OFFLOAD_OFF
+    HEADWISE = capi.PULSE_OFFLOAD_HEADWISE
+    SOLOHEAD = capi.PULSE_OFFLOAD_SOLOHEAD

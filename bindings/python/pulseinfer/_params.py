@@ -7,6 +7,7 @@ import dataclasses
 from typing import Sequence
 
 from . import capi
+from ._enums import OffloadMode
 from ._structs import to_struct
 
 _MODEL = capi.pulse_model_params()
@@ -40,6 +41,10 @@ class EngineParams:
     block_tokens: int = _ENGINE.block_tokens
     max_context: int = _ENGINE.max_context
     kv_capacity_tokens: int = _ENGINE.kv_capacity_tokens
+    offload_mode: OffloadMode = OffloadMode(_ENGINE.offload_mode)
+    offload_budget_tokens: int = _ENGINE.offload_budget_tokens
+    offload_sink_tokens: int = _ENGINE.offload_sink_tokens
+    offload_window_tokens: int = _ENGINE.offload_window_tokens
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

@@ -4,7 +4,7 @@ import threading
 import pytest
 
 import pulseinfer
-from pulseinfer import FinishReason, SamplingParams
+from pulseinfer import Engine, EngineParams, FinishReason, OffloadMode, SamplingParams
 
 PROMPT = "Once upon a time"
 # SmolLM2's greedy continuation of PROMPT: ", the city of Nova Haven was a thriving..."
@@ -163,3 +163,15 @@ def test_closed_engine_ends_its_generations(engine):
     generation.close()  # the engine freed the request: nothing to do
     with pytest.raises(ValueError, match="engine is closed"):
         engine.generate(PROMPT)
+
+
+
+def test_offload_with_a_budget_covering_the_context_generates_the_dense_tokens(model, engine):
+    expected = engine.generate(PROMPT, greedy()).token_ids()
+    for mode in (OffloadMode.SOLOHEAD, OffloadMode.HEADWISE):
+        params = EngineParams(max_context=512, offload_mode=mode, offload_budget_tokens=4096)
+        with Engine(model, params) as sparse:
+            assert sparse.generate(PROMPT, greedy()).token_ids() == expected
+            stats = sparse.stats()
+        assert stats.sparse_selections > 0
+        assert stats.sparse_attended_tokens == stats.sparse_context_tokens

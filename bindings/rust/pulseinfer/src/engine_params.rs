@@ -59,7 +59,44 @@ impl EngineParams {
         self
     }
 
+    /// Sparse decode attention (pulseinfer.h, `offload_mode`): off (the default), head-wise or
+    /// SoloHead block selection.
+    pub fn offload_mode(mut self, mode: OffloadMode) -> Self {
+        self.raw.offload_mode = mode as i32;
+        self
+    }
+
+    /// Tokens a sparse decode step attends to at most, sinks and window included (default 2048).
+    pub fn offload_budget_tokens(mut self, tokens: i32) -> Self {
+        self.raw.offload_budget_tokens = tokens;
+        self
+    }
+
+    /// The first tokens a sparse decode step always attends to (default 32).
+    pub fn offload_sink_tokens(mut self, tokens: i32) -> Self {
+        self.raw.offload_sink_tokens = tokens;
+        self
+    }
+
+    /// The last tokens a sparse decode step always attends to (default 128).
+    pub fn offload_window_tokens(mut self, tokens: i32) -> Self {
+        self.raw.offload_window_tokens = tokens;
+        self
+    }
+
     pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
         &self.raw
     }
+}
+
+/// Sparse decode attention (`pulse_offload_mode_code`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum OffloadMode {
+    /// Dense attention.
+    Off = sys::PULSE_OFFLOAD_OFF as i32,
+    /// One block set a KV head.
+    HeadWise = sys::PULSE_OFFLOAD_HEADWISE as i32,
+    /// One block set a layer, shared by every KV head.
+    SoloHead = sys::PULSE_OFFLOAD_SOLOHEAD as i32,
 }

@@ -150,6 +150,18 @@ pub struct EngineStats {
     pub kv_blocks: i32,
     /// Blocks allocated or reserved by running requests.
     pub kv_blocks_in_use: i32,
+    /// Sparse decode attention: (request, layer, step, block set) selections made.
+    pub sparse_selections: i64,
+    /// Blocks scored by those selections.
+    pub sparse_candidate_blocks: i64,
+    /// Of them, selected.
+    pub sparse_picked_blocks: i64,
+    /// Of those, also selected by the same set the step before.
+    pub sparse_reused_blocks: i64,
+    /// Tokens the sparse rows attended to.
+    pub sparse_attended_tokens: i64,
+    /// Tokens they would have attended to densely.
+    pub sparse_context_tokens: i64,
 }
 
 impl EngineStats {
@@ -164,6 +176,12 @@ impl EngineStats {
             running: stats.running,
             kv_blocks: stats.kv_blocks,
             kv_blocks_in_use: stats.kv_blocks_in_use,
+            sparse_selections: stats.sparse_selections,
+            sparse_candidate_blocks: stats.sparse_candidate_blocks,
+            sparse_picked_blocks: stats.sparse_picked_blocks,
+            sparse_reused_blocks: stats.sparse_reused_blocks,
+            sparse_attended_tokens: stats.sparse_attended_tokens,
+            sparse_context_tokens: stats.sparse_context_tokens,
         }
     }
 }

@@ -1,4 +1,4 @@
-use pulseinfer::{FinishReason, RequestState, TokenizeFlags};
+use pulseinfer::{Engine, EngineParams, FinishReason, OffloadMode, RequestState, TokenizeFlags};
 
 use super::{engine, greedy, model, tokens, PROMPT};
 
@@ -39,4 +39,26 @@ fn engine_stats_add_up_the_requests() {
     assert_eq!(after.prefill_tokens, i64::from(generation.stats().unwrap().prompt_tokens));
     assert!(after.steps >= 4);
     assert_eq!((after.queued, after.running, after.kv_blocks_in_use), (0, 0, 0));
+}
+
+#[test]
+fn offload_with_a_budget_covering_the_context_generates_the_dense_ids() {
+    let dense = engine();
+    let mut generation = dense.submit_text(PROMPT, TokenizeFlags::DEFAULT, &greedy(8)).unwrap();
+    let expected: Vec<i32> = tokens(&mut generation).iter().map(|token| token.id).collect();
+    for mode in [OffloadMode::SoloHead, OffloadMode::HeadWise] {
+        let params = EngineParams::default()
+            .max_context(512)
+            .kv_capacity_tokens(4096)
+            .offload_mode(mode)
+            .offload_budget_tokens(4096);
+        let sparse = Engine::new(model(), &params).unwrap();
+        let mut generation =
+            sparse.submit_text(PROMPT, TokenizeFlags::DEFAULT, &greedy(8)).unwrap();
+        let ids: Vec<i32> = tokens(&mut generation).iter().map(|token| token.id).collect();
+        assert_eq!(ids, expected, "{mode:?}");
+        let stats = sparse.stats().unwrap();
+        assert!(stats.sparse_selections > 0);
+        assert_eq!(stats.sparse_attended_tokens, stats.sparse_context_tokens);
+    }
 }
