@@ -127,6 +127,10 @@ SparseAttentionStats ModelRunner::sparse_stats() const {
   return sparse_ == nullptr ? SparseAttentionStats{} : sparse_->stats();
 }
 
+SparseAttentionStats ModelRunner::sparse_stats(uint64_t key) const {
+  return sparse_ == nullptr ? SparseAttentionStats{} : sparse_->stats(key);
+}
+
 void ModelRunner::ForgetSparse(uint64_t key) {
   if (sparse_ != nullptr) sparse_->Forget(key);
 }

@@ -37,8 +37,10 @@ class ModelRunner {
   const Model& model() const { return *model_; }
   const KvCache& cache() const { return cache_; }
   const ModelRunnerOptions& options() const { return options_; }
-  // Totals of the sparse selections so far (zeros before the first sparse step).
+  // Totals of the sparse selections so far (zeros before the first sparse step), of every
+  // sequence or of the one named `key` (SparseSelection::key).
   SparseAttentionStats sparse_stats() const;
+  SparseAttentionStats sparse_stats(uint64_t key) const;
   // Forgets what sparse attention keeps of sequence `key` (a finished request).
   void ForgetSparse(uint64_t key);
 

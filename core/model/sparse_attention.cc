@@ -100,6 +100,7 @@ absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, int3
   }
   PULSE_ASSIGN_OR_RETURN(const BlockSelection selection, selector.Select(num_tokens, host_bounds_));
 
+  SparseAttentionStats step;
   tables.assign(static_cast<size_t>(selection.num_sets), {});
   for (int32_t k = 0; k < selection.num_sets; ++k) {
     std::vector<int32_t> picked;
@@ -112,15 +113,23 @@ absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, int3
     std::sort(picked.begin(), picked.end());
     std::vector<int32_t>& before = previous_[{sparse.key, layer * selection.num_sets + k}];
     for (const int32_t block : picked) {
-      stats_.reused_blocks += std::binary_search(before.begin(), before.end(), block) ? 1 : 0;
+      step.reused_blocks += std::binary_search(before.begin(), before.end(), block) ? 1 : 0;
     }
-    stats_.picked_blocks += static_cast<int64_t>(picked.size());
+    step.picked_blocks += static_cast<int64_t>(picked.size());
     before = std::move(picked);
   }
-  stats_.selections += selection.num_sets;
-  stats_.candidate_blocks += static_cast<int64_t>(candidates.size()) * selection.num_sets;
-  stats_.attended_tokens += partition.selected_tokens;
-  stats_.context_tokens += num_tokens;
+  step.selections = selection.num_sets;
+  step.candidate_blocks = static_cast<int64_t>(candidates.size()) * selection.num_sets;
+  step.attended_tokens = partition.selected_tokens;
+  step.context_tokens = num_tokens;
+  for (SparseAttentionStats* totals : {&stats_, &key_stats_[sparse.key]}) {
+    totals->selections += step.selections;
+    totals->candidate_blocks += step.candidate_blocks;
+    totals->picked_blocks += step.picked_blocks;
+    totals->reused_blocks += step.reused_blocks;
+    totals->attended_tokens += step.attended_tokens;
+    totals->context_tokens += step.context_tokens;
+  }
   kv_len = partition.selected_tokens;
   return absl::OkStatus();
 }
@@ -200,8 +209,14 @@ absl::Status SparseAttention::Attend(int32_t layer, const StepBatch& batch, void
   return absl::OkStatus();
 }
 
+SparseAttentionStats SparseAttention::stats(uint64_t key) const {
+  const auto it = key_stats_.find(key);
+  return it == key_stats_.end() ? SparseAttentionStats{} : it->second;
+}
+
 void SparseAttention::Forget(uint64_t key) {
   absl::erase_if(previous_, [key](const auto& entry) { return entry.first.first == key; });
+  key_stats_.erase(key);
 }
 
 }  // namespace pulse

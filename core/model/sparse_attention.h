@@ -56,7 +56,9 @@ class SparseAttention {
                       int64_t q_stride, float scale, void* out, int64_t out_row_bytes);
 
   const SparseAttentionStats& stats() const { return stats_; }
-  // Drops what is kept of sequence `key` (its previous selections).
+  // The totals of sequence `key` alone (zeros for a key never seen or forgotten).
+  SparseAttentionStats stats(uint64_t key) const;
+  // Drops what is kept of sequence `key` (its previous selections and totals).
   void Forget(uint64_t key);
 
  private:
@@ -97,6 +99,7 @@ class SparseAttention {
   // (key, layer * sets + set) -> the blocks picked the step before, sorted.
   absl::flat_hash_map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> previous_;
   SparseAttentionStats stats_;
+  absl::flat_hash_map<uint64_t, SparseAttentionStats> key_stats_;
 };
 
 }  // namespace pulse

@@ -1,0 +1,285 @@
+// pulse-offload-accuracy: what sparse decode attention costs in accuracy, on a real model and a
+// real text (issue 6): perplexity, agreement of the greedy token with dense attention, and
+// step-to-step block reuse, for head-wise and SoloHead selection at several budgets.
+//
+//   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
+//       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128]
+//       [--out FILE.jsonl]
+//
+// The text is tokenized with the model's tokenizer and cut into windows of each size, spread
+// evenly over it. In a window, the first tokens (a multiple of the block size, `eval` + 1 short of
+// the window) are prefilled densely once; then the last `eval` tokens are fed one a step, teacher
+// forced, to every configuration at once - dense, head-wise at each budget, and SoloHead with
+// each head aggregate at each budget - as sequences sharing the prefilled blocks (so they all see
+// the same context), each with blocks of its own for the tokens it appends. Each step scores the
+// next token of the text: ppl = exp(mean of -log p); agreement = the share of steps whose argmax
+// equals dense attention's; reuse = the share of picked blocks that the same (layer, set) picked
+// the step before. Records are JSON Lines, "bench": "accuracy"; a table is printed.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/backend/cpu/cpu_backend.h"
+#include "core/kv/kv_cache.h"
+#include "core/model/forward.h"
+#include "core/model/gguf_reader.h"
+#include "core/model/model.h"
+#include "core/model/tensor_source.h"
+#include "core/tokenizer/tokenizer.h"
+#include "tests/tools/tool_main.h"
+
+namespace pulse {
+namespace {
+
+constexpr std::string_view kUsage =
+    "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
+    "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128] "
+    "[--out FILE.jsonl]";
+constexpr int32_t kBlockTokens = 32;
+
+struct Args {
+  std::string model;
+  std::string text;
+  std::vector<int32_t> windows = {2048, 4096, 8192};
+  int32_t per_window = 4;
+  int32_t eval = 128;
+  std::vector<int32_t> budgets = {256, 512, 1024, 2048};
+  int32_t sink = 32;
+  int32_t window = 128;
+  std::string out;
+};
+
+absl::StatusOr<std::vector<int32_t>> ParseList(absl::string_view text) {
+  std::vector<int32_t> values;
+  for (const absl::string_view item : absl::StrSplit(text, ',')) {
+    int32_t value = 0;
+    if (!absl::SimpleAtoi(item, &value) || value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("bad list item '", item, "'"));
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; i += 2) {
+    const absl::string_view flag = argv[i];
+    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+    const absl::string_view value = argv[i + 1];
+    bool ok = true;
+    if (flag == "--model") {
+      args.model = std::string(value);
+    } else if (flag == "--text") {
+      args.text = std::string(value);
+    } else if (flag == "--windows") {
+      PULSE_ASSIGN_OR_RETURN(args.windows, ParseList(value));
+    } else if (flag == "--budgets") {
+      PULSE_ASSIGN_OR_RETURN(args.budgets, ParseList(value));
+    } else if (flag == "--per-window") {
+      ok = absl::SimpleAtoi(value, &args.per_window) && args.per_window > 0;
+    } else if (flag == "--eval") {
+      ok = absl::SimpleAtoi(value, &args.eval) && args.eval > 0;
+    } else if (flag == "--sink") {
+      ok = absl::SimpleAtoi(value, &args.sink) && args.sink >= 0;
+    } else if (flag == "--window") {
+      ok = absl::SimpleAtoi(value, &args.window) && args.window >= 0;
+    } else if (flag == "--out") {
+      args.out = std::string(value);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
+    }
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad value for ", flag));
+  }
+  if (args.model.empty() || args.text.empty()) {
+    return absl::InvalidArgumentError("--model and --text are required");
+  }
+  return args;
+}
+
+// One way of attending, fed the same tokens as the others.
+struct Config {
+  std::string mode;  // "dense", "headwise", "solohead"
+  std::string aggregate;
+  int32_t budget = 0;
+  std::optional<SparseSelection> sparse;
+  // Over every window of one size:
+  double nll = 0;
+  int64_t predictions = 0;
+  int64_t agreeing = 0;
+};
+
+std::vector<Config> Configs(const Args& args) {
+  std::vector<Config> configs = {{.mode = "dense"}};
+  uint64_t key = 1;
+  for (const int32_t budget : args.budgets) {
+    for (const auto& [mode, aggregate] :
+         {std::pair{SelectionMode::kHeadWise, HeadAggregate::kSoftmaxSum},
+          std::pair{SelectionMode::kSoloHead, HeadAggregate::kSoftmaxSum},
+          std::pair{SelectionMode::kSoloHead, HeadAggregate::kMax}}) {
+      Config config;
+      config.mode = mode == SelectionMode::kHeadWise ? "headwise" : "solohead";
+      config.aggregate = aggregate == HeadAggregate::kMax ? "max" : "softmax-sum";
+      config.budget = budget;
+      config.sparse = SparseSelection{.options = {.mode = mode,
+                                                  .aggregate = aggregate,
+                                                  .budget_tokens = budget,
+                                                  .sink_tokens = args.sink,
+                                                  .window_tokens = args.window},
+                                      .key = key++};
+      configs.push_back(config);
+    }
+  }
+  return configs;
+}
+
+double NegativeLogLikelihood(std::span<const float> logits, int32_t token) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (const float logit : logits) sum += std::exp(double{logit} - max);
+  return std::log(sum) + max - logits[token];
+}
+
+int32_t Argmax(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// Evaluates one window (tokens[0, size)) for every config, adding to their totals; returns the
+// runner's per-config statistics through `runner`.
+absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window, int32_t eval,
+                            std::vector<Config>& configs) {
+  const int32_t size = static_cast<int32_t>(window.size());
+  const int32_t context = (size - eval - 1) / kBlockTokens * kBlockTokens;
+  const int32_t shared_blocks = context / kBlockTokens;
+  const int32_t own_blocks = (size - context) / kBlockTokens + 1;
+  std::vector<std::vector<int32_t>> tables;
+  for (size_t c = 0; c < configs.size(); ++c) {
+    std::vector<int32_t> table(shared_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    for (int32_t b = 0; b < own_blocks; ++b) {
+      table.push_back(shared_blocks + static_cast<int32_t>(c) * own_blocks + b);
+    }
+    tables.push_back(std::move(table));
+  }
+  StepBatch batch;
+  // The prefill summarises the shared blocks for the sparse configs (any selection will do).
+  batch.AddSequence(window.first(context), 0, tables[0], LogitRows::kNone, configs[1].sparse);
+  std::vector<float> none;
+  PULSE_RETURN_IF_ERROR(runner.Forward(batch, none));
+
+  const size_t vocab = static_cast<size_t>(runner.model().config().vocab_size);
+  std::vector<float> logits(configs.size() * vocab);
+  for (int32_t position = context; position < context + eval; ++position) {
+    batch.Clear();
+    for (size_t c = 0; c < configs.size(); ++c) {
+      batch.AddSequence(window.subspan(position, 1), position, tables[c], LogitRows::kLast,
+                        configs[c].sparse);
+    }
+    PULSE_RETURN_IF_ERROR(runner.Forward(batch, logits));
+    const int32_t next = window[position + 1];
+    const int32_t dense = Argmax(std::span<const float>(logits).first(vocab));
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const std::span<const float> row = std::span<const float>(logits).subspan(c * vocab, vocab);
+      configs[c].nll += NegativeLogLikelihood(row, next);
+      configs[c].predictions += 1;
+      configs[c].agreeing += Argmax(row) == dense ? 1 : 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const Args& args) {
+  PULSE_ASSIGN_OR_RETURN(const GgufFile gguf, GgufFile::Open(args.model));
+  PULSE_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(gguf));
+  std::ifstream file(args.text, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", args.text));
+  std::stringstream text;
+  text << file.rdbuf();
+  const std::vector<int32_t> tokens = tokenizer->Encode(text.str(), {});
+  PULSE_ASSIGN_OR_RETURN(const std::unique_ptr<TensorSource> source, OpenTensorSource(args.model));
+  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, CreateCpuBackend({}));
+  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
+                         Model::Load(std::move(backend), *source, {DType::kBF16}));
+  const ModelConfig& config = model->config();
+  FILE* out = args.out.empty() ? nullptr : std::fopen(args.out.c_str(), "w");
+  std::printf("%-9s %-11s %7s %7s %9s %9s %10s %7s %8s\n", "mode", "aggregate", "window", "budget",
+              "ppl", "ppl dense", "agreement", "reuse", "attended");
+  for (const int32_t size : args.windows) {
+    if (size > config.max_position || static_cast<int64_t>(tokens.size()) < int64_t{size}) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a window of %d tokens: the model's context is %d, the text has %d tokens", size,
+          config.max_position, tokens.size()));
+    }
+    std::vector<Config> configs = Configs(args);
+    const int32_t own_blocks = (args.eval + 1 + kBlockTokens) / kBlockTokens + 1;
+    const int32_t num_blocks =
+        size / kBlockTokens + static_cast<int32_t>(configs.size()) * (own_blocks + 1);
+    const PagedKvLayout layout{.block_tokens = kBlockTokens,
+                               .num_kv_heads = config.num_kv_heads,
+                               .head_dim = config.head_dim,
+                               .type = model->backend().kv_type()};
+    PULSE_ASSIGN_OR_RETURN(
+        KvCache cache, KvCache::Create(model->backend(), layout, config.num_layers, num_blocks));
+    const int32_t rows = static_cast<int32_t>(configs.size());
+    PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
+                           ModelRunner::Create(model, std::move(cache),
+                                               {.max_step_tokens = std::max(size, rows),
+                                                .max_seqs = rows,
+                                                .max_blocks_per_seq = size / kBlockTokens + 2,
+                                                .max_logit_rows = rows}));
+    const int64_t stride = (static_cast<int64_t>(tokens.size()) - size) / args.per_window;
+    for (int32_t w = 0; w < args.per_window; ++w) {
+      PULSE_RETURN_IF_ERROR(EvaluateWindow(
+          runner, std::span<const int32_t>(tokens).subspan(w * stride, size), args.eval, configs));
+    }
+    const double dense_ppl = std::exp(configs[0].nll / configs[0].predictions);
+    for (const Config& c : configs) {
+      const double ppl = std::exp(c.nll / c.predictions);
+      const double agreement = static_cast<double>(c.agreeing) / c.predictions;
+      const SparseAttentionStats stats =
+          c.sparse ? runner.sparse_stats(c.sparse->key) : SparseAttentionStats{};
+      const double reuse = stats.picked_blocks > 0
+                               ? static_cast<double>(stats.reused_blocks) / stats.picked_blocks
+                               : 1.0;
+      const double attended =
+          stats.context_tokens > 0
+              ? static_cast<double>(stats.attended_tokens) / stats.context_tokens
+              : 1.0;
+      std::printf("%-9s %-11s %7d %7s %9.4f %9.4f %10.4f %7.3f %8.3f\n", c.mode.c_str(),
+                  c.aggregate.c_str(), size, c.budget == 0 ? "-" : std::to_string(c.budget).c_str(),
+                  ppl, dense_ppl, agreement, reuse, attended);
+      if (out != nullptr) {
+        std::fprintf(out,
+                     "{\"bench\": \"accuracy\", \"model\": \"%s\", \"mode\": \"%s\", "
+                     "\"aggregate\": %s, \"budget\": %s, \"window_tokens\": %d, \"windows\": %d, "
+                     "\"eval_tokens\": %d, \"sink_tokens\": %d, \"recent_window_tokens\": %d, "
+                     "\"ppl\": %.6f, \"ppl_dense\": %.6f, \"agreement\": %.6f, \"reuse\": %.6f, "
+                     "\"attended_fraction\": %.6f}\n",
+                     args.model.substr(args.model.find_last_of('/') + 1), c.mode,
+                     c.aggregate.empty() ? "null" : absl::StrCat("\"", c.aggregate, "\""),
+                     c.budget == 0 ? "null" : std::to_string(c.budget), size, args.per_window,
+                     args.eval, args.sink, args.window, ppl, dense_ppl, agreement, reuse, attended);
+        std::fflush(out);
+      }
+    }
+    std::fflush(stdout);
+  }
+  if (out != nullptr) std::fclose(out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace pulse
+
+int main(int argc, char** argv) {
+  return pulse::RunTool("pulse-offload-accuracy", pulse::kUsage, pulse::ParseArgs(argc, argv),
+                        &pulse::Run);
+}
