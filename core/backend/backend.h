@@ -214,13 +214,17 @@ class Backend {
                           void* out) = 0;
   // Quest summaries of whole blocks (core/backend/cpu/block_summary.h): for i < count, the
   // per-KV-head channel minimum and maximum of every key of block block_ids[i] of `blocks` (one
-  // layer's cache of `layout`), written as fp32 at summaries + block_ids[i] * summary elements.
+  // layer's cache of `layout`), written as fp32 at summaries + summary_ids[i] * summary elements.
   virtual void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
-                               const int32_t* block_ids, int32_t count, float* summaries) = 0;
-  // bounds[h][i] = query head h's upper bound of q.k over block block_ids[i] (its summary at
-  // summaries + block_ids[i] * summary elements), for one query row q [num_heads][head_dim].
-  virtual void ScoreBlocks(const float* q, int32_t num_heads, const PagedKvLayout& layout,
-                           const float* summaries, const int32_t* block_ids, int32_t count,
+                               const int32_t* block_ids, const int32_t* summary_ids, int32_t count,
+                               float* summaries) = 0;
+  // For i < count and every query head h: bounds[h * count + i] = head h's upper bound of q.k over
+  // the summary at summaries + summary_ids[i] * summary elements, for the query row
+  // q + query_rows[i] * q_stride ([num_heads][head_dim]). One call scores every candidate of every
+  // sparse row of a step.
+  virtual void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
+                           const PagedKvLayout& layout, const float* summaries,
+                           const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
                            float* bounds) = 0;
   // tokens[r] = the token drawn from row r of logits [rows][vocab] with params[r], as
   // core/backend/sampling.h says (the same token on every backend), or -1 when the row cannot be

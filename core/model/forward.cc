@@ -79,7 +79,21 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
                          backend.Allocate(static_cast<size_t>(logit_rows) * sizeof(TokenSampling)));
   PULSE_ASSIGN_OR_RETURN(scratch.tokens,
                          backend.Allocate(static_cast<size_t>(logit_rows) * sizeof(int32_t)));
-  return ModelRunner(std::move(model), std::move(cache), options, std::move(scratch));
+  std::unique_ptr<OffloadedKv> offloaded;
+  if (options.offload) {
+    if (options.offload->slot_blocks <= 0 || options.offload->slot_blocks >= cache.num_blocks()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "model runner: %d device slots of a KV cache of %d blocks (the rest is the dense pool)",
+          options.offload->slot_blocks, cache.num_blocks()));
+    }
+    PULSE_ASSIGN_OR_RETURN(
+        offloaded,
+        OffloadedKv::Create(backend, cache, cache.num_blocks() - options.offload->slot_blocks,
+                            *options.offload));
+  }
+  ModelRunner runner(std::move(model), std::move(cache), options, std::move(scratch));
+  runner.offloaded_ = std::move(offloaded);
+  return runner;
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
@@ -116,7 +130,7 @@ absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
 
 absl::Status ModelRunner::RunLayers() {
   for (int32_t layer = 0; layer < model_->config().num_layers; ++layer) {
-    PreAttention(layer);
+    PULSE_RETURN_IF_ERROR(PreAttention(layer));
     PULSE_RETURN_IF_ERROR(Attention(layer));
     PostAttention(layer);
   }
@@ -131,8 +145,23 @@ SparseAttentionStats ModelRunner::sparse_stats(uint64_t key) const {
   return sparse_ == nullptr ? SparseAttentionStats{} : sparse_->stats(key);
 }
 
-void ModelRunner::ForgetSparse(uint64_t key) {
+OffloadStats ModelRunner::offload_stats() const {
+  return offloaded_ == nullptr ? OffloadStats{} : offloaded_->stats();
+}
+
+CacheStats ModelRunner::offload_stats(uint64_t key) const {
+  return offloaded_ == nullptr ? CacheStats{} : offloaded_->stats(key);
+}
+
+absl::Status ModelRunner::ForgetSparse(uint64_t key) {
   if (sparse_ != nullptr) sparse_->Forget(key);
+  return offloaded_ == nullptr ? absl::OkStatus() : offloaded_->Forget(key);
+}
+
+absl::Status ModelRunner::EndStep() {
+  if (!step_open_) return absl::OkStatus();
+  step_open_ = false;
+  return offloaded_ == nullptr ? absl::OkStatus() : offloaded_->EndStep();
 }
 
 absl::Status ModelRunner::Check(const StepBatch& batch) const {
@@ -170,10 +199,34 @@ absl::Status ModelRunner::Check(const StepBatch& batch) const {
           "step batch: sequence %d has %d new of %d tokens in %d blocks of %d tokens", s,
           new_tokens, kv_len, blocks.size(), block_tokens));
     }
-    for (const int32_t block : blocks) {
-      if (block < 0 || block >= cache_.num_blocks()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "step batch: sequence %d uses KV block %d of %d", s, block, cache_.num_blocks()));
+    // Blocks past the dense pool are the offloaded KV's slots.
+    const int32_t dense_blocks =
+        offloaded_ == nullptr ? cache_.num_blocks() : offloaded_->first_slot();
+    const std::span<const int32_t> host = batch.host_blocks(s);
+    const bool offloaded = !host.empty();
+    if (offloaded && (!batch.sparse(s) || offloaded_ == nullptr || host.size() != blocks.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("step batch: sequence %d has %d host blocks for %d blocks%s", s,
+                          host.size(), blocks.size(),
+                          !batch.sparse(s)        ? ", without a sparse selection"
+                          : offloaded_ == nullptr ? ", and the runner has no host tier"
+                                                  : ""));
+    }
+    // The blocks the new tokens are written to must be resident, and so must every block of a
+    // sequence that attends densely.
+    const int32_t first_written = (kv_len - new_tokens) / block_tokens;
+    for (size_t j = 0; j < blocks.size(); ++j) {
+      const int32_t block = blocks[j];
+      const bool may_miss = offloaded && new_tokens == 1 && static_cast<int32_t>(j) < first_written;
+      if ((block < 0 && !(block == -1 && may_miss)) || block >= dense_blocks) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("step batch: sequence %d uses KV block %d of %d as its block %d", s,
+                            block, dense_blocks, j));
+      }
+      if (offloaded && (host[j] < 0 || host[j] >= offloaded_->options().host_blocks)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("step batch: sequence %d uses host block %d of %d as its block %d", s,
+                            host[j], offloaded_->options().host_blocks, j));
       }
     }
   }
@@ -181,6 +234,7 @@ absl::Status ModelRunner::Check(const StepBatch& batch) const {
 }
 
 absl::Status ModelRunner::Prepare(const StepBatch& batch) {
+  PULSE_RETURN_IF_ERROR(EndStep());
   PULSE_RETURN_IF_ERROR(Check(batch));
   StepInputs step;
   step.num_tokens = batch.num_tokens();
@@ -229,10 +283,12 @@ absl::Status ModelRunner::Prepare(const StepBatch& batch) {
       PULSE_ASSIGN_OR_RETURN(
           sparse_, SparseAttention::Create(backend, cache_.layout(), cache_.num_layers(),
                                            cache_.num_blocks(), model_->config().num_heads,
-                                           options_.max_seqs, options_.max_blocks_per_seq));
+                                           options_.max_seqs, options_.max_blocks_per_seq,
+                                           offloaded_.get()));
     }
-    sparse_->Prepare(batch);
+    PULSE_RETURN_IF_ERROR(sparse_->Prepare(batch));
   }
+  step_open_ = true;
 
   backend.Embed(model_->weights().embed.view(), step_.tokens, step_.num_tokens,
                 scratch_.residual.as<float>());
@@ -254,7 +310,7 @@ PagedKvBatch ModelRunner::KvBatch(int32_t layer) const {
   return kv;
 }
 
-void ModelRunner::PreAttention(int32_t layer) {
+absl::Status ModelRunner::PreAttention(int32_t layer) {
   Backend& backend = model_->backend();
   const ModelConfig& config = model_->config();
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
@@ -276,7 +332,7 @@ void ModelRunner::PreAttention(int32_t layer) {
   backend.Rope(qkv + q_dim_, rows, qkv_dim_, config.num_kv_heads, config.head_dim, step_.positions,
                inv_freq);
   backend.AppendKv(qkv + q_dim_, qkv + q_dim_ + kv_dim_, qkv_dim_, KvBatch(layer));
-  if (batch_->has_sparse()) sparse_->Summarize(layer, cache_.layer(layer));
+  return batch_->has_sparse() ? sparse_->Summarize(layer, cache_.layer(layer)) : absl::OkStatus();
 }
 
 absl::Status ModelRunner::Attention(int32_t layer) {
@@ -329,7 +385,10 @@ absl::Status ModelRunner::CopyLogits(std::span<float> logits) {
     return absl::InvalidArgumentError(
         absl::StrFormat("logits: %d values given for %d rows of %d", logits.size(), rows, vocab_));
   }
-  return model_->backend().CopyToHost(logits.data(), scratch_.logits.data(), logits.size_bytes());
+  const absl::Status copied =
+      model_->backend().CopyToHost(logits.data(), scratch_.logits.data(), logits.size_bytes());
+  const absl::Status ended = EndStep();
+  return copied.ok() ? ended : copied;
 }
 
 absl::Status ModelRunner::SampleLogits(std::span<const TokenSampling> sampling,
@@ -361,7 +420,10 @@ absl::Status ModelRunner::SampleLogits(std::span<const TokenSampling> sampling,
   backend.SampleTokens(scratch_.logits.as<float>(), rows, vocab_,
                        scratch_.sampling.as<TokenSampling>(), penalised_ids_.as<int32_t>(),
                        scratch_.tokens.as<int32_t>());
-  return backend.CopyToHost(tokens.data(), scratch_.tokens.data(), tokens.size_bytes());
+  const absl::Status copied =
+      backend.CopyToHost(tokens.data(), scratch_.tokens.data(), tokens.size_bytes());
+  const absl::Status ended = EndStep();
+  return copied.ok() ? ended : copied;
 }
 
 }  // namespace pulse

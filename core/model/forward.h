@@ -14,6 +14,7 @@
 #include "core/base/status.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/model.h"
+#include "core/model/offloaded_kv.h"
 #include "core/model/sparse_attention.h"
 #include "core/model/step_batch.h"
 
@@ -24,6 +25,9 @@ struct ModelRunnerOptions {
   int32_t max_seqs = 16;           // sequences of one step
   int32_t max_blocks_per_seq = 0;  // the longest block table a sequence may have
   int32_t max_logit_rows = 0;      // logit rows of one step; 0: max_seqs (one a sequence)
+  // The two-tier KV of offloaded sequences (offloaded_kv.h): the cache's last
+  // offload->slot_blocks blocks become the device tier's slots, which no block table may name.
+  std::optional<OffloadOptions> offload = std::nullopt;
 };
 
 class ModelRunner {
@@ -41,8 +45,14 @@ class ModelRunner {
   // sequence or of the one named `key` (SparseSelection::key).
   SparseAttentionStats sparse_stats() const;
   SparseAttentionStats sparse_stats(uint64_t key) const;
-  // Forgets what sparse attention keeps of sequence `key` (a finished request).
-  void ForgetSparse(uint64_t key);
+  // Totals of the offloaded KV's transfers and slot caches (zeros without offload), and the slot
+  // caches' counts of sequence `key`.
+  OffloadStats offload_stats() const;
+  CacheStats offload_stats(uint64_t key) const;
+  // Forgets what sparse attention and the offloaded KV keep of sequence `key` (a finished
+  // request): its selections, totals and device slots. Between steps only (FailedPrecondition
+  // while a step that reads its slots is in flight).
+  absl::Status ForgetSparse(uint64_t key);
 
   // Runs the whole step and writes the wanted rows' logits, [batch.num_logit_rows()][vocab], to
   // the host span `logits` (which must hold exactly that many values).
@@ -56,10 +66,13 @@ class ModelRunner {
   // The stages. Prepare checks the batch against the options, the cache and the vocabulary
   // (InvalidArgument naming what is wrong), uploads it and embeds its tokens; the layer stages
   // then run in order for layer 0, 1, ..., then Logits computes the logit rows on the backend,
-  // and CopyLogits or SampleLogits ends the step.
+  // and CopyLogits or SampleLogits ends the step (a step abandoned before is ended by the next
+  // Prepare).
   absl::Status Prepare(const StepBatch& batch);
-  void PreAttention(int32_t layer);
-  // Fails only for a sparse selection the model cannot take (SparseAttention::Attend).
+  // Fails only when a write-back cannot be enqueued.
+  absl::Status PreAttention(int32_t layer);
+  // Fails only for a sparse selection the model cannot take or the device tier cannot hold
+  // (SparseAttention::Attend).
   absl::Status Attention(int32_t layer);
   void PostAttention(int32_t layer);
   void Logits();
@@ -104,6 +117,8 @@ class ModelRunner {
   absl::Status Check(const StepBatch& batch) const;
   PagedKvBatch KvBatch(int32_t layer) const;
   absl::Status RunLayers();
+  // Waits for the step's write-backs and releases the device slots it read.
+  absl::Status EndStep();
 
   std::shared_ptr<const Model> model_;
   KvCache cache_;
@@ -113,7 +128,9 @@ class ModelRunner {
   std::vector<int32_t> staging_;      // the host side of Scratch::inputs
   DeviceBuffer penalised_ids_;        // int32, grown to the longest list SampleLogits was given
   const StepBatch* batch_ = nullptr;  // the step's batch, from Prepare to the end of the step
+  std::unique_ptr<OffloadedKv> offloaded_;   // with options.offload
   std::unique_ptr<SparseAttention> sparse_;  // made by the first step with a sparse sequence
+  bool step_open_ = false;                   // from Prepare to the end of the step
   // Dimensions of the model, cached.
   int64_t hidden_ = 0;
   int64_t q_dim_ = 0;

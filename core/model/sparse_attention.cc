@@ -10,65 +10,92 @@ namespace pulse {
 
 absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
     Backend& backend, const PagedKvLayout& layout, int32_t num_layers, int32_t num_blocks,
-    int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq) {
+    int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq, OffloadedKv* offloaded) {
   const int64_t summary_elems = cpu::BlockSummaryElems(layout);
+  const int64_t host_blocks = offloaded == nullptr ? 0 : offloaded->options().host_blocks;
   std::vector<DeviceBuffer> summaries;
   for (int32_t layer = 0; layer < num_layers; ++layer) {
     PULSE_ASSIGN_OR_RETURN(
         DeviceBuffer buffer,
-        backend.Allocate(static_cast<size_t>(num_blocks * summary_elems) * sizeof(float)));
+        backend.Allocate(static_cast<size_t>((num_blocks + host_blocks) * summary_elems) *
+                         sizeof(float)));
     summaries.push_back(std::move(buffer));
   }
-  const int64_t blocks = int64_t{max_seqs} * max_blocks_per_seq;
+  const auto blocks = static_cast<size_t>(int64_t{max_seqs} * max_blocks_per_seq);
   const int64_t input_ints = int64_t{max_seqs} * layout.num_kv_heads * (max_blocks_per_seq + 1) +
                              2 * int64_t{max_seqs} + 2;
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer ids, backend.Allocate(max_blocks_per_seq * sizeof(int32_t)));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer bounds, backend.Allocate(static_cast<size_t>(num_heads) *
-                                                               max_blocks_per_seq * sizeof(float)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer score_inputs, backend.Allocate(2 * blocks * sizeof(int32_t)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer bounds,
+                         backend.Allocate(static_cast<size_t>(num_heads) * blocks * sizeof(float)));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer inputs, backend.Allocate(input_ints * sizeof(int32_t)));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer filled, backend.Allocate(blocks * sizeof(int32_t)));
-  return std::unique_ptr<SparseAttention>(
-      new SparseAttention(backend, layout, num_heads, max_blocks_per_seq, std::move(summaries),
-                          std::move(ids), std::move(bounds), std::move(inputs), std::move(filled)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer filled, backend.Allocate(2 * blocks * sizeof(int32_t)));
+  return std::unique_ptr<SparseAttention>(new SparseAttention(
+      backend, layout, num_blocks, num_heads, std::move(summaries), std::move(score_inputs),
+      std::move(bounds), std::move(inputs), std::move(filled), offloaded));
 }
 
-SparseAttention::SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_heads,
-                                 int32_t max_blocks_per_seq, std::vector<DeviceBuffer> summaries,
-                                 DeviceBuffer ids, DeviceBuffer bounds, DeviceBuffer inputs,
-                                 DeviceBuffer filled)
+SparseAttention::SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_blocks,
+                                 int32_t num_heads, std::vector<DeviceBuffer> summaries,
+                                 DeviceBuffer score_inputs, DeviceBuffer bounds,
+                                 DeviceBuffer inputs, DeviceBuffer filled, OffloadedKv* offloaded)
     : backend_(backend),
       layout_(layout),
+      num_blocks_(num_blocks),
       num_heads_(num_heads),
-      max_blocks_per_seq_(max_blocks_per_seq),
       summaries_(std::move(summaries)),
-      ids_(std::move(ids)),
+      score_inputs_(std::move(score_inputs)),
       bounds_(std::move(bounds)),
       inputs_(std::move(inputs)),
-      filled_(std::move(filled)) {}
+      filled_(std::move(filled)),
+      offloaded_(offloaded) {}
 
-void SparseAttention::Prepare(const StepBatch& batch) {
+int32_t SparseAttention::SummaryId(const StepBatch& batch, int32_t seq, int32_t logical) const {
+  const auto index = static_cast<size_t>(logical);
+  return batch.offloaded(seq) ? num_blocks_ + batch.host_blocks(seq)[index]
+                              : batch.blocks(seq)[index];
+}
+
+absl::Status SparseAttention::Prepare(const StepBatch& batch) {
   staging_.clear();
+  writebacks_.clear();
+  std::vector<int32_t> summary_ids;
   const int32_t block_tokens = layout_.block_tokens;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     if (!batch.sparse(s)) continue;
+    if (batch.offloaded(s) &&
+        (offloaded_ == nullptr || batch.sparse(s)->options.mode != offloaded_->options().mode)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "sequence %d is offloaded, but the runner %s", s,
+          offloaded_ == nullptr ? "has no host tier" : "offloads in the other selection mode"));
+    }
     const int32_t kv_len = batch.kv_lens()[s];
     const int32_t q_len = batch.q_offsets()[s + 1] - batch.q_offsets()[s];
     for (int32_t position = kv_len - q_len; position < kv_len; ++position) {
-      if ((position + 1) % block_tokens == 0) {
-        staging_.push_back(batch.blocks(s)[position / block_tokens]);
+      if ((position + 1) % block_tokens != 0) continue;
+      const int32_t logical = position / block_tokens;
+      const int32_t device = batch.blocks(s)[static_cast<size_t>(logical)];
+      staging_.push_back(device);
+      summary_ids.push_back(SummaryId(batch, s, logical));
+      if (batch.offloaded(s)) {
+        writebacks_.push_back({device, batch.host_blocks(s)[static_cast<size_t>(logical)]});
       }
     }
   }
   filled_count_ = static_cast<int32_t>(staging_.size());
   if (filled_count_ > 0) {
+    staging_.insert(staging_.end(), summary_ids.begin(), summary_ids.end());
     backend_.CopyToDevice(filled_.data(), staging_.data(), staging_.size() * sizeof(int32_t));
   }
+  return absl::OkStatus();
 }
 
-void SparseAttention::Summarize(int32_t layer, const void* layer_blocks) {
-  if (filled_count_ == 0) return;
-  backend_.SummarizeBlocks(layer_blocks, layout_, filled_.as<int32_t>(), filled_count_,
+absl::Status SparseAttention::Summarize(int32_t layer, const void* layer_blocks) {
+  if (filled_count_ == 0) return absl::OkStatus();
+  const int32_t* filled = filled_.as<int32_t>();
+  backend_.SummarizeBlocks(layer_blocks, layout_, filled, filled + filled_count_, filled_count_,
                            summaries_[static_cast<size_t>(layer)].as<float>());
+  if (writebacks_.empty()) return absl::OkStatus();
+  return offloaded_->WriteBack(layer, writebacks_);
 }
 
 bool SparseAttention::Applies(const StepBatch& batch) const {
@@ -78,37 +105,81 @@ bool SparseAttention::Applies(const StepBatch& batch) const {
   return false;
 }
 
-absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, int32_t seq,
-                                     const float* q_row, std::vector<std::vector<int32_t>>& tables,
-                                     int32_t& kv_len) {
+absl::Status SparseAttention::Score(int32_t layer, const StepBatch& batch, const float* q,
+                                    int64_t q_stride, std::vector<RowSelection>& rows) {
+  rows.clear();
+  staging_.clear();
+  std::vector<int32_t> query_rows;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t first_row = batch.q_offsets()[s];
+    if (!batch.sparse(s) || batch.q_offsets()[s + 1] - first_row != 1) continue;
+    PULSE_ASSIGN_OR_RETURN(const BlockSelector selector,
+                           BlockSelector::Create(layout_, num_heads_, batch.sparse(s)->options));
+    RowSelection row{.seq = s, .first_candidate = static_cast<int32_t>(staging_.size())};
+    PULSE_ASSIGN_OR_RETURN(row.partition, selector.Partition(batch.kv_lens()[s]));
+    for (int32_t logical = row.partition.sink_end; logical < row.partition.window_begin;
+         ++logical) {
+      staging_.push_back(SummaryId(batch, s, logical));
+      query_rows.push_back(first_row);
+    }
+    rows.push_back(row);
+  }
+  const auto count = static_cast<int32_t>(staging_.size());
+  host_bounds_.resize(static_cast<size_t>(num_heads_) * staging_.size());
+  if (count == 0) return absl::OkStatus();
+  int32_t* ids = score_inputs_.as<int32_t>();
+  backend_.CopyToDevice(ids, staging_.data(), staging_.size() * sizeof(int32_t));
+  backend_.CopyToDevice(ids + count, query_rows.data(), query_rows.size() * sizeof(int32_t));
+  backend_.ScoreBlocks(q, q_stride, num_heads_, layout_,
+                       summaries_[static_cast<size_t>(layer)].as<float>(), ids, ids + count, count,
+                       bounds_.as<float>());
+  return backend_.CopyToHost(host_bounds_.data(), bounds_.data(),
+                             host_bounds_.size() * sizeof(float));
+}
+
+absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, const RowSelection& row,
+                                     std::vector<std::vector<int32_t>>& tables, int32_t& kv_len) {
+  const int32_t seq = row.seq;
   const SparseSelection& sparse = *batch.sparse(seq);
   PULSE_ASSIGN_OR_RETURN(const BlockSelector selector,
                          BlockSelector::Create(layout_, num_heads_, sparse.options));
-  const int32_t num_tokens = batch.kv_lens()[seq];
-  PULSE_ASSIGN_OR_RETURN(const BlockPartition partition, selector.Partition(num_tokens));
-  const std::span<const int32_t> blocks = batch.blocks(seq);
-  const std::span<const int32_t> candidates =
-      blocks.subspan(partition.sink_end, partition.num_candidates());
-  host_bounds_.resize(static_cast<size_t>(num_heads_) * candidates.size());
-  if (!candidates.empty()) {
-    backend_.CopyToDevice(ids_.data(), candidates.data(), candidates.size_bytes());
-    backend_.ScoreBlocks(q_row, num_heads_, layout_,
-                         summaries_[static_cast<size_t>(layer)].as<float>(), ids_.as<int32_t>(),
-                         static_cast<int32_t>(candidates.size()), bounds_.as<float>());
-    PULSE_RETURN_IF_ERROR(backend_.CopyToHost(host_bounds_.data(), bounds_.data(),
-                                              host_bounds_.size() * sizeof(float)));
+  const BlockPartition& partition = row.partition;
+  const auto count = static_cast<size_t>(partition.num_candidates());
+  const size_t total = host_bounds_.size() / static_cast<size_t>(num_heads_);
+  std::vector<float> bounds(static_cast<size_t>(num_heads_) * count);
+  for (size_t h = 0; h < static_cast<size_t>(num_heads_); ++h) {
+    const auto from =
+        host_bounds_.begin() +
+        static_cast<std::ptrdiff_t>(h * total + static_cast<size_t>(row.first_candidate));
+    std::copy(from, from + static_cast<std::ptrdiff_t>(count), bounds.begin() + h * count);
   }
-  PULSE_ASSIGN_OR_RETURN(const BlockSelection selection, selector.Select(num_tokens, host_bounds_));
+  const int32_t num_tokens = batch.kv_lens()[seq];
+  PULSE_ASSIGN_OR_RETURN(const BlockSelection selection, selector.Select(num_tokens, bounds));
 
+  const std::span<const int32_t> blocks = batch.blocks(seq);
   SparseAttentionStats step;
   tables.assign(static_cast<size_t>(selection.num_sets), {});
   for (int32_t k = 0; k < selection.num_sets; ++k) {
     std::vector<int32_t> picked;
     for (const int32_t logical : selection.set(k)) {
-      tables[k].push_back(blocks[logical]);
-      if (logical >= partition.sink_end && logical < partition.window_begin) {
-        picked.push_back(blocks[logical]);
+      int32_t device = blocks[static_cast<size_t>(logical)];
+      const bool candidate = logical >= partition.sink_end && logical < partition.window_begin;
+      if (candidate) {
+        picked.push_back(SummaryId(batch, seq, logical));
+        if (device < 0) {
+          const float score = selection.scores[static_cast<size_t>(k) * count +
+                                               static_cast<size_t>(logical - partition.sink_end)];
+          PULSE_ASSIGN_OR_RETURN(
+              device,
+              offloaded_->Resolve(layer, k, batch.host_blocks(seq)[static_cast<size_t>(logical)],
+                                  sparse.key, score));
+        }
+      } else if (device < 0) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "block %d of sequence %d is a sink or window block, but it is not resident", logical,
+            seq));
       }
+      tables[static_cast<size_t>(k)].push_back(device);
     }
     std::sort(picked.begin(), picked.end());
     std::vector<int32_t>& before = previous_[{sparse.key, layer * selection.num_sets + k}];
@@ -119,7 +190,7 @@ absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, int3
     before = std::move(picked);
   }
   step.selections = selection.num_sets;
-  step.candidate_blocks = static_cast<int64_t>(candidates.size()) * selection.num_sets;
+  step.candidate_blocks = static_cast<int64_t>(count) * selection.num_sets;
   step.attended_tokens = partition.selected_tokens;
   step.context_tokens = num_tokens;
   for (SparseAttentionStats* totals : {&stats_, &key_stats_[sparse.key]}) {
@@ -140,16 +211,22 @@ absl::Status SparseAttention::Attend(int32_t layer, const StepBatch& batch, void
   const int32_t num_seqs = batch.num_seqs();
   std::vector<std::vector<std::vector<int32_t>>> tables(static_cast<size_t>(num_seqs));
   std::vector<int32_t> lengths(static_cast<size_t>(num_seqs));
+  std::vector<RowSelection> rows;
+  PULSE_RETURN_IF_ERROR(Score(layer, batch, q, q_stride, rows));
+  std::vector<bool> sparse_row(static_cast<size_t>(num_seqs), false);
+  bool recalls = false;
+  for (const RowSelection& row : rows) {
+    const auto s = static_cast<size_t>(row.seq);
+    PULSE_RETURN_IF_ERROR(Select(layer, batch, row, tables[s], lengths[s]));
+    sparse_row[s] = true;
+    recalls |= batch.offloaded(row.seq);
+  }
+  if (recalls) PULSE_RETURN_IF_ERROR(offloaded_->Recall(layer));
   for (int32_t s = 0; s < num_seqs; ++s) {
-    const int32_t first_row = batch.q_offsets()[s];
-    if (batch.sparse(s) && batch.q_offsets()[s + 1] - first_row == 1) {
-      PULSE_RETURN_IF_ERROR(
-          Select(layer, batch, s, q + first_row * q_stride, tables[s], lengths[s]));
-    } else {
-      const std::span<const int32_t> blocks = batch.blocks(s);
-      tables[s] = {std::vector<int32_t>(blocks.begin(), blocks.end())};
-      lengths[s] = batch.kv_lens()[s];
-    }
+    if (sparse_row[static_cast<size_t>(s)]) continue;
+    const std::span<const int32_t> blocks = batch.blocks(s);
+    tables[s] = {std::vector<int32_t>(blocks.begin(), blocks.end())};
+    lengths[s] = batch.kv_lens()[s];
   }
 
   // Runs of consecutive sequences with one table a sequence, or one a KV head (head-wise).

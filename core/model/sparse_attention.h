@@ -1,14 +1,19 @@
 // Sparse decode attention (DESIGN.md, "one decode step as data"): for every sequence of a step
 // that has a SparseSelection and one new token, each layer's query attends only to the blocks the
 // selector picks - the attention-sink blocks, the recent window, and the full blocks whose Quest
-// summaries bound q.k highest, within a token budget. Summaries are kept per layer and block id,
-// written when the step that fills a block runs. Sequences without a selection, and prompt
-// chunks, attend to every block as before; with a budget that covers the context the selection
-// is every block, so the result is the dense one bit for bit.
+// summaries bound q.k highest, within a token budget. Summaries are kept per layer for every
+// block of the KvCache and every block of the host tier, written when the step that fills a block
+// runs. Sequences without a selection, and prompt chunks, attend to every block as before; with a
+// budget that covers the context the selection is every block, so the result is the dense one bit
+// for bit.
 //
-// Selection runs on the host: scores are computed by the backend (Backend::ScoreBlocks) and
-// copied back, so it costs one small device-to-host copy a sparse row and layer. Not
-// thread-safe; the ModelRunner's step serializes it.
+// An offloaded sequence's picked blocks that are not resident in the dense pool are resolved
+// through OffloadedKv (recalled into device slots when they miss), and its filled blocks are
+// written back to the host tier.
+//
+// Selection runs on the host: one ScoreBlocks a layer scores every candidate of every sparse row,
+// and one small device-to-host copy brings the bounds back. Not thread-safe; the ModelRunner's
+// step serializes it.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/backend/backend.h"
 #include "core/base/status.h"
+#include "core/model/offloaded_kv.h"
 #include "core/model/step_batch.h"
 
 namespace pulse {
@@ -37,21 +43,24 @@ class SparseAttention {
  public:
   // Scratch for `num_layers` layers of caches of `num_blocks` blocks of `layout`, steps of up to
   // `max_seqs` sequences with block tables of up to `max_blocks_per_seq`, and `num_heads` query
-  // heads.
+  // heads. `offloaded` (may be null: no sequence may be offloaded) must outlive this object.
   static absl::StatusOr<std::unique_ptr<SparseAttention>> Create(
       Backend& backend, const PagedKvLayout& layout, int32_t num_layers, int32_t num_blocks,
-      int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq);
+      int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq, OffloadedKv* offloaded);
 
   // Takes note of the blocks this step fills (of sparse sequences), whose summaries Summarize
-  // then writes in every layer.
-  void Prepare(const StepBatch& batch);
-  // After the layer's KV append: the summaries of the blocks the step filled.
-  void Summarize(int32_t layer, const void* layer_blocks);
+  // then writes in every layer. InvalidArgument for an offloaded sequence whose selection does
+  // not fit the offloaded KV (none, or another mode).
+  absl::Status Prepare(const StepBatch& batch);
+  // After the layer's KV append: the summaries of the blocks the step filled, and the write-back
+  // of the offloaded ones.
+  absl::Status Summarize(int32_t layer, const void* layer_blocks);
   // Whether the step has a row that attends sparsely.
   bool Applies(const StepBatch& batch) const;
   // The layer's attention for the whole step: `q` rows as the batch describes (stride
   // q_stride), `out` rows of out_row_bytes. InvalidArgument from the selector for options that
-  // do not fit the model.
+  // do not fit the model, FailedPrecondition for a block the selection always includes that is
+  // not resident, ResourceExhausted when the device tier cannot hold the step's selection.
   absl::Status Attend(int32_t layer, const StepBatch& batch, void* layer_blocks, const float* q,
                       int64_t q_stride, float scale, void* out, int64_t out_row_bytes);
 
@@ -76,24 +85,41 @@ class SparseAttention {
     size_t q_offsets = 0;
   };
 
-  SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_heads,
-                  int32_t max_blocks_per_seq, std::vector<DeviceBuffer> summaries, DeviceBuffer ids,
-                  DeviceBuffer bounds, DeviceBuffer inputs, DeviceBuffer filled);
-  // The blocks sequence `seq` attends to in `layer`: one list (or one a KV head when the
-  // sequence is head-wise) of physical blocks, and the tokens they hold.
-  absl::Status Select(int32_t layer, const StepBatch& batch, int32_t seq, const float* q_row,
+  // One sparse decode row's selection in the current layer.
+  struct RowSelection {
+    int32_t seq = 0;
+    int32_t first_candidate = 0;  // its candidates' column in the layer's bounds
+    BlockPartition partition;
+  };
+
+  SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_blocks,
+                  int32_t num_heads, std::vector<DeviceBuffer> summaries, DeviceBuffer score_inputs,
+                  DeviceBuffer bounds, DeviceBuffer inputs, DeviceBuffer filled,
+                  OffloadedKv* offloaded);
+  // The summary of logical block `logical` of sequence `seq`: its device block's, or its host
+  // block's after the device blocks when the sequence is offloaded.
+  int32_t SummaryId(const StepBatch& batch, int32_t seq, int32_t logical) const;
+  // Scores the candidates of every sparse decode row of the step in one call; `rows` gets them.
+  absl::Status Score(int32_t layer, const StepBatch& batch, const float* q, int64_t q_stride,
+                     std::vector<RowSelection>& rows);
+  // The blocks `row` attends to in `layer`: one list (or one a KV head when the sequence is
+  // head-wise) of device blocks, and the tokens they hold.
+  absl::Status Select(int32_t layer, const StepBatch& batch, const RowSelection& row,
                       std::vector<std::vector<int32_t>>& tables, int32_t& kv_len);
 
   Backend& backend_;
   const PagedKvLayout layout_;
+  const int32_t num_blocks_;
   const int32_t num_heads_;
-  const int32_t max_blocks_per_seq_;
-  std::vector<DeviceBuffer> summaries_;  // a layer: [num_blocks][summary elements] fp32
-  DeviceBuffer ids_;                     // int32 [max_blocks_per_seq]: blocks to score
-  DeviceBuffer bounds_;                  // [num_heads][max_blocks_per_seq]
-  DeviceBuffer inputs_;                  // int32: the runs' tables, lengths and offsets
-  DeviceBuffer filled_;                  // int32: the blocks the step fills
+  // A layer: [num_blocks + host blocks][summary elements] fp32.
+  std::vector<DeviceBuffer> summaries_;
+  DeviceBuffer score_inputs_;  // int32 [2][max candidates]: summary ids, then query rows
+  DeviceBuffer bounds_;        // [num_heads][max candidates]
+  DeviceBuffer inputs_;        // int32: the runs' tables, lengths and offsets
+  DeviceBuffer filled_;        // int32 [2][max filled]: blocks the step fills, their summary ids
+  OffloadedKv* const offloaded_;
   int32_t filled_count_ = 0;
+  std::vector<BlockWriteBack> writebacks_;  // the filled blocks of offloaded sequences
   std::vector<int32_t> staging_;
   std::vector<float> host_bounds_;
   // (key, layer * sets + set) -> the blocks picked the step before, sorted.

@@ -6,7 +6,8 @@ namespace pulse {
 
 void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_position,
                             std::span<const int32_t> blocks, LogitRows logits,
-                            const std::optional<SparseSelection>& sparse) {
+                            const std::optional<SparseSelection>& sparse,
+                            std::span<const int32_t> host_blocks) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (logits == LogitRows::kAll) logit_rows_.push_back(num_tokens());
     tokens_.push_back(tokens[i]);
@@ -16,6 +17,8 @@ void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_posit
   q_offsets_.push_back(num_tokens());
   block_ids_.insert(block_ids_.end(), blocks.begin(), blocks.end());
   block_offsets_.push_back(static_cast<int32_t>(block_ids_.size()));
+  host_ids_.insert(host_ids_.end(), host_blocks.begin(), host_blocks.end());
+  host_offsets_.push_back(static_cast<int32_t>(host_ids_.size()));
   max_blocks_per_seq_ = std::max(max_blocks_per_seq_, static_cast<int32_t>(blocks.size()));
   if (logits == LogitRows::kLast && !tokens.empty()) logit_rows_.push_back(num_tokens() - 1);
   sparse_.push_back(sparse);
@@ -29,6 +32,8 @@ void StepBatch::Clear() {
   q_offsets_.assign(1, 0);
   block_ids_.clear();
   block_offsets_.assign(1, 0);
+  host_ids_.clear();
+  host_offsets_.assign(1, 0);
   logit_rows_.clear();
   sparse_.clear();
   has_sparse_ = false;
@@ -39,6 +44,12 @@ std::span<const int32_t> StepBatch::blocks(int32_t seq) const {
   const auto begin = static_cast<size_t>(block_offsets_[static_cast<size_t>(seq)]);
   const auto end = static_cast<size_t>(block_offsets_[static_cast<size_t>(seq) + 1]);
   return std::span<const int32_t>(block_ids_).subspan(begin, end - begin);
+}
+
+std::span<const int32_t> StepBatch::host_blocks(int32_t seq) const {
+  const auto begin = static_cast<size_t>(host_offsets_[static_cast<size_t>(seq)]);
+  const auto end = static_cast<size_t>(host_offsets_[static_cast<size_t>(seq) + 1]);
+  return std::span<const int32_t>(host_ids_).subspan(begin, end - begin);
 }
 
 }  // namespace pulse

@@ -30,9 +30,17 @@ class StepBatch {
   // logical order and must cover every position through the last new one.
   // `logits` says which new tokens' logits are computed (rows in the order tokens were added):
   // none, the last (to sample the next token), or all (to score a text).
+  //
+  // An offloaded sequence (one with a sparse selection and `host_blocks`) has a host-tier block
+  // for each logical block (host_blocks.size() == blocks.size()): each full block is written
+  // back there once, in the step that fills it. Its device `blocks` may then be -1 for blocks
+  // that are not resident (in the host tier only), except for the blocks its selection always
+  // includes (sinks and window) and those the new tokens are written to; a step that attends
+  // densely (a prompt chunk) needs every block resident.
   void AddSequence(std::span<const int32_t> tokens, int32_t start_position,
                    std::span<const int32_t> blocks, LogitRows logits,
-                   const std::optional<SparseSelection>& sparse = std::nullopt);
+                   const std::optional<SparseSelection>& sparse = std::nullopt,
+                   std::span<const int32_t> host_blocks = {});
   void Clear();
 
   int32_t num_seqs() const { return static_cast<int32_t>(kv_lens_.size()); }
@@ -46,8 +54,10 @@ class StepBatch {
   std::span<const int32_t> kv_lens() const { return kv_lens_; }      // [num_seqs]
   std::span<const int32_t> q_offsets() const { return q_offsets_; }  // [num_seqs + 1]
   std::span<const int32_t> logit_rows() const { return logit_rows_; }
-  // Sequence s's blocks.
+  // Sequence s's blocks, and its host-tier blocks (empty when it is not offloaded).
   std::span<const int32_t> blocks(int32_t seq) const;
+  std::span<const int32_t> host_blocks(int32_t seq) const;
+  bool offloaded(int32_t seq) const { return !host_blocks(seq).empty(); }
   // Sequence s's sparse selection, if it has one (it applies when s has one new token).
   const std::optional<SparseSelection>& sparse(int32_t seq) const {
     return sparse_[static_cast<size_t>(seq)];
@@ -61,6 +71,8 @@ class StepBatch {
   std::vector<int32_t> q_offsets_ = {0};
   std::vector<int32_t> block_ids_;
   std::vector<int32_t> block_offsets_ = {0};  // sequence s: block_ids_[offsets[s], offsets[s+1])
+  std::vector<int32_t> host_ids_;
+  std::vector<int32_t> host_offsets_ = {0};
   std::vector<int32_t> logit_rows_;
   std::vector<std::optional<SparseSelection>> sparse_;  // [num_seqs]
   bool has_sparse_ = false;

@@ -53,7 +53,7 @@ struct EngineOptions {
   // layer, only to the blocks these options select (core/kv/block_selector.h); prompt chunks stay
   // dense. Empty (the default): dense attention. The blocks all stay in the one KV cache for
   // now: the host tier and recall of the unselected blocks are not wired in yet.
-  std::optional<SelectionOptions> sparse_attention;
+  std::optional<SelectionOptions> sparse_attention = std::nullopt;
 
   absl::Status Validate() const;
 };

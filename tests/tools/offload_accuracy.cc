@@ -4,6 +4,7 @@
 //
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
 //       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128]
+//       [--block 32]
 //       [--out FILE.jsonl]
 //
 // The text is tokenized with the model's tokenizer and cut into windows of each size, spread
@@ -42,8 +43,8 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
     "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128] "
+    "[--block 32] "
     "[--out FILE.jsonl]";
-constexpr int32_t kBlockTokens = 32;
 
 struct Args {
   std::string model;
@@ -54,6 +55,7 @@ struct Args {
   std::vector<int32_t> budgets = {256, 512, 1024, 2048};
   int32_t sink = 32;
   int32_t window = 128;
+  int32_t block = 32;
   std::string out;
 };
 
@@ -92,6 +94,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &args.sink) && args.sink >= 0;
     } else if (flag == "--window") {
       ok = absl::SimpleAtoi(value, &args.window) && args.window >= 0;
+    } else if (flag == "--block") {
+      ok = absl::SimpleAtoi(value, &args.block) && args.block > 0;
     } else if (flag == "--out") {
       args.out = std::string(value);
     } else {
@@ -157,9 +161,10 @@ int32_t Argmax(std::span<const float> logits) {
 absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window, int32_t eval,
                             std::vector<Config>& configs) {
   const int32_t size = static_cast<int32_t>(window.size());
-  const int32_t context = (size - eval - 1) / kBlockTokens * kBlockTokens;
-  const int32_t shared_blocks = context / kBlockTokens;
-  const int32_t own_blocks = (size - context) / kBlockTokens + 1;
+  const int32_t block_tokens = runner.cache().layout().block_tokens;
+  const int32_t context = (size - eval - 1) / block_tokens * block_tokens;
+  const int32_t shared_blocks = context / block_tokens;
+  const int32_t own_blocks = (size - context) / block_tokens + 1;
   std::vector<std::vector<int32_t>> tables;
   for (size_t c = 0; c < configs.size(); ++c) {
     std::vector<int32_t> table(shared_blocks);
@@ -219,10 +224,11 @@ absl::Status Run(const Args& args) {
           config.max_position, tokens.size()));
     }
     std::vector<Config> configs = Configs(args);
-    const int32_t own_blocks = (args.eval + 1 + kBlockTokens) / kBlockTokens + 1;
+    const int32_t block_tokens = args.block;
+    const int32_t own_blocks = (args.eval + 1 + block_tokens) / block_tokens + 1;
     const int32_t num_blocks =
-        size / kBlockTokens + static_cast<int32_t>(configs.size()) * (own_blocks + 1);
-    const PagedKvLayout layout{.block_tokens = kBlockTokens,
+        size / block_tokens + static_cast<int32_t>(configs.size()) * (own_blocks + 1);
+    const PagedKvLayout layout{.block_tokens = block_tokens,
                                .num_kv_heads = config.num_kv_heads,
                                .head_dim = config.head_dim,
                                .type = model->backend().kv_type()};
@@ -233,7 +239,7 @@ absl::Status Run(const Args& args) {
                            ModelRunner::Create(model, std::move(cache),
                                                {.max_step_tokens = std::max(size, rows),
                                                 .max_seqs = rows,
-                                                .max_blocks_per_seq = size / kBlockTokens + 2,
+                                                .max_blocks_per_seq = size / block_tokens + 2,
                                                 .max_logit_rows = rows}));
     const int64_t stride = (static_cast<int64_t>(tokens.size()) - size) / args.per_window;
     for (int32_t w = 0; w < args.per_window; ++w) {
@@ -261,12 +267,14 @@ absl::Status Run(const Args& args) {
                      "{\"bench\": \"accuracy\", \"model\": \"%s\", \"mode\": \"%s\", "
                      "\"aggregate\": %s, \"budget\": %s, \"window_tokens\": %d, \"windows\": %d, "
                      "\"eval_tokens\": %d, \"sink_tokens\": %d, \"recent_window_tokens\": %d, "
+                     "\"block_tokens\": %d, "
                      "\"ppl\": %.6f, \"ppl_dense\": %.6f, \"agreement\": %.6f, \"reuse\": %.6f, "
                      "\"attended_fraction\": %.6f}\n",
-                     args.model.substr(args.model.find_last_of('/') + 1), c.mode,
-                     c.aggregate.empty() ? "null" : absl::StrCat("\"", c.aggregate, "\""),
-                     c.budget == 0 ? "null" : std::to_string(c.budget), size, args.per_window,
-                     args.eval, args.sink, args.window, ppl, dense_ppl, agreement, reuse, attended);
+                     args.model.substr(args.model.find_last_of('/') + 1).c_str(), c.mode.c_str(),
+                     c.aggregate.empty() ? "null" : absl::StrCat("\"", c.aggregate, "\"").c_str(),
+                     c.budget == 0 ? "null" : std::to_string(c.budget).c_str(), size,
+                     args.per_window, args.eval, args.sink, args.window, args.block, ppl, dense_ppl,
+                     agreement, reuse, attended);
         std::fflush(out);
       }
     }

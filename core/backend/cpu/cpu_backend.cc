@@ -189,25 +189,33 @@ class CpuBackend final : public Backend {
     cpu::GatherRows(static_cast<const float*>(x), cols, rows, count, static_cast<float*>(out));
   }
   void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout, const int32_t* block_ids,
-                       int32_t count, float* summaries) override {
+                       const int32_t* summary_ids, int32_t count, float* summaries) override {
     const int64_t elems = cpu::BlockSummaryElems(layout);
     const auto* data = static_cast<const float*>(blocks);
     for (int32_t i = 0; i < count; ++i) {
       Record(cpu::SummarizeBlock(
           layout,
           std::span<const float>(data + block_ids[i] * layout.block_elems(), layout.block_elems()),
-          layout.block_tokens, std::span<float>(summaries + block_ids[i] * elems, elems)));
+          layout.block_tokens, std::span<float>(summaries + summary_ids[i] * elems, elems)));
     }
   }
-  void ScoreBlocks(const float* q, int32_t num_heads, const PagedKvLayout& layout,
-                   const float* summaries, const int32_t* block_ids, int32_t count,
-                   float* bounds) override {
-    const std::span<const int32_t> ids(block_ids, count);
-    const int32_t blocks = ids.empty() ? 0 : *std::max_element(ids.begin(), ids.end()) + 1;
-    Record(
-        cpu::ScoreBlocks(layout, std::span<const float>(q, int64_t{num_heads} * layout.head_dim),
-                         std::span<const float>(summaries, blocks * cpu::BlockSummaryElems(layout)),
-                         ids, std::span<float>(bounds, int64_t{num_heads} * count)));
+  void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,
+                   const float* summaries, const int32_t* summary_ids, const int32_t* query_rows,
+                   int32_t count, float* bounds) override {
+    const int64_t elems = cpu::BlockSummaryElems(layout);
+    const int32_t dim = layout.head_dim;
+    const int32_t group = num_heads / layout.num_kv_heads;
+    pool_.ParallelFor(count, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float* row = q + query_rows[i] * q_stride;
+        const float* summary = summaries + summary_ids[i] * elems;
+        for (int32_t h = 0; h < num_heads; ++h) {
+          bounds[h * int64_t{count} + i] = cpu::KeyDotUpperBound(
+              std::span<const float>(row + int64_t{h} * dim, dim),
+              std::span<const float>(summary + int64_t{h / group} * 2 * dim, 2 * int64_t{dim}));
+        }
+      }
+    });
   }
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {

@@ -296,12 +296,12 @@ class CudaBackend final : public Backend {
     Record(cuda::LaunchGatherRows(x, cols, rows, count, out, stream_), "GatherRows");
   }
 
-  void SummarizeBlocks(const void*, const PagedKvLayout&, const int32_t*, int32_t,
+  void SummarizeBlocks(const void*, const PagedKvLayout&, const int32_t*, const int32_t*, int32_t,
                        float*) override {
     Unbuilt("SummarizeBlocks");
   }
-  void ScoreBlocks(const float*, int32_t, const PagedKvLayout&, const float*, const int32_t*,
-                   int32_t, float*) override {
+  void ScoreBlocks(const float*, int64_t, int32_t, const PagedKvLayout&, const float*,
+                   const int32_t*, const int32_t*, int32_t, float*) override {
     Unbuilt("ScoreBlocks");
   }
 
