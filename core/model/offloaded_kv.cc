@@ -130,6 +130,7 @@ absl::StatusOr<int32_t> OffloadedKv::Resolve(int32_t layer, int32_t set, int32_t
           layer, cache.num_slots(), grant.status().message()));
     }
     slot = grant->slot;
+    pending_.push_back({layer, set, host_block});
     const int64_t block_bytes = layout_.block_bytes();
     AddChunks(host_[static_cast<size_t>(layer)].as<char>() + host_block * block_bytes,
               device_[static_cast<size_t>(layer)] + (first_slot_ + *slot) * block_bytes, set,
@@ -159,6 +160,7 @@ absl::Status OffloadedKv::Recall(int32_t layer) {
     stats_.recall_bytes += static_cast<int64_t>(chunk.bytes);
   }
   recall_chunks_.clear();
+  pending_.clear();
   return absl::OkStatus();
 }
 
@@ -178,6 +180,11 @@ absl::Status OffloadedKv::EndStep() {
     events.recalled = false;
     for (DeviceSlotCache& cache : caches_[layer]) cache.EndStep();
   }
+  for (const Pending& block : pending_) {
+    status.Update(caches_[static_cast<size_t>(block.layer)][static_cast<size_t>(block.set)].Forget(
+        block.host_block));
+  }
+  pending_.clear();
   recall_chunks_.clear();
   return status;
 }

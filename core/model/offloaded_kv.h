@@ -81,7 +81,8 @@ class OffloadedKv {
   // Enqueues the misses Resolve queued for `layer` as one plan; compute enqueued afterwards
   // waits for it.
   absl::Status Recall(int32_t layer);
-  // Ends the step: waits for its write-backs, adds its recall time, frees the slots it read.
+  // Ends the step: waits for its write-backs, adds its recall time, frees the slots it read, and
+  // forgets the blocks a failed step acquired slots for but never recalled.
   absl::Status EndStep();
   // Frees the slots of sequence `key`'s blocks (it ended; its host blocks may be reused).
   absl::Status Forget(uint64_t key);
@@ -114,6 +115,14 @@ class OffloadedKv {
   std::vector<std::vector<DeviceSlotCache>> caches_;  // [layers][sets]
   std::vector<LayerEvents> events_;                   // [layers]
   std::vector<CopyChunk> recall_chunks_;              // the layer being resolved
+  // (layer, set, host block) acquired by Resolve whose recall is not enqueued yet: forgotten at
+  // EndStep when the step was abandoned, so no slot claims a block it never received.
+  struct Pending {
+    int32_t layer = 0;
+    int32_t set = 0;
+    int32_t host_block = 0;
+  };
+  std::vector<Pending> pending_;
   std::vector<CopyChunk> writeback_chunks_;
   OffloadStats stats_;
 };
