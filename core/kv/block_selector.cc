@@ -96,26 +96,30 @@ absl::StatusOr<BlockSelector> BlockSelector::Create(const PagedKvLayout& layout,
   return BlockSelector(layout, num_query_heads, options, logit_scale);
 }
 
+BlockPartition PartitionBlocks(int32_t num_tokens, int32_t block_tokens,
+                               const SelectionOptions& options) {
+  BlockPartition partition;
+  partition.num_blocks = BlocksForTokens(num_tokens, block_tokens);
+  partition.sink_end =
+      std::min(BlocksForTokens(options.sink_tokens, block_tokens), partition.num_blocks);
+  // With no window this is the partial tail block, or num_blocks when there is none.
+  const int32_t window_begin = std::max(num_tokens - options.window_tokens, 0) / block_tokens;
+  partition.window_begin = std::max(window_begin, partition.sink_end);
+  const int32_t forced_tokens =
+      TokensInBlocks(0, partition.sink_end, block_tokens, num_tokens) +
+      TokensInBlocks(partition.window_begin, partition.num_blocks, block_tokens, num_tokens);
+  const int32_t room = std::max(options.budget_tokens - forced_tokens, 0);
+  partition.picks = std::min(room / block_tokens, partition.num_candidates());
+  partition.selected_tokens = forced_tokens + partition.picks * block_tokens;
+  return partition;
+}
+
 absl::StatusOr<BlockPartition> BlockSelector::Partition(int32_t num_tokens) const {
   if (num_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("block selection over %d tokens", num_tokens));
   }
-  const int32_t block_tokens = layout_.block_tokens;
-  BlockPartition partition;
-  partition.num_blocks = BlocksForTokens(num_tokens, block_tokens);
-  partition.sink_end =
-      std::min(BlocksForTokens(options_.sink_tokens, block_tokens), partition.num_blocks);
-  // With no window this is the partial tail block, or num_blocks when there is none.
-  const int32_t window_begin = std::max(num_tokens - options_.window_tokens, 0) / block_tokens;
-  partition.window_begin = std::max(window_begin, partition.sink_end);
-  const int32_t forced_tokens =
-      TokensInBlocks(0, partition.sink_end, block_tokens, num_tokens) +
-      TokensInBlocks(partition.window_begin, partition.num_blocks, block_tokens, num_tokens);
-  const int32_t room = std::max(options_.budget_tokens - forced_tokens, 0);
-  partition.picks = std::min(room / block_tokens, partition.num_candidates());
-  partition.selected_tokens = forced_tokens + partition.picks * block_tokens;
-  return partition;
+  return PartitionBlocks(num_tokens, layout_.block_tokens, options_);
 }
 
 absl::StatusOr<BlockSelection> BlockSelector::Select(int32_t num_tokens,

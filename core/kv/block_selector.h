@@ -64,6 +64,12 @@ struct BlockPartition {
   int32_t blocks_per_set() const { return sink_end + picks + (num_blocks - window_begin); }
 };
 
+// BlockSelector::Partition for blocks of `block_tokens` tokens and `options`, which must be
+// valid (as BlockSelector::Create checks), and num_tokens >= 0. The engine keeps a sequence's
+// sinks and window resident by it.
+BlockPartition PartitionBlocks(int32_t num_tokens, int32_t block_tokens,
+                               const SelectionOptions& options);
+
 // The blocks one step attends to: one set (solohead) or one per KV head (headwise) of
 // partition.blocks_per_set() increasing logical blocks each, and the score each set gave each
 // candidate (for score-aware eviction).
