@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend/bf16.h"
+#include "core/backend/cuda/block_summary_kernels.h"
 #include "core/backend/cuda/copy_engine.h"
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/handles.h"
@@ -296,13 +297,22 @@ class CudaBackend final : public Backend {
     Record(cuda::LaunchGatherRows(x, cols, rows, count, out, stream_), "GatherRows");
   }
 
-  void SummarizeBlocks(const void*, const PagedKvLayout&, const int32_t*, const int32_t*, int32_t,
-                       float*) override {
-    Unbuilt("SummarizeBlocks");
+  void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout, const int32_t* block_ids,
+                       const int32_t* summary_ids, int32_t count, float* summaries) override {
+    absl::MutexLock lock(&mu_);
+    if (!CheckSummaries(layout, layout.num_kv_heads, count, "SummarizeBlocks")) return;
+    Record(cuda::LaunchSummarizeBlocks(blocks, layout, block_ids, summary_ids, count, summaries,
+                                       stream_),
+           "SummarizeBlocks");
   }
-  void ScoreBlocks(const float*, int64_t, int32_t, const PagedKvLayout&, const float*,
-                   const int32_t*, const int32_t*, int32_t, float*) override {
-    Unbuilt("ScoreBlocks");
+  void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,
+                   const float* summaries, const int32_t* summary_ids, const int32_t* query_rows,
+                   int32_t count, float* bounds) override {
+    absl::MutexLock lock(&mu_);
+    if (!CheckSummaries(layout, num_heads, count, "ScoreBlocks")) return;
+    Record(cuda::LaunchScoreBlocks(q, q_stride, num_heads, layout, summaries, summary_ids,
+                                   query_rows, count, bounds, stream_),
+           "ScoreBlocks");
   }
 
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
@@ -376,13 +386,23 @@ class CudaBackend final : public Backend {
     if (error != cudaSuccess && error_.ok()) error_ = cuda::CudaStatus(error, what);
   }
 
-  // An op the CUDA backend has no kernel for yet (sparse selection runs on the CPU backend only).
-  void Unbuilt(std::string_view op) {
-    absl::MutexLock lock(&mu_);
-    if (error_.ok()) {
-      error_ = absl::UnimplementedError(
-          absl::StrFormat("CUDA backend: %s has no kernel yet (sparse selection: CPU only)", op));
+  // Whether the block-summary ops can run `num_heads` query heads over a bf16 cache of `layout`
+  // for `count` blocks; false (recorded) when they cannot.
+  bool CheckSummaries(const PagedKvLayout& layout, int32_t num_heads, int32_t count,
+                      std::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status status;
+    if (layout.type != DType::kBF16) {
+      status = absl::UnimplementedError(
+          absl::StrFormat("CUDA backend: %s of a %s KV cache", op, DTypeName(layout.type)));
+    } else if (layout.block_tokens < 1 || layout.num_kv_heads < 1 || layout.head_dim < 1 ||
+               num_heads < 1 || num_heads % layout.num_kv_heads != 0 || count < 0) {
+      status = absl::InvalidArgumentError(absl::StrFormat(
+          "CUDA backend: %s of %d blocks of %d tokens x %d KV heads x %d dims, %d query heads", op,
+          count, layout.block_tokens, layout.num_kv_heads, layout.head_dim, num_heads));
     }
+    if (status.ok()) return true;
+    if (error_.ok()) error_ = status;
+    return false;
   }
 
   bool CheckBf16(const MatrixView& w, std::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -1,0 +1,317 @@
+// Quest block summaries for sparse decode attention: SummarizeBlocks (per KV head, the channel
+// minimum and maximum of a block's bf16 keys) and ScoreBlocks (every query head's upper bound of
+// q.k over a candidate block's summary). The CPU reference is core/backend/cpu/block_summary.cc.
+//
+// Both are memory bound; their floors at the H200's HBM bandwidth (4.8 TB/s nominal, ~4 TB/s
+// measured), for Llama-3.1-8B (8 KV heads, 32 query heads, head_dim 128, 32-token blocks):
+//  - SummarizeBlocks reads each block's keys once and writes its fp32 summary:
+//    num_kv_heads * (block_tokens * head_dim * 2 + 2 * head_dim * 4) bytes a block, here
+//    64 KiB + 8 KiB = 72 KiB, 18 ns a block at 4 TB/s; 512 blocks (a prompt chunk of 16K tokens)
+//    37.7 MB, 9.4 us a layer. A decode step fills a few blocks a layer: launch latency then.
+//  - ScoreBlocks reads each candidate's summary once (2 * num_kv_heads * head_dim floats, 8 KiB)
+//    and writes its num_heads bounds (128 B); the q rows (16 KiB each) are few and stay in cache.
+//    8 rows x 512 candidates: 33.6 MB of summaries + 0.5 MB of bounds + 0.1 MB of q, 8.6 us a
+//    layer at 4 TB/s (7.1 us at 4.8 TB/s), 0.27 ms a step over 32 layers.
+// Compute is well below either: a key row costs two fminf/fmaxf a channel; a bound costs a
+// select and an FMA a channel, and one summary serves its group's query heads from registers.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "core/backend/cuda/block_summary_kernels.h"
+#include "core/backend/cuda/device_math.cuh"
+
+namespace pulse::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / kWarp;
+
+__device__ __forceinline__ float NaN() { return __int_as_float(0x7fc00000); }
+
+bool Aligned(const void* pointer, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
+}
+
+bool Positive(const PagedKvLayout& layout) {
+  return layout.block_tokens > 0 && layout.num_kv_heads > 0 && layout.head_dim > 0;
+}
+
+// --- SummarizeBlocks ---------------------------------------------------------------------------
+// A warp summarizes one (block, KV head): its keys are one contiguous [block_tokens][head_dim]
+// bf16 run, read once, coalesced, as vectors of kWidth channels (8: 16-byte loads; 1: any
+// head_dim or alignment). The warp covers up to 32 vectors of a key row at a time: `width` lanes
+// across the row, 32 / width rows at once (head_dim 128: 16 lanes x 2 rows, 512 contiguous bytes
+// a load), kRowUnroll rows a lane in flight; then the rows' lanes merge by shuffles and the first
+// `width` lanes write the minimum and maximum rows.
+constexpr int kRowUnroll = 8;
+
+__device__ __forceinline__ void LoadKeys(const bf16* keys, float (&out)[8]) {
+  Unpack(*reinterpret_cast<const Bf16x8*>(keys), out);
+}
+__device__ __forceinline__ void LoadKeys(const bf16* keys, float (&out)[1]) {
+  out[0] = __bfloat162float(*keys);
+}
+__device__ __forceinline__ void StoreRow(float* out, const float (&values)[8]) {
+  reinterpret_cast<float4*>(out)[0] = make_float4(values[0], values[1], values[2], values[3]);
+  reinterpret_cast<float4*>(out)[1] = make_float4(values[4], values[5], values[6], values[7]);
+}
+__device__ __forceinline__ void StoreRow(float* out, const float (&values)[1]) {
+  out[0] = values[0];
+}
+
+template <int kWidth>
+__global__ void __launch_bounds__(kThreads)
+    SummarizeBlocksKernel(const bf16* __restrict__ blocks, PagedKvLayout layout,
+                          const int32_t* __restrict__ block_ids,
+                          const int32_t* __restrict__ summary_ids, int64_t tasks,
+                          float* __restrict__ summaries) {
+  const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (task >= tasks) return;  // the whole warp
+  const int lane = threadIdx.x % kWarp;
+  const int32_t i = static_cast<int32_t>(task / layout.num_kv_heads);
+  const int32_t head = static_cast<int32_t>(task % layout.num_kv_heads);
+  const int32_t dim = layout.head_dim;
+  const int32_t tokens = layout.block_tokens;
+  const bf16* keys = blocks + block_ids[i] * layout.block_elems() + head * layout.head_elems();
+  float* out = summaries + summary_ids[i] * (2 * int64_t{layout.num_kv_heads} * dim) +
+               int64_t{2} * head * dim;
+  const int32_t vectors = dim / kWidth;
+  for (int32_t first = 0; first < vectors; first += kWarp) {
+    const int32_t width = min(kWarp, vectors - first);  // vectors of a row this pass
+    const int32_t rows = kWarp / width;                 // rows at once
+    const int32_t column = lane % width;
+    const int32_t row = lane / width;
+    // NaN is the identity of fminf and fmaxf: a channel whose keys are all NaN stays NaN.
+    float lo[kWidth];
+    float hi[kWidth];
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) lo[k] = hi[k] = NaN();
+    if (row < rows) {
+      const bf16* column_keys = keys + (first + column) * kWidth;
+      for (int32_t t = row; t < tokens; t += kRowUnroll * rows) {
+        float values[kRowUnroll][kWidth];
+#pragma unroll
+        for (int u = 0; u < kRowUnroll; ++u) {
+          const int32_t token = t + u * rows;
+          if (token < tokens) {
+            LoadKeys(column_keys + int64_t{token} * dim, values[u]);
+          } else {
+#pragma unroll
+            for (int k = 0; k < kWidth; ++k) values[u][k] = NaN();
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kRowUnroll; ++u) {
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) {
+            lo[k] = fminf(lo[k], values[u][k]);
+            hi[k] = fmaxf(hi[k], values[u][k]);
+          }
+        }
+      }
+    }
+    // Lane `column` (< width) gathers the rows' lanes column + r * width, from copies taken
+    // before any lane merged (a merged lane could hold another column's values when width does
+    // not divide 32); the other lanes' results are not used.
+    float own_lo[kWidth];
+    float own_hi[kWidth];
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      own_lo[k] = lo[k];
+      own_hi[k] = hi[k];
+    }
+    for (int32_t r = 1; r < rows; ++r) {
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        lo[k] = fminf(lo[k], __shfl_sync(0xffffffffu, own_lo[k], lane + r * width));
+        hi[k] = fmaxf(hi[k], __shfl_sync(0xffffffffu, own_hi[k], lane + r * width));
+      }
+    }
+    if (lane < width) {
+      StoreRow(out + (first + column) * kWidth, lo);
+      StoreRow(out + dim + (first + column) * kWidth, hi);
+    }
+  }
+}
+
+// --- ScoreBlocks -------------------------------------------------------------------------------
+// A thread block scores a tile of kScoreTile consecutive candidates for one KV head (grid y):
+// kScoreLanes lanes a candidate, so a warp serves kCandidatesPerWarp candidates. Each candidate's
+// lanes load the KV head's min and max rows once (coalesced float4s, 2 * head_dim floats), keep
+// them in registers and score the group's query heads against them, reading q (a few rows,
+// cached) as float4s; the candidate's partial sums meet by shuffles. The tile's bounds go through
+// shared memory so that each query head's kScoreTile bounds are written as one contiguous run.
+constexpr int kScoreLanes = 8;
+constexpr int kCandidatesPerWarp = kWarp / kScoreLanes;
+constexpr int kScoreTile = kWarpsPerBlock * kCandidatesPerWarp;
+// The largest group the tiled kernel stages in its 48 KiB of shared memory.
+constexpr int32_t kMaxTiledGroup = (48 << 10) / (kScoreTile * static_cast<int>(sizeof(float)));
+
+// acc + max(q * lo, q * hi) for lo <= hi, in one rounding: q's sign picks the larger product.
+// NaN in q, lo or hi gives NaN.
+__device__ __forceinline__ float AddBound(float q, float lo, float hi, float acc) {
+  return fmaf(q, q >= 0.0f ? hi : lo, acc);
+}
+
+// kVectors: float4s of a row each lane holds, at least head_dim / (4 * kScoreLanes).
+template <int kVectors>
+__global__ void __launch_bounds__(kThreads)
+    ScoreBlocksKernel(const float* __restrict__ q, int64_t q_stride, int32_t group,
+                      int32_t num_kv_heads, int32_t head_dim, const float* __restrict__ summaries,
+                      const int32_t* __restrict__ summary_ids,
+                      const int32_t* __restrict__ query_rows, int32_t count,
+                      float* __restrict__ bounds) {
+  extern __shared__ float tile_bounds[];  // [group][kScoreTile]
+  const int32_t kv_head = blockIdx.y;
+  const int lane = threadIdx.x % kWarp;
+  const int part = lane % kScoreLanes;
+  const int slot = threadIdx.x / kWarp * kCandidatesPerWarp + lane / kScoreLanes;
+  const int64_t tile = int64_t{blockIdx.x} * kScoreTile;
+  const int64_t i = tile + slot;
+  const bool active = i < count;  // every lane stays for the shuffles and the barrier
+  const int32_t vectors = head_dim / (4 * kScoreLanes);
+
+  float4 lo[kVectors];
+  float4 hi[kVectors];
+  const float4* q_heads = nullptr;
+  if (active) {
+    const float* summary = summaries + summary_ids[i] * (2 * int64_t{num_kv_heads} * head_dim) +
+                           int64_t{2} * kv_head * head_dim;
+    const float4* lo_row = reinterpret_cast<const float4*>(summary);
+    const float4* hi_row = reinterpret_cast<const float4*>(summary + head_dim);
+#pragma unroll
+    for (int u = 0; u < kVectors; ++u) {
+      if (u < vectors) {
+        lo[u] = lo_row[part + u * kScoreLanes];
+        hi[u] = hi_row[part + u * kScoreLanes];
+      }
+    }
+    q_heads = reinterpret_cast<const float4*>(q + query_rows[i] * q_stride +
+                                              int64_t{kv_head} * group * head_dim);
+  }
+  for (int32_t h = 0; h < group; ++h) {
+    float acc = 0.0f;
+    if (active) {
+      const float4* q_head = q_heads + int64_t{h} * (head_dim / 4);
+#pragma unroll
+      for (int u = 0; u < kVectors; ++u) {
+        if (u < vectors) {
+          const float4 x = q_head[part + u * kScoreLanes];
+          acc = AddBound(x.x, lo[u].x, hi[u].x, acc);
+          acc = AddBound(x.y, lo[u].y, hi[u].y, acc);
+          acc = AddBound(x.z, lo[u].z, hi[u].z, acc);
+          acc = AddBound(x.w, lo[u].w, hi[u].w, acc);
+        }
+      }
+    }
+#pragma unroll
+    for (int offset = kScoreLanes / 2; offset > 0; offset /= 2) {
+      acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    }
+    if (part == 0) tile_bounds[h * kScoreTile + slot] = acc;
+  }
+  __syncthreads();
+  for (int32_t e = threadIdx.x; e < group * kScoreTile; e += kThreads) {
+    const int32_t h = e / kScoreTile;
+    const int32_t c = e % kScoreTile;
+    if (tile + c < count) {
+      bounds[(int64_t{kv_head} * group + h) * count + tile + c] = tile_bounds[e];
+    }
+  }
+}
+
+// Any head_dim, stride or alignment: a warp per (candidate, KV head), scalar loads, one query
+// head at a time.
+__global__ void __launch_bounds__(kThreads) ScoreBlocksScalarKernel(
+    const float* __restrict__ q, int64_t q_stride, int32_t group, int32_t num_kv_heads,
+    int32_t head_dim, const float* __restrict__ summaries, const int32_t* __restrict__ summary_ids,
+    const int32_t* __restrict__ query_rows, int32_t count, float* __restrict__ bounds) {
+  const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (task >= int64_t{count} * num_kv_heads) return;  // the whole warp
+  const int lane = threadIdx.x % kWarp;
+  const int32_t i = static_cast<int32_t>(task / num_kv_heads);
+  const int32_t kv_head = static_cast<int32_t>(task % num_kv_heads);
+  const float* lo = summaries + summary_ids[i] * (2 * int64_t{num_kv_heads} * head_dim) +
+                    int64_t{2} * kv_head * head_dim;
+  const float* hi = lo + head_dim;
+  const float* q_heads = q + query_rows[i] * q_stride + int64_t{kv_head} * group * head_dim;
+  for (int32_t h = 0; h < group; ++h) {
+    const float* q_head = q_heads + int64_t{h} * head_dim;
+    float acc = 0.0f;
+    for (int32_t d = lane; d < head_dim; d += kWarp) acc = AddBound(q_head[d], lo[d], hi[d], acc);
+    acc = WarpSum(acc);
+    if (lane == 0) bounds[(int64_t{kv_head} * group + h) * count + i] = acc;
+  }
+}
+
+template <int kVectors>
+cudaError_t LaunchTiledScore(dim3 grid, size_t shared_bytes, cudaStream_t stream, const float* q,
+                             int64_t q_stride, int32_t group, const PagedKvLayout& layout,
+                             const float* summaries, const int32_t* summary_ids,
+                             const int32_t* query_rows, int32_t count, float* bounds) {
+  ScoreBlocksKernel<kVectors><<<grid, kThreads, shared_bytes, stream>>>(
+      q, q_stride, group, layout.num_kv_heads, layout.head_dim, summaries, summary_ids, query_rows,
+      count, bounds);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
+                                  const int32_t* block_ids, const int32_t* summary_ids,
+                                  int32_t count, float* summaries, cudaStream_t stream) {
+  if (count < 0 || !Positive(layout) || layout.type != DType::kBF16) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  const int64_t tasks = int64_t{count} * layout.num_kv_heads;
+  const int64_t grid = CeilDiv(tasks, kWarpsPerBlock);
+  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+  const bf16* keys = static_cast<const bf16*>(blocks);
+  if (layout.head_dim % 8 == 0 && Aligned(blocks, 16) && Aligned(summaries, 16)) {
+    SummarizeBlocksKernel<8><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+        keys, layout, block_ids, summary_ids, tasks, summaries);
+  } else {
+    SummarizeBlocksKernel<1><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+        keys, layout, block_ids, summary_ids, tasks, summaries);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
+                              const PagedKvLayout& layout, const float* summaries,
+                              const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
+                              float* bounds, cudaStream_t stream) {
+  if (count < 0 || !Positive(layout) || num_heads <= 0 || num_heads % layout.num_kv_heads != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (count == 0) return cudaSuccess;
+  const int32_t group = num_heads / layout.num_kv_heads;
+  const int32_t dim = layout.head_dim;
+  const int32_t vectors = dim / (4 * kScoreLanes);
+  const bool tiled = dim % (4 * kScoreLanes) == 0 && vectors <= 8 && q_stride % 4 == 0 &&
+                     Aligned(q, 16) && Aligned(summaries, 16) && group <= kMaxTiledGroup &&
+                     layout.num_kv_heads <= 65535;
+  if (tiled) {
+    const dim3 grid(static_cast<unsigned>(CeilDiv(count, kScoreTile)),
+                    static_cast<unsigned>(layout.num_kv_heads));
+    const size_t shared_bytes = size_t{kScoreTile} * group * sizeof(float);
+    if (vectors <= 2) {
+      return LaunchTiledScore<2>(grid, shared_bytes, stream, q, q_stride, group, layout, summaries,
+                                 summary_ids, query_rows, count, bounds);
+    }
+    if (vectors <= 4) {
+      return LaunchTiledScore<4>(grid, shared_bytes, stream, q, q_stride, group, layout, summaries,
+                                 summary_ids, query_rows, count, bounds);
+    }
+    return LaunchTiledScore<8>(grid, shared_bytes, stream, q, q_stride, group, layout, summaries,
+                               summary_ids, query_rows, count, bounds);
+  }
+  const int64_t grid = CeilDiv(int64_t{count} * layout.num_kv_heads, kWarpsPerBlock);
+  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+  ScoreBlocksScalarKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+      q, q_stride, group, layout.num_kv_heads, dim, summaries, summary_ids, query_rows, count,
+      bounds);
+  return cudaGetLastError();
+}
+
+}  // namespace pulse::cuda

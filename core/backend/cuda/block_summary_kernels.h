@@ -1,0 +1,38 @@
+// Launchers of the Quest block-summary kernels of sparse decode attention (the CPU reference is
+// core/backend/cpu/block_summary.h). As in kernels.h, each enqueues its work on `stream` and
+// returns the launch's error; the arrays are device memory.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/backend/paged_kv.h"
+
+namespace pulse::cuda {
+
+// Floats in one block's summary: [num_kv_heads][2][head_dim], each KV head's per-channel key
+// minimum row, then its maximum row.
+inline int64_t BlockSummaryFloats(const PagedKvLayout& layout) {
+  return 2 * int64_t{layout.num_kv_heads} * layout.head_dim;
+}
+
+// For i < count: the summary of the keys of every token of block block_ids[i] of `blocks` (one
+// layer's bf16 cache of `layout`), written at summaries + summary_ids[i] * BlockSummaryFloats.
+// NaN keys are skipped as fminf and fmaxf skip them. The summary_ids must be distinct.
+// cudaErrorInvalidValue for a layout that is not bf16 with positive sizes, or a negative count.
+cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
+                                  const int32_t* block_ids, const int32_t* summary_ids,
+                                  int32_t count, float* summaries, cudaStream_t stream);
+
+// For i < count and query head h < num_heads: bounds[h * count + i] = sum over d of
+// max(q[d] * min[d], q[d] * max[d]), q the head's row at q + query_rows[i] * q_stride +
+// h * head_dim and min, max the rows of KV head h / (num_heads / num_kv_heads) of the summary at
+// summaries + summary_ids[i] * BlockSummaryFloats. cudaErrorInvalidValue for a layout without
+// positive sizes, num_heads not a multiple of num_kv_heads, or a negative count.
+cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
+                              const PagedKvLayout& layout, const float* summaries,
+                              const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
+                              float* bounds, cudaStream_t stream);
+
+}  // namespace pulse::cuda

@@ -1,0 +1,404 @@
+// The CUDA backend's Quest block-summary ops against the CPU reference functions of
+// core/backend/cpu/block_summary.h. SummarizeBlocks over random bf16 caches (negative keys, whole
+// channels below zero, NaN keys, a channel of NaN keys, NaN values that must not be read) must
+// give the reference's summaries exactly: the minimum or maximum of bf16 values is exact in fp32.
+// ScoreBlocks must give the reference's bounds within fp32 rounding of another summation order,
+// over query rows whose stride padding is NaN (a read outside a row's heads shows). The shapes
+// cover head_dim 64 and 128, 1, 2 and 8 KV heads, 16- and 32-token blocks and GQA groups 1, 4 and
+// 8, plus head_dim 256, 96, 80 and 20 for the kernels' other paths; query strides a multiple of 4
+// (vector loads) and not (scalar loads). Skipped without a CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "core/backend/bf16.h"
+#include "core/backend/cpu/block_summary.h"
+#include "core/backend/cuda/cuda_backend.h"
+#include "gtest/gtest.h"
+#include "tests/unit/backend/op_test_util.h"
+
+namespace pulse {
+namespace {
+
+using ::pulse::testing::Poisoned;
+using ::pulse::testing::RandomValues;
+
+constexpr uint16_t kBf16NaN = 0x7FC0;
+// Written into summary slots that no block is summarized into: they must keep it.
+constexpr float kUntouched = -7777.0f;
+// Bounds may differ from the reference by fp32 rounding of another summation order (and FMA).
+constexpr double kBoundTolerance = 1e-5;
+
+struct Shape {
+  int32_t head_dim;
+  int32_t num_kv_heads;
+  int32_t block_tokens;
+  int32_t group;  // query heads a KV head
+};
+
+void PrintTo(const Shape& shape, std::ostream* os) {
+  *os << "d" << shape.head_dim << "_kv" << shape.num_kv_heads << "_block" << shape.block_tokens
+      << "_group" << shape.group;
+}
+
+PagedKvLayout Layout(const Shape& shape, DType type) {
+  return {.block_tokens = shape.block_tokens,
+          .num_kv_heads = shape.num_kv_heads,
+          .head_dim = shape.head_dim,
+          .type = type};
+}
+
+// Equal values, or both NaN (the sign of a zero may differ: fminf(-0, +0) may be either).
+bool SameValue(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+// A paged cache of `blocks` blocks as bf16 bits: random keys with a per-channel offset (channels
+// d % 7 == 0 hold only negative keys), NaN in every value.
+std::vector<uint16_t> RandomCache(const PagedKvLayout& layout, int32_t blocks, uint32_t seed) {
+  const std::vector<float> noise =
+      RandomValues(static_cast<size_t>(blocks * layout.block_elems()), seed);
+  std::vector<uint16_t> bits(noise.size(), kBf16NaN);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t k = 0; k < layout.value_offset(); ++k) {
+      const int64_t at = b * layout.block_elems() + k;
+      const int32_t d = static_cast<int32_t>(k % layout.head_dim);
+      bits[at] = F32ToBf16(noise[at] + 0.5f * static_cast<float>(d % 7 - 3));
+    }
+  }
+  return bits;
+}
+
+// Key bits of channel d of token t of KV head h of block b.
+uint16_t& KeyBits(const PagedKvLayout& layout, std::vector<uint16_t>& cache, int32_t b, int32_t h,
+                  int32_t t, int32_t d) {
+  return cache[static_cast<size_t>(b * layout.block_elems() + h * layout.head_elems() +
+                                   int64_t{t} * layout.head_dim + d)];
+}
+
+// The first `count` of a seeded permutation of [0, n).
+std::vector<int32_t> DistinctIds(int32_t n, int32_t count, uint32_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::mt19937 rng(seed);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  ids.resize(static_cast<size_t>(count));
+  return ids;
+}
+
+// What the CPU reference writes for SummarizeBlocks into `summaries` (kUntouched elsewhere).
+std::vector<float> ReferenceSummaries(const PagedKvLayout& layout,
+                                      const std::vector<uint16_t>& cache,
+                                      const std::vector<int32_t>& block_ids,
+                                      const std::vector<int32_t>& summary_ids, int32_t slots) {
+  PagedKvLayout f32 = layout;
+  f32.type = DType::kF32;
+  const int64_t elems = cpu::BlockSummaryElems(f32);
+  std::vector<float> summaries(static_cast<size_t>(slots * elems), kUntouched);
+  std::vector<float> block(static_cast<size_t>(f32.block_elems()));
+  for (size_t i = 0; i < block_ids.size(); ++i) {
+    const uint16_t* bits = cache.data() + block_ids[i] * f32.block_elems();
+    std::transform(bits, bits + block.size(), block.begin(), Bf16ToF32);  // exact
+    const absl::Status status = cpu::SummarizeBlock(
+        f32, block, f32.block_tokens,
+        std::span<float>(summaries).subspan(static_cast<size_t>(summary_ids[i] * elems),
+                                            static_cast<size_t>(elems)));
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  return summaries;
+}
+
+// The CPU reference's bounds [num_heads][count], and the magnitude of each (sum over d of
+// |q[d]| * max(|min[d]|, |max[d]|)) for the rounding allowance.
+struct ReferenceBounds {
+  std::vector<float> bounds;
+  std::vector<double> magnitudes;
+};
+
+ReferenceBounds ScoreOnCpu(const std::vector<float>& q, int64_t q_stride, int32_t num_heads,
+                           const PagedKvLayout& layout, const std::vector<float>& summaries,
+                           const std::vector<int32_t>& summary_ids,
+                           const std::vector<int32_t>& query_rows) {
+  PagedKvLayout f32 = layout;
+  f32.type = DType::kF32;
+  const size_t count = summary_ids.size();
+  const size_t dim = static_cast<size_t>(layout.head_dim);
+  const size_t group = static_cast<size_t>(num_heads / layout.num_kv_heads);
+  const size_t elems = static_cast<size_t>(cpu::BlockSummaryElems(f32));
+  ReferenceBounds out{std::vector<float>(num_heads * count),
+                      std::vector<double>(num_heads * count)};
+  std::vector<float> bounds(static_cast<size_t>(num_heads));
+  for (size_t i = 0; i < count; ++i) {
+    const std::span<const float> row(q.data() + query_rows[i] * q_stride, num_heads * dim);
+    const absl::Status status =
+        cpu::ScoreBlocks(f32, row, summaries, std::span<const int32_t>(&summary_ids[i], 1), bounds);
+    EXPECT_TRUE(status.ok()) << status;
+    for (size_t h = 0; h < static_cast<size_t>(num_heads); ++h) {
+      const float* lo = summaries.data() + summary_ids[i] * elems + 2 * (h / group) * dim;
+      double magnitude = 0.0;
+      for (size_t d = 0; d < dim; ++d) {
+        magnitude += std::abs(double{row[h * dim + d]}) *
+                     std::max(std::abs(double{lo[d]}), std::abs(double{lo[dim + d]}));
+      }
+      out.bounds[h * count + i] = bounds[h];
+      out.magnitudes[h * count + i] = magnitude;
+    }
+  }
+  return out;
+}
+
+class CudaBlockSummaryFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    absl::StatusOr<std::shared_ptr<Backend>> cuda = CreateCudaBackend({});
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    cuda_ = *cuda;
+  }
+
+  template <typename T>
+  DeviceBuffer Upload(const std::vector<T>& values) {
+    absl::StatusOr<DeviceBuffer> buffer = cuda_->Allocate(values.size() * sizeof(T));
+    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    cuda_->CopyToDevice(buffer->data(), values.data(), values.size() * sizeof(T));
+    return *std::move(buffer);
+  }
+
+  std::vector<float> Download(const DeviceBuffer& buffer, size_t count) {
+    std::vector<float> values(count);
+    const absl::Status status =
+        cuda_->CopyToHost(values.data(), buffer.data(), count * sizeof(float));
+    EXPECT_TRUE(status.ok()) << status;
+    return values;
+  }
+
+  // SummarizeBlocks on the device into `slots` summaries first holding kUntouched.
+  std::vector<float> Summarize(const PagedKvLayout& layout, const std::vector<uint16_t>& cache,
+                               const std::vector<int32_t>& block_ids,
+                               const std::vector<int32_t>& summary_ids, int32_t slots) {
+    const size_t floats = static_cast<size_t>(slots * cpu::BlockSummaryElems(layout));
+    DeviceBuffer blocks = Upload(cache);
+    DeviceBuffer block_id_buffer = Upload(block_ids);
+    DeviceBuffer summary_id_buffer = Upload(summary_ids);
+    DeviceBuffer summaries = Upload(std::vector<float>(floats, kUntouched));
+    cuda_->SummarizeBlocks(blocks.data(), layout, block_id_buffer.as<int32_t>(),
+                           summary_id_buffer.as<int32_t>(), static_cast<int32_t>(block_ids.size()),
+                           summaries.as<float>());
+    return Download(summaries, floats);
+  }
+
+  // ScoreBlocks on the device into bounds first holding NaN.
+  std::vector<float> Score(const std::vector<float>& q, int64_t q_stride, int32_t num_heads,
+                           const PagedKvLayout& layout, const std::vector<float>& summaries,
+                           const std::vector<int32_t>& summary_ids,
+                           const std::vector<int32_t>& query_rows) {
+    const size_t floats = static_cast<size_t>(num_heads) * summary_ids.size();
+    DeviceBuffer q_buffer = Upload(q);
+    DeviceBuffer summary_buffer = Upload(summaries);
+    DeviceBuffer id_buffer = Upload(summary_ids);
+    DeviceBuffer row_buffer = Upload(query_rows);
+    DeviceBuffer bounds = Upload(Poisoned(floats));
+    cuda_->ScoreBlocks(q_buffer.as<float>(), q_stride, num_heads, layout,
+                       summary_buffer.as<float>(), id_buffer.as<int32_t>(),
+                       row_buffer.as<int32_t>(), static_cast<int32_t>(summary_ids.size()),
+                       bounds.as<float>());
+    return Download(bounds, floats);
+  }
+
+  static void ExpectSameSummaries(const std::vector<float>& actual,
+                                  const std::vector<float>& expected) {
+    ASSERT_EQ(actual.size(), expected.size());
+    size_t mismatches = 0;
+    for (size_t k = 0; k < actual.size(); ++k) {
+      if (!SameValue(actual[k], expected[k]) && mismatches++ < 5) {
+        ADD_FAILURE() << "summary float " << k << ": " << actual[k] << " != " << expected[k];
+      }
+    }
+    EXPECT_EQ(mismatches, 0u);
+  }
+
+  static void ExpectCloseBounds(const std::vector<float>& actual, const ReferenceBounds& expected) {
+    ASSERT_EQ(actual.size(), expected.bounds.size());
+    size_t mismatches = 0;
+    for (size_t k = 0; k < actual.size(); ++k) {
+      const float want = expected.bounds[k];
+      const bool ok = std::isnan(want) ? std::isnan(actual[k])
+                                       : std::isfinite(actual[k]) &&
+                                             std::abs(double{actual[k]} - want) <=
+                                                 kBoundTolerance * expected.magnitudes[k] + 1e-30;
+      if (!ok && mismatches++ < 5) {
+        ADD_FAILURE() << "bound " << k << ": " << actual[k] << " != " << want << " (magnitude "
+                      << expected.magnitudes[k] << ")";
+      }
+    }
+    EXPECT_EQ(mismatches, 0u);
+  }
+
+  std::shared_ptr<Backend> cuda_;
+};
+
+class CudaBlockSummaryTest : public CudaBlockSummaryFixture,
+                             public ::testing::WithParamInterface<Shape> {};
+
+TEST_P(CudaBlockSummaryTest, SummarizeBlocksMatchesTheReferenceExactly) {
+  const PagedKvLayout layout = Layout(GetParam(), DType::kBF16);
+  constexpr int32_t kBlocks = 23;
+  constexpr int32_t kCount = 13;
+  constexpr int32_t kSlots = 19;
+  std::vector<uint16_t> cache = RandomCache(layout, kBlocks, 1);
+  const std::vector<int32_t> block_ids = DistinctIds(kBlocks, kCount, 2);
+  const std::vector<int32_t> summary_ids = DistinctIds(kSlots, kCount, 3);
+  // NaN keys, skipped: the first and last tokens of one channel of one block, and one whole
+  // channel of another, whose minimum and maximum are then NaN.
+  const int32_t channel = std::min(3, layout.head_dim - 1);
+  KeyBits(layout, cache, block_ids[0], 0, 0, channel) = kBf16NaN;
+  KeyBits(layout, cache, block_ids[0], 0, layout.block_tokens - 1, channel) = kBf16NaN;
+  const int32_t last_head = layout.num_kv_heads - 1;
+  for (int32_t t = 0; t < layout.block_tokens; ++t) {
+    KeyBits(layout, cache, block_ids[1], last_head, t, layout.head_dim - 1) = kBf16NaN;
+  }
+
+  const std::vector<float> expected =
+      ReferenceSummaries(layout, cache, block_ids, summary_ids, kSlots);
+  const int64_t elems = cpu::BlockSummaryElems(layout);
+  ASSERT_FALSE(std::isnan(expected[summary_ids[0] * elems + channel]));
+  ASSERT_TRUE(std::isnan(expected[summary_ids[1] * elems + (2 * last_head + 1) * layout.head_dim +
+                                  layout.head_dim - 1]));
+  ExpectSameSummaries(Summarize(layout, cache, block_ids, summary_ids, kSlots), expected);
+}
+
+TEST_P(CudaBlockSummaryTest, ScoreBlocksMatchesTheReference) {
+  const Shape shape = GetParam();
+  const PagedKvLayout layout = Layout(shape, DType::kBF16);
+  const int32_t num_heads = shape.num_kv_heads * shape.group;
+  const int64_t elems = cpu::BlockSummaryElems(layout);
+  constexpr int32_t kRows = 5;
+  constexpr int32_t kSlots = 19;
+  constexpr int32_t kCount = 300;  // over several tiles of candidates, not a multiple of one
+
+  // Summaries: random min <= max rows, one channel NaN (a channel of NaN keys), one min == max.
+  std::vector<float> summaries(static_cast<size_t>(kSlots * elems));
+  const std::vector<float> a = RandomValues(summaries.size(), 4, -2.0f, 2.0f);
+  const std::vector<float> b = RandomValues(summaries.size(), 5, -2.0f, 2.0f);
+  for (int64_t s = 0; s < kSlots * 2 * layout.num_kv_heads; s += 2) {
+    for (int64_t d = 0; d < layout.head_dim; ++d) {
+      const size_t lo = static_cast<size_t>(s * layout.head_dim + d);
+      const size_t hi = lo + static_cast<size_t>(layout.head_dim);
+      summaries[lo] = std::min(a[lo], b[lo]);
+      summaries[hi] = std::max(a[lo], b[lo]);
+    }
+  }
+  summaries[4 * elems + 1 % layout.head_dim] = NAN;
+  summaries[4 * elems + layout.head_dim + 1 % layout.head_dim] = NAN;
+  summaries[7 * elems + layout.head_dim] = summaries[7 * elems];
+
+  std::mt19937 rng(6);
+  std::vector<int32_t> summary_ids(kCount);
+  for (int32_t& id : summary_ids) id = static_cast<int32_t>(rng() % kSlots);
+  // Runs of candidates a row, the rows out of order, and a few strays.
+  const int32_t row_order[kRows] = {3, 0, 4, 1, 2};
+  std::vector<int32_t> query_rows(kCount);
+  for (int32_t i = 0; i < kCount; ++i) {
+    query_rows[i] =
+        i % 17 == 5 ? static_cast<int32_t>(rng() % kRows) : row_order[i * kRows / kCount];
+  }
+
+  for (const int64_t padding : {8, 3}) {  // float4 loads of q, then scalar loads
+    SCOPED_TRACE(::testing::Message() << "q padding " << padding);
+    const int64_t q_stride = int64_t{num_heads} * layout.head_dim + padding;
+    std::vector<float> q = Poisoned(static_cast<size_t>(kRows * q_stride));
+    const std::vector<float> values = RandomValues(q.size(), 7);
+    for (int64_t r = 0; r < kRows; ++r) {
+      std::copy_n(values.begin() + r * q_stride, q_stride - padding, q.begin() + r * q_stride);
+    }
+    ExpectCloseBounds(
+        Score(q, q_stride, num_heads, layout, summaries, summary_ids, query_rows),
+        ScoreOnCpu(q, q_stride, num_heads, layout, summaries, summary_ids, query_rows));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaBlockSummaryTest,
+                         ::testing::Values(Shape{64, 1, 16, 1}, Shape{64, 2, 32, 4},
+                                           Shape{64, 8, 16, 8}, Shape{128, 1, 32, 8},
+                                           Shape{128, 2, 16, 1}, Shape{128, 8, 32, 4},
+                                           Shape{128, 8, 16, 8}, Shape{256, 2, 16, 4},
+                                           Shape{96, 2, 32, 4}, Shape{80, 1, 16, 2},
+                                           Shape{20, 2, 16, 2}));
+
+// Llama-3.1-8B's shape at a step's scale: 512 blocks summarized, then 8 query rows x 512
+// candidates scored in one call against those device summaries.
+TEST_F(CudaBlockSummaryFixture, LlamaShapeSummarizesAndScoresAStep) {
+  const Shape shape{128, 8, 32, 4};
+  const PagedKvLayout layout = Layout(shape, DType::kBF16);
+  const int32_t num_heads = 32;
+  constexpr int32_t kBlocks = 520;
+  constexpr int32_t kCount = 512;
+  constexpr int32_t kRows = 8;
+  const std::vector<uint16_t> cache = RandomCache(layout, kBlocks, 8);
+  const std::vector<int32_t> block_ids = DistinctIds(kBlocks, kCount, 9);
+  const std::vector<int32_t> summary_ids = DistinctIds(kCount, kCount, 10);
+
+  const int64_t elems = cpu::BlockSummaryElems(layout);
+  const size_t floats = static_cast<size_t>(kCount * elems);
+  DeviceBuffer blocks = Upload(cache);
+  DeviceBuffer block_id_buffer = Upload(block_ids);
+  DeviceBuffer summary_id_buffer = Upload(summary_ids);
+  DeviceBuffer summaries = Upload(Poisoned(floats));
+  cuda_->SummarizeBlocks(blocks.data(), layout, block_id_buffer.as<int32_t>(),
+                         summary_id_buffer.as<int32_t>(), kCount, summaries.as<float>());
+  const std::vector<float> expected =
+      ReferenceSummaries(layout, cache, block_ids, summary_ids, kCount);
+  ExpectSameSummaries(Download(summaries, floats), expected);
+
+  // Every row scores every summary, each row in its own order.
+  std::vector<int32_t> candidate_ids;
+  std::vector<int32_t> query_rows;
+  for (int32_t r = 0; r < kRows; ++r) {
+    const std::vector<int32_t> order = DistinctIds(kCount, kCount, 20 + r);
+    candidate_ids.insert(candidate_ids.end(), order.begin(), order.end());
+    query_rows.insert(query_rows.end(), kCount, r);
+  }
+  const int64_t q_stride = (num_heads + 2 * shape.num_kv_heads) * shape.head_dim;  // QKV rows
+  const std::vector<float> q = RandomValues(static_cast<size_t>(kRows * q_stride), 11);
+  DeviceBuffer q_buffer = Upload(q);
+  DeviceBuffer id_buffer = Upload(candidate_ids);
+  DeviceBuffer row_buffer = Upload(query_rows);
+  const size_t bound_floats = static_cast<size_t>(num_heads) * candidate_ids.size();
+  DeviceBuffer bounds = Upload(Poisoned(bound_floats));
+  cuda_->ScoreBlocks(q_buffer.as<float>(), q_stride, num_heads, layout, summaries.as<float>(),
+                     id_buffer.as<int32_t>(), row_buffer.as<int32_t>(),
+                     static_cast<int32_t>(candidate_ids.size()), bounds.as<float>());
+  ExpectCloseBounds(
+      Download(bounds, bound_floats),
+      ScoreOnCpu(q, q_stride, num_heads, layout, expected, candidate_ids, query_rows));
+}
+
+TEST_F(CudaBlockSummaryFixture, NoBlocksIsNothingToDo) {
+  const PagedKvLayout layout = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
+  DeviceBuffer summaries = Upload(std::vector<float>(8, kUntouched));
+  cuda_->SummarizeBlocks(nullptr, layout, nullptr, nullptr, 0, summaries.as<float>());
+  cuda_->ScoreBlocks(nullptr, 256, 4, layout, summaries.as<float>(), nullptr, nullptr, 0,
+                     summaries.as<float>());
+  EXPECT_EQ(Download(summaries, 8), std::vector<float>(8, kUntouched));
+}
+
+TEST_F(CudaBlockSummaryFixture, RefusesWhatItCannotRun) {
+  DeviceBuffer scratch = Upload(std::vector<float>(1024, 0.0f));
+  const PagedKvLayout fp32 = Layout(Shape{64, 2, 16, 2}, DType::kF32);
+  cuda_->SummarizeBlocks(scratch.data(), fp32, nullptr, nullptr, 1, scratch.as<float>());
+  EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kUnimplemented);
+  const PagedKvLayout bf16 = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
+  cuda_->ScoreBlocks(scratch.as<float>(), 64 * 3, 3, bf16, scratch.as<float>(), nullptr, nullptr, 1,
+                     scratch.as<float>());
+  EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+  cuda_->SummarizeBlocks(scratch.data(), bf16, nullptr, nullptr, -1, scratch.as<float>());
+  EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(cuda_->Synchronize().ok());
+}
+
+}  // namespace
+}  // namespace pulse
