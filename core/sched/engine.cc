@@ -27,8 +27,9 @@ constexpr int32_t kMaxStepTokens = 1 << 16;
 constexpr int32_t kMaxBlockTokens = 4096;
 // The default KV cache: 8 full contexts, but never more than this.
 constexpr int64_t kDefaultKvContexts = 8;
-constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;  // without a backend memory limit
-constexpr double kDefaultKvShare = 0.7;                // of a backend's free memory
+constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;    // without a backend memory limit
+constexpr int64_t kDefaultHostBytes = int64_t{4} << 30;  // the default host tier at most
+constexpr double kDefaultKvShare = 0.7;                  // of a backend's free memory
 
 // A token the backend drew, or why it could not draw one.
 absl::StatusOr<int32_t> BackendToken(int32_t token) {
@@ -62,15 +63,15 @@ struct Delivery {
 
 class EngineImpl final : public Engine {
  public:
+  // `dense_blocks`: the blocks of the runner's cache that are not offload slots.
   EngineImpl(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-             const EngineOptions& options, ModelRunner runner)
+             const EngineOptions& options, ModelRunner runner, const SchedulerLimits& limits,
+             int32_t dense_blocks)
       : model_(std::move(model)),
         tokenizer_(std::move(tokenizer)),
         options_(options),
         runner_(std::move(runner)),
-        scheduler_({options.max_batch, options.prefill_chunk, options.max_step_tokens,
-                    options.block_tokens},
-                   runner_.cache().num_blocks()) {}
+        scheduler_(limits, dense_blocks) {}
 
   absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt, const SamplingParams& params,
                                    TokenSink sink) override;
@@ -183,13 +184,8 @@ absl::StatusOr<RequestId> EngineImpl::Submit(std::vector<int32_t> prompt,
   absl::MutexLock lock(&mu_);
   auto request = std::make_shared<Request>(next_id_, std::move(prompt), params, std::move(sink),
                                            options_.max_context, tokenizer_.get(), Clock::now());
-  if (!scheduler_.CanEverFit(*request)) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "the request needs KV for %d tokens (%d blocks), more than the whole cache holds (%d "
-        "blocks of %d tokens)",
-        request->max_kv_tokens(), scheduler_.BlocksNeeded(*request), scheduler_.pool().capacity(),
-        options_.block_tokens));
-  }
+  request->offload = options_.sparse_attention;
+  PULSE_RETURN_IF_ERROR(scheduler_.CanEverFit(*request));
   const RequestId id = next_id_++;
   requests_.emplace(id, request);
   scheduler_.Enqueue(std::move(request));
@@ -260,12 +256,16 @@ EngineStats EngineImpl::stats() const {
   stats.running = scheduler_.running();
   stats.kv_blocks = scheduler_.pool().capacity();
   stats.kv_blocks_in_use = scheduler_.pool().capacity() - scheduler_.pool().available();
+  stats.host_blocks = scheduler_.host_pool().capacity();
+  stats.host_blocks_in_use = scheduler_.host_pool().capacity() - scheduler_.host_pool().available();
+  stats.slot_blocks = scheduler_.slot_capacity();
+  stats.slot_blocks_in_use = scheduler_.slots_reserved();
   return stats;
 }
 
 void EngineImpl::Finish(Request& request, FinishReason reason, Clock::time_point now) {
   ++totals_.finished_requests;
-  if (options_.sparse_attention) sparse_finished_.push_back(request.id);
+  if (request.offload) sparse_finished_.push_back(request.id);
   request.state = RequestState::kFinished;
   request.reason = reason;
   request.finished = now;
@@ -302,19 +302,38 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
   scheduled.reserve(work.size());
   for (ScheduledSequence& sequence : work) {
     Request& request = *sequence.request;
-    const absl::Status grown = request.blocks->Grow(sequence.begin + sequence.count);
-    if (!grown.ok()) {
-      // The reservation covers the worst case, so this is a bug; it fails only this request.
-      Fail(request, grown, now, deliveries);
-      continue;
-    }
-    std::optional<SparseSelection> sparse;
-    if (options_.sparse_attention) sparse = SparseSelection{*options_.sparse_attention, request.id};
-    batch_.AddSequence(
+    const std::span<const int32_t> tokens =
         std::span<const int32_t>(request.tokens)
-            .subspan(static_cast<size_t>(sequence.begin), static_cast<size_t>(sequence.count)),
-        sequence.begin, request.blocks->blocks(),
-        sequence.sample ? LogitRows::kLast : LogitRows::kNone, sparse);
+            .subspan(static_cast<size_t>(sequence.begin), static_cast<size_t>(sequence.count));
+    const LogitRows logits = sequence.sample ? LogitRows::kLast : LogitRows::kNone;
+    const int32_t end = sequence.begin + sequence.count;
+    if (request.offload) {
+      OffloadedBlockTable& blocks = *request.offloaded_blocks;
+      if (sequence.decode) {
+        // Only the sinks, the window and the block written stay resident; the blocks that left
+        // the window were written back when they filled.
+        const BlockPartition partition =
+            PartitionBlocks(end, options_.block_tokens, *request.offload);
+        blocks.Evict(partition.sink_end,
+                     std::min(partition.window_begin, sequence.begin / options_.block_tokens));
+        blocks.LimitDevice(scheduler_.ResidentLimit(request));
+      }
+      const absl::Status grown = blocks.Grow(end);
+      if (!grown.ok()) {
+        Fail(request, grown, now, deliveries);  // a bug: the reservations cover the worst case
+        continue;
+      }
+      batch_.AddSequence(tokens, sequence.begin, blocks.device_blocks(), logits,
+                         SparseSelection{*request.offload, request.id}, blocks.host_blocks());
+    } else {
+      const absl::Status grown = request.blocks->Grow(end);
+      if (!grown.ok()) {
+        // The reservation covers the worst case, so this is a bug; it fails only this request.
+        Fail(request, grown, now, deliveries);
+        continue;
+      }
+      batch_.AddSequence(tokens, sequence.begin, request.blocks->blocks(), logits);
+    }
     if (sequence.sample && !options_.logits_to_host) {
       sampling_.push_back(request.sampler.Next(request.tokens, penalised_ids_));
     }
@@ -423,7 +442,8 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
     finished.swap(sparse_finished_);
     work = Schedule(Clock::now(), deliveries);
   }
-  for (const RequestId id : finished) runner_.ForgetSparse(id);
+  // Between steps no slot is in use, so this cannot fail.
+  for (const RequestId id : finished) runner_.ForgetSparse(id).IgnoreError();
   StepReport report;
   absl::Status forward;
   std::span<float> logits;
@@ -441,6 +461,7 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
     absl::MutexLock lock(&mu_);
     Complete(work, forward, logits, tokens_, Clock::now(), report, deliveries);
     totals_.sparse = runner_.sparse_stats();
+    totals_.offload = runner_.offload_stats();
   }
   Deliver(deliveries);
   return report;
@@ -474,6 +495,13 @@ absl::Status EngineOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_context = %d must be >= 0", max_context));
   }
+  for (const auto& [name, tokens] : {std::pair{"offload_host_tokens", offload_host_tokens},
+                                     std::pair{"offload_slot_tokens", offload_slot_tokens}}) {
+    if (tokens < 0 || tokens > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s = %d is outside [0, %d]", name, tokens,
+                                                        std::numeric_limits<int32_t>::max()));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -495,9 +523,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
                              .num_kv_heads = config.num_kv_heads,
                              .head_dim = config.head_dim,
                              .type = backend.kv_type()};
+  // KV bytes of one token in every layer.
+  const int64_t token_bytes =
+      int64_t{config.num_layers} * layout.block_bytes() / layout.block_tokens;
   if (resolved.kv_capacity_tokens == 0) {
-    const int64_t token_bytes =
-        int64_t{config.num_layers} * layout.block_bytes() / layout.block_tokens;
     // A backend with memory of its own (a GPU) gives the KV cache a share of what is free.
     const size_t available = backend.AvailableBytes();
     const int64_t kv_bytes =
@@ -506,23 +535,49 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
         resolved.block_tokens,
         std::min(kDefaultKvContexts * resolved.max_context, kv_bytes / token_bytes));
   }
-  const int64_t num_blocks = resolved.kv_capacity_tokens / resolved.block_tokens +
-                             (resolved.kv_capacity_tokens % resolved.block_tokens != 0);
-  if (num_blocks > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("kv_capacity_tokens = %d is too many blocks of %d tokens",
-                        resolved.kv_capacity_tokens, resolved.block_tokens));
-  }
-  PULSE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(backend, layout, config.num_layers,
-                                                        static_cast<int32_t>(num_blocks)));
+  const int64_t num_blocks =
+      (resolved.kv_capacity_tokens + resolved.block_tokens - 1) / resolved.block_tokens;
+  SchedulerLimits limits{.max_batch = resolved.max_batch,
+                         .prefill_chunk = resolved.prefill_chunk,
+                         .max_step_tokens = resolved.max_step_tokens,
+                         .block_tokens = resolved.block_tokens};
+  std::optional<OffloadOptions> offload;
   if (resolved.sparse_attention) {
     PULSE_RETURN_IF_ERROR(
         BlockSelector::Create(layout, config.num_heads, *resolved.sparse_attention).status());
+    if (resolved.offload_host_tokens == 0) {
+      resolved.offload_host_tokens =
+          std::min(kDefaultKvContexts * resolved.max_context, kDefaultHostBytes / token_bytes);
+    }
+    if (resolved.offload_slot_tokens == 0) {
+      resolved.offload_slot_tokens =
+          std::min(int64_t{resolved.max_batch} * resolved.sparse_attention->budget_tokens,
+                   kDefaultKvBytes / token_bytes);
+    }
+    limits.host_blocks = BlocksForTokens(resolved.offload_host_tokens, resolved.block_tokens);
+    limits.slot_blocks = BlocksForTokens(resolved.offload_slot_tokens, resolved.block_tokens);
+    offload = OffloadOptions{.host_blocks = limits.host_blocks,
+                             .slot_blocks = limits.slot_blocks,
+                             .mode = resolved.sparse_attention->mode,
+                             .eviction = resolved.offload_eviction,
+                             .executor = resolved.offload_executor};
   }
+  if (num_blocks + limits.slot_blocks > std::numeric_limits<int32_t>::max() ||
+      limits.host_blocks < 0 || limits.slot_blocks < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv_capacity_tokens = %d, offload_host_tokens = %d and offload_slot_tokens = %d are too "
+        "many blocks of %d tokens",
+        resolved.kv_capacity_tokens, resolved.offload_host_tokens, resolved.offload_slot_tokens,
+        resolved.block_tokens));
+  }
+  PULSE_ASSIGN_OR_RETURN(KvCache cache,
+                         KvCache::Create(backend, layout, config.num_layers,
+                                         static_cast<int32_t>(num_blocks + limits.slot_blocks)));
   const ModelRunnerOptions runner_options{
       .max_step_tokens = resolved.max_step_tokens,
       .max_seqs = resolved.max_batch,
-      .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens)};
+      .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens),
+      .offload = offload};
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(model, std::move(cache), runner_options));
   if (tokenizer != nullptr && tokenizer->vocab_size() > config.vocab_size) {
@@ -531,7 +586,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
                         tokenizer->vocab_size(), config.vocab_size));
   }
   return std::make_unique<EngineImpl>(std::move(model), std::move(tokenizer), resolved,
-                                      std::move(runner));
+                                      std::move(runner), limits, static_cast<int32_t>(num_blocks));
 }
 
 }  // namespace pulse

@@ -28,6 +28,7 @@
 #include "core/base/status.h"
 #include "core/kv/block_selector.h"
 #include "core/model/model.h"
+#include "core/model/offloaded_kv.h"
 #include "core/model/sparse_attention.h"
 #include "core/sample/sampling_params.h"
 #include "core/tokenizer/tokenizer.h"
@@ -49,11 +50,22 @@ struct EngineOptions {
   // (TokenEvent::logits). Otherwise (the default) the backend samples and only the tokens come
   // back; the tokens are the same either way (core/backend/sampling.h).
   bool logits_to_host = false;
-  // Sparse decode attention for every request (issue 6): each decode step attends, in every
-  // layer, only to the blocks these options select (core/kv/block_selector.h); prompt chunks stay
-  // dense. Empty (the default): dense attention. The blocks all stay in the one KV cache for
-  // now: the host tier and recall of the unselected blocks are not wired in yet.
+  // Offloaded sparse decode attention for every request (issue 6): each decode step attends, in
+  // every layer, only to the blocks these options select (core/kv/block_selector.h); prompt
+  // chunks stay dense. Each full block of a request is written back to the host tier once; while
+  // a request decodes only its sinks and window stay in the KV cache (whose size is then
+  // kv_capacity_tokens for those and the prompts being prefilled), and the blocks a step selects
+  // are recalled into the device tier's slots, where they stay cached across steps. Empty (the
+  // default): dense attention, every block in the KV cache.
   std::optional<SelectionOptions> sparse_attention = std::nullopt;
+  // With sparse_attention: the host tier's capacity in tokens (of every layer); 0: 8 full
+  // contexts, capped at 4 GiB of KV.
+  int64_t offload_host_tokens = 0;
+  // With sparse_attention: the device tier's slots in tokens; the requests decoding at once take
+  // their budgets' candidate blocks each. 0: max_batch budgets, capped at 1 GiB of KV.
+  int64_t offload_slot_tokens = 0;
+  EvictionKind offload_eviction = EvictionKind::kLru;
+  CopyExecutor offload_executor = CopyExecutor::kAuto;
 
   absl::Status Validate() const;
 };
@@ -139,6 +151,14 @@ struct EngineStats {
   int32_t kv_blocks = 0;         // blocks of the KV cache
   int32_t kv_blocks_in_use = 0;  // allocated or reserved by running requests
   SparseAttentionStats sparse;   // with EngineOptions::sparse_attention
+  // The offloaded KV (with sparse_attention): host-tier blocks, those reserved by running
+  // requests, device slots, those the running requests' budgets may take at once, and the
+  // transfers and slot-cache counts so far.
+  int32_t host_blocks = 0;
+  int32_t host_blocks_in_use = 0;
+  int32_t slot_blocks = 0;
+  int32_t slot_blocks_in_use = 0;
+  OffloadStats offload;
 };
 
 struct StepReport {

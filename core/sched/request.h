@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/kv/block_selector.h"
 #include "core/kv/block_table.h"
+#include "core/kv/offloaded_block_table.h"
 #include "core/sample/sampler.h"
 #include "core/sample/sampling_params.h"
 #include "core/sched/engine.h"
@@ -49,7 +51,12 @@ struct Request {
   FinishReason reason = FinishReason::kNone;
   absl::Status error;
   int32_t computed = 0;              // tokens whose KV is cached
-  std::optional<BlockTable> blocks;  // while running
+  std::optional<BlockTable> blocks;  // while running, when not offloaded
+  // Offloaded requests: how decode steps select, and (while running) the blocks in both tiers
+  // and the device slots the request's selection may take at once.
+  std::optional<SelectionOptions> offload;
+  std::optional<OffloadedBlockTable> offloaded_blocks;
+  int32_t slot_blocks = 0;
   // In the batch of the step in flight: its blocks stay with it until the step ends, even when
   // it is cancelled meanwhile.
   bool in_step = false;

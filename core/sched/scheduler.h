@@ -17,6 +17,8 @@ struct SchedulerLimits {
   int32_t prefill_chunk = 0;
   int32_t max_step_tokens = 0;
   int32_t block_tokens = 0;
+  int32_t host_blocks = 0;  // the host tier of offloaded requests (0: none)
+  int32_t slot_blocks = 0;  // the device tier's slots (0: none)
 };
 
 // One request's share of a step: its tokens [begin, begin + count) are fed to the model.
@@ -30,17 +32,27 @@ struct ScheduledSequence {
 
 class Scheduler {
  public:
+  // `num_blocks`: the dense pool of device KV blocks.
   Scheduler(const SchedulerLimits& limits, int32_t num_blocks);
 
   const BlockPool& pool() const { return pool_; }
-  // KV blocks the request's worst case takes.
+  const BlockPool& host_pool() const { return host_pool_; }
+  int32_t slots_reserved() const { return slots_reserved_; }
+  int32_t slot_capacity() const { return limits_.slot_blocks; }
+  // Device KV blocks the request holds at most: its worst case, or for an offloaded request the
+  // larger of its prompt and its resident set (ResidentLimit).
   int32_t BlocksNeeded(const Request& request) const;
-  // Whether the request could run in an otherwise empty cache.
-  bool CanEverFit(const Request& request) const;
+  // The device blocks an offloaded request keeps resident while it decodes: its sink blocks,
+  // the window's and the block being written.
+  int32_t ResidentLimit(const Request& request) const;
+  // OK when the request could run in an otherwise empty engine; ResourceExhausted saying which
+  // capacity it exceeds otherwise.
+  absl::Status CanEverFit(const Request& request) const;
 
   void Enqueue(std::shared_ptr<Request> request);
-  // Admits queued requests in order while the batch has room and their KV can be reserved;
-  // returns them (now holding their BlockTable).
+  // Admits queued requests in order while the batch has room and their KV can be reserved (for
+  // an offloaded request: host blocks for its worst case, device blocks for BlocksNeeded, and
+  // slots for its budget's picks); returns them (now holding their block tables).
   std::vector<std::shared_ptr<Request>> Admit();
   // This step's work: one token for every decoding request, then prompt chunks of the
   // prefilling requests in admission order within the step's token budget.
@@ -54,6 +66,8 @@ class Scheduler {
  private:
   const SchedulerLimits limits_;
   BlockPool pool_;
+  BlockPool host_pool_;
+  int32_t slots_reserved_ = 0;
   std::deque<std::shared_ptr<Request>> queue_;
   std::vector<std::shared_ptr<Request>> running_;  // in admission order
 };

@@ -1,0 +1,194 @@
+// The engine with offloaded sparse attention, on the CPU backend: requests longer than the KV
+// cache run (only prompts and resident sets need it), a covering budget generates the dense
+// tokens, capacities are admitted and refused with statuses that name them, and cancelling one
+// offloaded request leaves the others' tokens alone.
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "core/sched/engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/sched/tiny_model.h"
+
+namespace pulse {
+namespace {
+
+using ::pulse::testing::MakeEngine;
+using ::pulse::testing::Prompt;
+using ::pulse::testing::RunToIdle;
+using ::pulse::testing::SnapshotOf;
+using ::pulse::testing::TinyConfig;
+using ::pulse::testing::TinyModel;
+
+constexpr int32_t kBlockTokens = 4;
+
+SamplingParams Greedy(int32_t max_tokens) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = max_tokens;
+  params.ignore_eos = true;
+  return params;
+}
+
+EngineOptions Offloaded(SelectionMode mode, int32_t budget, int64_t kv_tokens) {
+  return {.max_batch = 4,
+          .prefill_chunk = 16,
+          .max_step_tokens = 64,
+          .block_tokens = kBlockTokens,
+          .kv_capacity_tokens = kv_tokens,
+          .sparse_attention = SelectionOptions{.mode = mode,
+                                               .budget_tokens = budget,
+                                               .sink_tokens = kBlockTokens,
+                                               .window_tokens = 2 * kBlockTokens},
+          .offload_host_tokens = 4 * 160,
+          .offload_slot_tokens = 4 * 160};
+}
+
+// Runs `prompts` to completion with `max_tokens` each; returns their tokens.
+std::vector<std::vector<int32_t>> Generate(Engine& engine,
+                                           const std::vector<std::vector<int32_t>>& prompts,
+                                           int32_t max_tokens) {
+  std::vector<RequestId> ids;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    absl::StatusOr<RequestId> id = engine.Submit(prompt, Greedy(max_tokens), nullptr);
+    EXPECT_TRUE(id.ok()) << id.status();
+    ids.push_back(id.value_or(0));
+  }
+  RunToIdle(engine);
+  std::vector<std::vector<int32_t>> tokens;
+  for (const RequestId id : ids) {
+    const RequestSnapshot snapshot = SnapshotOf(engine, id);
+    EXPECT_TRUE(snapshot.error.ok()) << snapshot.error;
+    tokens.push_back(snapshot.tokens);
+  }
+  return tokens;
+}
+
+std::vector<std::vector<int32_t>> Prompts(int32_t count, int32_t length, uint32_t seed) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < count; ++i) {
+    prompts.push_back(Prompt(length + 3 * i, TinyConfig().vocab_size, seed + i));
+  }
+  return prompts;
+}
+
+TEST(EngineOffloadTest, RequestsLongerThanTheKvCacheRunAndACoveringBudgetGivesTheDenseTokens) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const auto prompts = Prompts(4, 40, 31);  // 40..49 prompt tokens, + 60 generated
+  std::unique_ptr<Engine> dense = MakeEngine(model, {.max_batch = 4,
+                                                     .prefill_chunk = 16,
+                                                     .max_step_tokens = 64,
+                                                     .block_tokens = kBlockTokens,
+                                                     .kv_capacity_tokens = 4 * 160});
+  const auto expected = Generate(*dense, prompts, 60);
+
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    // 96 tokens of KV cache: no request's 100-odd tokens fit, but its prompt does.
+    std::unique_ptr<Engine> engine = MakeEngine(model, Offloaded(mode, 160, 96));
+    std::unique_ptr<Engine> dense_small =
+        MakeEngine(model, {.block_tokens = kBlockTokens, .kv_capacity_tokens = 96});
+    EXPECT_EQ(dense_small->Submit(prompts[0], Greedy(60), nullptr).status().code(),
+              absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(Generate(*engine, prompts, 60), expected);
+
+    const EngineStats stats = engine->stats();
+    EXPECT_EQ(stats.kv_blocks, 24);
+    EXPECT_EQ(stats.kv_blocks_in_use, 0);
+    EXPECT_EQ(stats.host_blocks_in_use, 0);
+    EXPECT_EQ(stats.slot_blocks_in_use, 0);
+    // Every full block of every request written back once a layer: the KV of all but the last
+    // generated token, (prompt + 59) / 4 blocks.
+    int64_t full_blocks = 0;
+    for (const auto& prompt : prompts) full_blocks += (prompt.size() + 59) / kBlockTokens;
+    EXPECT_EQ(stats.offload.writeback_blocks, full_blocks * TinyConfig().num_layers);
+    EXPECT_GT(stats.offload.recall_bytes, 0);
+    EXPECT_GT(stats.offload.cache.hits, stats.offload.cache.misses);
+    EXPECT_EQ(stats.sparse.attended_tokens, stats.sparse.context_tokens);
+  }
+}
+
+TEST(EngineOffloadTest, ASmallBudgetAttendsToLessAndDecodesMoreContextThanTheKvCacheHolds) {
+  std::shared_ptr<const Model> model = TinyModel();
+  std::unique_ptr<Engine> engine = MakeEngine(model, Offloaded(SelectionMode::kSoloHead, 32, 96));
+  std::vector<RequestId> ids;
+  for (const auto& prompt : Prompts(4, 40, 41)) {
+    ids.push_back(*engine->Submit(prompt, Greedy(60), nullptr));
+  }
+  // 4 requests of 100-odd tokens against 96 tokens (24 blocks) of KV cache. A decoding request
+  // holds 5 resident blocks, a prefilling one its whole prompt (10 to 13 blocks): three run at
+  // once, over three times the context the cache holds, and the fourth prompt waits for room.
+  int32_t most_running = 0;
+  for (int32_t step = 0; engine->pending() > 0; ++step) {
+    ASSERT_LT(step, 1000);
+    ASSERT_TRUE(engine->Step().ok());
+    most_running = std::max(most_running, engine->stats().running);
+  }
+  EXPECT_EQ(most_running, 3);
+  for (const RequestId id : ids) EXPECT_EQ(SnapshotOf(*engine, id).tokens.size(), 60u);
+  const EngineStats stats = engine->stats();
+  EXPECT_LT(stats.sparse.attended_tokens, stats.sparse.context_tokens / 2);
+  EXPECT_GT(stats.offload.cache.misses, 0);
+  EXPECT_GT(stats.sparse.reused_blocks, 0);
+}
+
+TEST(EngineOffloadTest, CapacitiesARequestCanNeverFitAreRefusedAtSubmitByName) {
+  std::shared_ptr<const Model> model = TinyModel();
+  EngineOptions options = Offloaded(SelectionMode::kSoloHead, 64, 32);
+  options.offload_host_tokens = 80;
+  options.offload_slot_tokens = 32;
+  std::unique_ptr<Engine> engine = MakeEngine(model, options);
+  const auto status = [&](int32_t prompt, int32_t max_tokens) {
+    return engine->Submit(Prompt(prompt, TinyConfig().vocab_size, 1), Greedy(max_tokens), nullptr)
+        .status();
+  };
+  // The prompt must fit the KV cache (32 tokens) while it is prefilled.
+  EXPECT_EQ(status(40, 2).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status(40, 2).message(), ::testing::HasSubstr("resident at once"));
+  // The whole request must fit the host tier (80 tokens).
+  EXPECT_THAT(status(20, 70).message(), ::testing::HasSubstr("host tier"));
+  // A budget of 64 tokens picks up to 16 blocks of 4 a step; the device tier has 8 slots.
+  EXPECT_THAT(status(20, 20).message(), ::testing::HasSubstr("slots"));
+  EXPECT_EQ(engine->pending(), 0);
+}
+
+TEST(EngineOffloadTest, SlotsAdmitOneRequestAtATimeWhenTheyHoldOneBudget) {
+  std::shared_ptr<const Model> model = TinyModel();
+  EngineOptions options = Offloaded(SelectionMode::kHeadWise, 32, 96);
+  options.offload_slot_tokens = 32;  // one budget's 8 blocks
+  std::unique_ptr<Engine> engine = MakeEngine(model, options);
+  std::vector<RequestId> ids;
+  for (const auto& prompt : Prompts(3, 30, 51)) {
+    ids.push_back(*engine->Submit(prompt, Greedy(20), nullptr));
+  }
+  for (int32_t step = 0; engine->pending() > 0; ++step) {
+    ASSERT_LT(step, 1000);
+    ASSERT_TRUE(engine->Step().ok());
+    EXPECT_LE(engine->stats().running, 1);
+    EXPECT_LE(engine->stats().slot_blocks_in_use, 8);
+  }
+  for (const RequestId id : ids) EXPECT_EQ(SnapshotOf(*engine, id).tokens.size(), 20u);
+}
+
+TEST(EngineOffloadTest, CancellingAnOffloadedRequestLeavesTheOthersTokensAlone) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const auto prompts = Prompts(3, 40, 61);
+  std::unique_ptr<Engine> alone = MakeEngine(model, Offloaded(SelectionMode::kSoloHead, 48, 96));
+  const auto expected = Generate(*alone, {prompts[0], prompts[2]}, 40);
+
+  std::unique_ptr<Engine> engine = MakeEngine(model, Offloaded(SelectionMode::kSoloHead, 48, 96));
+  std::vector<RequestId> ids;
+  for (const auto& prompt : prompts) ids.push_back(*engine->Submit(prompt, Greedy(40), nullptr));
+  for (int32_t step = 0; step < 12; ++step) ASSERT_TRUE(engine->Step().ok());
+  ASSERT_TRUE(engine->Cancel(ids[1]).ok());
+  RunToIdle(*engine);
+  EXPECT_EQ(SnapshotOf(*engine, ids[1]).reason, FinishReason::kCancelled);
+  EXPECT_EQ(SnapshotOf(*engine, ids[0]).tokens, expected[0]);
+  EXPECT_EQ(SnapshotOf(*engine, ids[2]).tokens, expected[1]);
+  EXPECT_EQ(engine->stats().host_blocks_in_use, 0);
+  EXPECT_EQ(engine->stats().kv_blocks_in_use, 0);
+}
+
+}  // namespace
+}  // namespace pulse
