@@ -98,6 +98,18 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.sparse_reused_blocks = totals.sparse.reused_blocks;
     value.sparse_attended_tokens = totals.sparse.attended_tokens;
     value.sparse_context_tokens = totals.sparse.context_tokens;
+    value.host_blocks = totals.host_blocks;
+    value.host_blocks_in_use = totals.host_blocks_in_use;
+    value.slot_blocks = totals.slot_blocks;
+    value.slot_blocks_in_use = totals.slot_blocks_in_use;
+    value.recall_bytes = totals.offload.recall_bytes;
+    value.recall_transfers = totals.offload.recall_chunks;
+    value.recall_plans = totals.offload.recall_plans;
+    value.recall_ms = totals.offload.recall_seconds * 1e3;
+    value.writeback_bytes = totals.offload.writeback_bytes;
+    value.slot_hits = totals.offload.cache.hits;
+    value.slot_misses = totals.offload.cache.misses;
+    value.slot_evictions = totals.offload.cache.evictions;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

@@ -31,6 +31,10 @@ pulse_engine_params DefaultEngineParams() {
   params.offload_budget_tokens = selection.budget_tokens;
   params.offload_sink_tokens = selection.sink_tokens;
   params.offload_window_tokens = selection.window_tokens;
+  params.offload_executor = PULSE_COPY_AUTO;
+  params.offload_eviction = PULSE_EVICT_LRU;
+  params.offload_host_tokens = options.offload_host_tokens;
+  params.offload_slot_tokens = options.offload_slot_tokens;
   return params;
 }
 
@@ -57,6 +61,33 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   selection.sink_tokens = params.offload_sink_tokens;
   selection.window_tokens = params.offload_window_tokens;
   options.sparse_attention = selection;
+  switch (params.offload_executor) {
+    case PULSE_COPY_AUTO:
+      options.offload_executor = CopyExecutor::kAuto;
+      break;
+    case PULSE_COPY_GATHER:
+      options.offload_executor = CopyExecutor::kGather;
+      break;
+    case PULSE_COPY_BATCH_DMA:
+      options.offload_executor = CopyExecutor::kBatchDma;
+      break;
+    case PULSE_COPY_PER_CHUNK:
+      options.offload_executor = CopyExecutor::kPerChunk;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_executor is ",
+                                                     params.offload_executor,
+                                                     "; expected a PULSE_COPY_* value"));
+  }
+  if (params.offload_eviction != PULSE_EVICT_LRU && params.offload_eviction != PULSE_EVICT_SCORE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pulse_engine_params.offload_eviction is ", params.offload_eviction,
+                     "; expected PULSE_EVICT_LRU or PULSE_EVICT_SCORE"));
+  }
+  options.offload_eviction =
+      params.offload_eviction == PULSE_EVICT_SCORE ? EvictionKind::kScoreAware : EvictionKind::kLru;
+  options.offload_host_tokens = params.offload_host_tokens;
+  options.offload_slot_tokens = params.offload_slot_tokens;
   return options;
 }
 

@@ -551,7 +551,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
     }
     if (resolved.offload_slot_tokens == 0) {
       resolved.offload_slot_tokens =
-          std::min(int64_t{resolved.max_batch} * resolved.sparse_attention->budget_tokens,
+          std::min(int64_t{resolved.max_batch} *
+                       std::min(resolved.sparse_attention->budget_tokens, resolved.max_context),
                    kDefaultKvBytes / token_bytes);
     }
     limits.host_blocks = BlocksForTokens(resolved.offload_host_tokens, resolved.block_tokens);

@@ -62,7 +62,8 @@ struct EngineOptions {
   // contexts, capped at 4 GiB of KV.
   int64_t offload_host_tokens = 0;
   // With sparse_attention: the device tier's slots in tokens; the requests decoding at once take
-  // their budgets' candidate blocks each. 0: max_batch budgets, capped at 1 GiB of KV.
+  // their budgets' candidate blocks each. 0: max_batch budgets (or contexts, when shorter),
+  // capped at 1 GiB of KV.
   int64_t offload_slot_tokens = 0;
   EvictionKind offload_eviction = EvictionKind::kLru;
   CopyExecutor offload_executor = CopyExecutor::kAuto;

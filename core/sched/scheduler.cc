@@ -25,8 +25,10 @@ int32_t Scheduler::BlocksNeeded(const Request& request) const {
 
 namespace {
 
+// The most candidate blocks the request's selection picks in a step: its budget's, or all its
+// context's when the budget covers it.
 int32_t SlotBlocks(const Request& request, int32_t block_tokens) {
-  return request.offload->budget_tokens / block_tokens;
+  return std::min(request.offload->budget_tokens, request.max_kv_tokens()) / block_tokens;
 }
 
 }  // namespace

@@ -17,6 +17,15 @@ pulse_engine* create_single_engine(pulse_model* model, size_t context,
     params.max_batch = 1;
     params.max_context = (int32_t)context;
     params.kv_capacity_tokens = (int64_t)((context + block - 1) / block * block);
+    /* One request: a host tier of its context and slots of its budget are all it can use. */
+    if (params.offload_mode != PULSE_OFFLOAD_OFF && params.offload_host_tokens == 0) {
+      params.offload_host_tokens = params.kv_capacity_tokens;
+    }
+    if (params.offload_mode != PULSE_OFFLOAD_OFF && params.offload_slot_tokens == 0) {
+      params.offload_slot_tokens = params.offload_budget_tokens < params.kv_capacity_tokens
+                                       ? params.offload_budget_tokens
+                                       : params.kv_capacity_tokens;
+    }
     pulse_engine* engine = NULL;
     status = pulse_engine_create(model, &params, &engine);
     if (status == PULSE_OK) return engine;

@@ -10,11 +10,19 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   flags->budget = defaults.offload_budget_tokens;
   flags->sink = defaults.offload_sink_tokens;
   flags->window = defaults.offload_window_tokens;
+  flags->copy = "auto";
+  flags->evict = "lru";
+  flags->host_tokens = 0;
+  flags->slot_tokens = 0;
   const flag_spec own[kOffloadFlagCount] = {
       {"--offload", kFlagString, &flags->mode, 0, 0},
       {"--budget", kFlagInt32, &flags->budget, 1, 1 << 30},
       {"--sink", kFlagInt32, &flags->sink, 0, 1 << 30},
       {"--window", kFlagInt32, &flags->window, 0, 1 << 30},
+      {"--copy", kFlagString, &flags->copy, 0, 0},
+      {"--evict", kFlagString, &flags->evict, 0, 0},
+      {"--host-tokens", kFlagInt32, &flags->host_tokens, 1, 1 << 30},
+      {"--slot-tokens", kFlagInt32, &flags->slot_tokens, 1, 1 << 30},
   };
   for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
 }
@@ -34,6 +42,31 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
   params->offload_budget_tokens = flags->budget;
   params->offload_sink_tokens = flags->sink;
   params->offload_window_tokens = flags->window;
+  static const char* const kExecutors[] = {"auto", "gather", "batch-dma", "per-chunk"};
+  static const int32_t kExecutorCodes[] = {PULSE_COPY_AUTO, PULSE_COPY_GATHER, PULSE_COPY_BATCH_DMA,
+                                           PULSE_COPY_PER_CHUNK};
+  int found = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (strcmp(flags->copy, kExecutors[i]) == 0) {
+      params->offload_executor = kExecutorCodes[i];
+      found = 1;
+    }
+  }
+  if (!found) {
+    fprintf(stderr, "pulseinfer: --copy expects auto, gather, batch-dma or per-chunk, got '%s'\n",
+            flags->copy);
+    return 0;
+  }
+  if (strcmp(flags->evict, "lru") == 0) {
+    params->offload_eviction = PULSE_EVICT_LRU;
+  } else if (strcmp(flags->evict, "score") == 0) {
+    params->offload_eviction = PULSE_EVICT_SCORE;
+  } else {
+    fprintf(stderr, "pulseinfer: --evict expects lru or score, got '%s'\n", flags->evict);
+    return 0;
+  }
+  params->offload_host_tokens = flags->host_tokens;
+  params->offload_slot_tokens = flags->slot_tokens;
   return 1;
 }
 
@@ -54,4 +87,13 @@ void print_offload_stats(pulse_engine* engine) {
           "scored blocks picked, %.1f%% of them picked the step before too\n",
           (long long)stats.sparse_selections, attended, (long long)stats.sparse_picked_blocks,
           (long long)stats.sparse_candidate_blocks, reused);
+  const int64_t lookups = stats.slot_hits + stats.slot_misses;
+  fprintf(stderr,
+          "recall: %.2f MiB in %lld transfers over %lld plans, %.3f ms (%.3f ms a step); slot "
+          "cache %.1f%% hits, %lld evictions; %.2f MiB written back\n",
+          (double)stats.recall_bytes / (1 << 20), (long long)stats.recall_transfers,
+          (long long)stats.recall_plans, stats.recall_ms,
+          stats.steps > 0 ? stats.recall_ms / (double)stats.steps : 0.0,
+          lookups > 0 ? 100.0 * (double)stats.slot_hits / (double)lookups : 0.0,
+          (long long)stats.slot_evictions, (double)stats.writeback_bytes / (1 << 20));
 }

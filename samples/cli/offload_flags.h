@@ -12,22 +12,32 @@ typedef struct offload_flags {
   int32_t budget;
   int32_t sink;
   int32_t window;
+  const char* copy;  /* "auto", "gather", "batch-dma" or "per-chunk" */
+  const char* evict; /* "lru" or "score" */
+  int32_t host_tokens;
+  int32_t slot_tokens;
 } offload_flags;
 
-enum { kOffloadFlagCount = 4 };
+enum { kOffloadFlagCount = 8 };
 
 #define OFFLOAD_FLAGS_HELP                                                                      \
   "  --offload MODE        sparse decode attention: off (default), solohead (one block set a\n" \
   "                        layer for all KV heads) or headwise (one a KV head)\n"               \
   "  --budget N            tokens a decode step attends to at most (default 2048)\n"            \
   "  --sink N              first tokens always attended (default 32)\n"                         \
-  "  --window N            last tokens always attended (default 128)\n"
+  "  --window N            last tokens always attended (default 128)\n"                         \
+  "  --copy EXECUTOR       how recalled blocks move: auto (default), gather, batch-dma or\n"    \
+  "                        per-chunk\n"                                                         \
+  "  --evict POLICY        which cached block a recall displaces: lru (default) or score\n"     \
+  "  --host-tokens N       host-tier capacity in tokens (default: the context)\n"               \
+  "  --slot-tokens N       device-tier slots in tokens (default: the budget)\n"
 
 /* Sets the defaults (the library's) and writes the kOffloadFlagCount specs to `specs`. */
 void offload_flags_init(offload_flags* flags, flag_spec* specs);
 /* Writes the flags into `params`; 0 (after printing why) for an unknown mode. */
 int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params);
-/* Prints the sparse attention statistics of `engine` on stderr, when it attended sparsely. */
+/* Prints the sparse attention and recall statistics of `engine` on stderr, when it attended
+ * sparsely. */
 void print_offload_stats(pulse_engine* engine);
 
 #endif /* PULSEINFER_CLI_OFFLOAD_FLAGS_H_ */

@@ -205,23 +205,49 @@ typedef struct pulse_engine_params {
    * the backend (the GPU's, or what pulse_model_params.memory_limit_bytes leaves), or at 1 GiB of
    * KV on the CPU without a memory limit */
   int64_t kv_capacity_tokens;
-  /* Sparse decode attention (fields appended after version 0). With PULSE_OFFLOAD_HEADWISE or
-   * PULSE_OFFLOAD_SOLOHEAD, every decode step attends, in each layer, only to the attention-sink
-   * blocks, the recent window and the blocks whose key summaries (per-channel min/max) bound
-   * q.k highest, within offload_budget_tokens; prompt chunks stay dense. SoloHead picks one block
-   * set a layer for all KV heads, HeadWise one a KV head. In this version every block stays in
-   * the one KV cache (the host tier and recall of unselected blocks are not wired in yet), and
-   * only the CPU backend selects (the CUDA backend refuses the first sparse step). */
+  /* Offloaded sparse decode attention (fields appended after version 0). With
+   * PULSE_OFFLOAD_HEADWISE or PULSE_OFFLOAD_SOLOHEAD, every decode step attends, in each layer,
+   * only to the attention-sink blocks, the recent window and the blocks whose key summaries
+   * (per-channel min/max) bound q.k highest, within offload_budget_tokens; prompt chunks stay
+   * dense. SoloHead picks one block set a layer for all KV heads (a recalled block is one
+   * contiguous copy), HeadWise one a KV head (per-head fragments). Every full block is written
+   * once to the host tier; a decoding request keeps only its sinks, window and the block being
+   * written in the KV cache (kv_capacity_tokens), and the blocks a step selects are recalled into
+   * the device tier's slots, where they stay cached across steps. The CUDA backend's selection
+   * kernels are built but not yet verified on a GPU. */
   int32_t offload_mode;          /* PULSE_OFFLOAD_OFF (default), _HEADWISE or _SOLOHEAD */
   int32_t offload_budget_tokens; /* tokens attended at most, sinks and window included; 2048 */
   int32_t offload_sink_tokens;   /* the first tokens, always attended; default 32 */
   int32_t offload_window_tokens; /* the last tokens, always attended; default 128 */
+  /* Fields appended after version 1. */
+  int32_t offload_executor; /* PULSE_COPY_AUTO (default), _GATHER, _BATCH_DMA, _PER_CHUNK */
+  int32_t offload_eviction; /* PULSE_EVICT_LRU (default) or PULSE_EVICT_SCORE */
+  /* Host-tier capacity in tokens (of every layer); 0 (default): 8 full contexts, at most 4 GiB */
+  int64_t offload_host_tokens;
+  /* Device-tier slots in tokens; a decoding request's budget takes up to budget/block_tokens of
+   * them at once. 0 (default): max_batch budgets, at most 1 GiB */
+  int64_t offload_slot_tokens;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {
   PULSE_OFFLOAD_OFF = 0,
   PULSE_OFFLOAD_HEADWISE = 1,
   PULSE_OFFLOAD_SOLOHEAD = 2
+};
+
+/* How recalled blocks move from the host tier to the device (the CPU backend copies on a thread
+ * whatever is chosen). */
+enum pulse_copy_executor_code {
+  PULSE_COPY_AUTO = 0,      /* gather below 256 KiB a chunk on average, batch DMA above */
+  PULSE_COPY_GATHER = 1,    /* a kernel on a few SMs reading mapped host memory */
+  PULSE_COPY_BATCH_DMA = 2, /* one cudaMemcpyBatchAsync */
+  PULSE_COPY_PER_CHUNK = 3  /* one cudaMemcpyAsync a chunk (the baseline) */
+};
+
+/* Which cached block leaves the device tier when a recalled one needs its slot. */
+enum pulse_eviction_code {
+  PULSE_EVICT_LRU = 0,  /* least recently selected */
+  PULSE_EVICT_SCORE = 1 /* lowest latest selection score */
 };
 
 /* Fills `params` with the defaults; see pulse_model_params_init for the rules. */
@@ -277,6 +303,19 @@ typedef struct pulse_engine_stats {
   int64_t sparse_reused_blocks;    /* of those, also selected by the same set the step before */
   int64_t sparse_attended_tokens;  /* tokens the sparse rows attended to */
   int64_t sparse_context_tokens;   /* tokens they would have attended to densely */
+  /* Offloaded KV (fields appended after version 1): capacities and use now, then totals. */
+  int32_t host_blocks;        /* blocks of the host tier */
+  int32_t host_blocks_in_use; /* reserved by running requests */
+  int32_t slot_blocks;        /* device-tier slots */
+  int32_t slot_blocks_in_use; /* reserved by running requests' budgets */
+  int64_t recall_bytes;       /* moved host -> device */
+  int64_t recall_transfers;   /* contiguous chunks moved (a block, or a head's K or V) */
+  int64_t recall_plans;       /* (step, layer) recalls that moved something */
+  double recall_ms;           /* the copy engine's time on them; / steps: per step */
+  int64_t writeback_bytes;    /* moved device -> host, each full block once a layer */
+  int64_t slot_hits;          /* selected blocks found in a slot */
+  int64_t slot_misses;        /* selected blocks recalled */
+  int64_t slot_evictions;     /* cached blocks a recall displaced */
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

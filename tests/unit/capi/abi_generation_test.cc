@@ -311,17 +311,24 @@ using pulse::capi_test::GreedySampling;
 using pulse::capi_test::LoadTinyModel;
 using pulse::capi_test::TinyPrompt;
 
-// Generates 12 greedy tokens after a 150-token prompt with the given offload settings; returns
-// the tokens, and the engine's stats in `stats`.
+// Generates 12 greedy tokens after a 150-token prompt with the given offload settings and a KV
+// cache of 160 tokens when offloading (less than the request needs); returns the tokens, and the
+// engine's stats in `stats`.
 std::vector<int32_t> GenerateWith(pulse_model* model, int32_t mode, int32_t budget,
-                                  pulse_engine_stats* stats) {
+                                  pulse_engine_stats* stats, int32_t executor = PULSE_COPY_AUTO,
+                                  int32_t eviction = PULSE_EVICT_LRU) {
   pulse_engine_params params;
   EXPECT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
   params.block_tokens = 8;
+  params.kv_capacity_tokens = mode == PULSE_OFFLOAD_OFF ? 0 : 160;
   params.offload_mode = mode;
   params.offload_budget_tokens = budget;
   params.offload_sink_tokens = 8;
   params.offload_window_tokens = 16;
+  params.offload_executor = executor;
+  params.offload_eviction = eviction;
+  params.offload_host_tokens = 1024;
+  params.offload_slot_tokens = 256;
   pulse_engine* engine = nullptr;
   EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_OK) << pulse_last_error();
   const std::vector<int32_t> prompt = TinyPrompt(150);
@@ -351,6 +358,21 @@ TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
     EXPECT_EQ(GenerateWith(model, mode, 1 << 20, &stats), dense) << mode;
     EXPECT_GT(stats.sparse_selections, 0);
     EXPECT_EQ(stats.sparse_attended_tokens, stats.sparse_context_tokens);
+    EXPECT_EQ(stats.host_blocks, 128);
+    EXPECT_EQ(stats.slot_blocks, 32);
+    EXPECT_EQ(stats.host_blocks_in_use, 0);
+    // 161 tokens of KV: 20 full blocks, written back once in each of the 2 layers; a block is
+    // 8 tokens x 2 KV heads x 16 dims x K and V x 4 bytes.
+    EXPECT_EQ(stats.writeback_bytes, 20 * 2 * (8 * 2 * 16 * 2 * 4));
+    EXPECT_GT(stats.recall_bytes, 0);
+    EXPECT_GT(stats.recall_transfers, 0);
+    EXPECT_GT(stats.recall_plans, 0);
+    EXPECT_GT(stats.recall_ms, 0.0);
+    EXPECT_GT(stats.slot_hits, stats.slot_misses);
+    for (const int32_t executor : {PULSE_COPY_GATHER, PULSE_COPY_BATCH_DMA, PULSE_COPY_PER_CHUNK}) {
+      pulse_engine_stats with;
+      EXPECT_EQ(GenerateWith(model, mode, 1 << 20, &with, executor, PULSE_EVICT_SCORE), dense);
+    }
     pulse_engine_stats small;
     GenerateWith(model, mode, 48, &small);
     EXPECT_GT(small.sparse_picked_blocks, 0);
@@ -373,6 +395,18 @@ TEST(AbiOffload, BadSettingsAreRefused) {
   params.offload_mode = PULSE_OFFLOAD_SOLOHEAD;
   params.offload_window_tokens = -1;
   EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  EXPECT_EQ(engine, nullptr);
+  params.offload_window_tokens = 128;
+  params.offload_executor = 9;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pulse_last_error()).find("offload_executor"), std::string::npos);
+  params.offload_executor = PULSE_COPY_AUTO;
+  params.offload_eviction = -1;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  params.offload_eviction = PULSE_EVICT_LRU;
+  params.offload_host_tokens = -5;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pulse_last_error()).find("offload_host_tokens"), std::string::npos);
   EXPECT_EQ(engine, nullptr);
   pulse_model_free(model);
 }

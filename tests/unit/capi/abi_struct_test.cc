@@ -121,7 +121,11 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_budget_tokens, 36);
   EXPECT_OFFSET(pulse_engine_params, offload_sink_tokens, 40);
   EXPECT_OFFSET(pulse_engine_params, offload_window_tokens, 44);
-  EXPECT_EQ(sizeof(pulse_engine_params), 48u);
+  EXPECT_OFFSET(pulse_engine_params, offload_executor, 48);
+  EXPECT_OFFSET(pulse_engine_params, offload_eviction, 52);
+  EXPECT_OFFSET(pulse_engine_params, offload_host_tokens, 56);
+  EXPECT_OFFSET(pulse_engine_params, offload_slot_tokens, 64);
+  EXPECT_EQ(sizeof(pulse_engine_params), 72u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -129,7 +133,19 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, sparse_reused_blocks, 88);
   EXPECT_OFFSET(pulse_engine_stats, sparse_attended_tokens, 96);
   EXPECT_OFFSET(pulse_engine_stats, sparse_context_tokens, 104);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 112u);
+  EXPECT_OFFSET(pulse_engine_stats, host_blocks, 112);
+  EXPECT_OFFSET(pulse_engine_stats, host_blocks_in_use, 116);
+  EXPECT_OFFSET(pulse_engine_stats, slot_blocks, 120);
+  EXPECT_OFFSET(pulse_engine_stats, slot_blocks_in_use, 124);
+  EXPECT_OFFSET(pulse_engine_stats, recall_bytes, 128);
+  EXPECT_OFFSET(pulse_engine_stats, recall_transfers, 136);
+  EXPECT_OFFSET(pulse_engine_stats, recall_plans, 144);
+  EXPECT_OFFSET(pulse_engine_stats, recall_ms, 152);
+  EXPECT_OFFSET(pulse_engine_stats, writeback_bytes, 160);
+  EXPECT_OFFSET(pulse_engine_stats, slot_hits, 168);
+  EXPECT_OFFSET(pulse_engine_stats, slot_misses, 176);
+  EXPECT_OFFSET(pulse_engine_stats, slot_evictions, 184);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 192u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {
@@ -148,6 +164,10 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.max_batch, 16);
   EXPECT_EQ(engine.block_tokens, 32);
   EXPECT_EQ(engine.kv_capacity_tokens, 0);
+  EXPECT_EQ(engine.offload_executor, PULSE_COPY_AUTO);
+  EXPECT_EQ(engine.offload_eviction, PULSE_EVICT_LRU);
+  EXPECT_EQ(engine.offload_host_tokens, 0);
+  EXPECT_EQ(engine.offload_slot_tokens, 0);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);
