@@ -3,7 +3,8 @@
 //   pulseinfer-bench --model PATH [--random-weights] [--backend auto|cpu|cuda]
 //       [--decode 1x4096,8x16384] [--decode-steps N] [--prefill CONTEXT]
 //       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
-//       [--device NAME] [--commit SHA] [--out FILE.jsonl]
+//       [--modes dense,solohead,headwise] [--budget 2048] [--sink 32] [--window 128]
+//       [--copy auto|gather|batch-dma|per-chunk] [--device NAME] [--commit SHA] [--out FILE.jsonl]
 //
 // Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
 // then generate --decode-steps tokens each (greedy, end of sequence ignored); every engine step
@@ -12,6 +13,12 @@
 // after two warm-up steps. The HBM floor is the bytes a dense decode step must read: every weight
 // but the embedding table (only BATCH rows of it are read) plus the KV cache of every request,
 // over --hbm-gb-s.
+// Each decode shape runs in every mode of --modes: dense, or offloaded sparse attention
+// (solohead, headwise) with --budget. Offloaded, the KV cache holds each request's sinks and
+// window and one prompt being prefilled (requests prefill one after another), the host tier
+// every request's whole context and the device slots every request's budget; the record adds the
+// recall bytes a timed step moved, the copy engine's rate on them and the slot-cache hit rate.
+// Its HBM floor counts the KV of the tokens attended (the budget, at most the context).
 // Prefill: one random CONTEXT-token prompt, submit to first token; FLOPs are the GEMMs' 2 * m * n
 // * k of every layer plus causal attention (QK^T and PV over the keys each position sees).
 #include <algorithm>
@@ -46,11 +53,28 @@ struct Args {
   int32_t prefill_chunk = 8192;
   double hbm_gb_s = 4250.0;
   double peak_tflops = 790.0;
+  std::vector<std::string> modes = {"dense"};
+  int32_t budget = 2048;
+  int32_t sink = 32;
+  int32_t window = 128;
+  std::string copy = "auto";
   std::string device = "unknown";
   std::string commit = "unknown";
   std::string out;
   std::string command;
 };
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    items.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return items;
+}
 
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "pulseinfer-bench: %s\n", what.c_str());
@@ -106,6 +130,21 @@ Args ParseArgs(int argc, char** argv) {
       args.hbm_gb_s = std::atof(value.c_str());
     } else if (flag == "--peak-tflops") {
       args.peak_tflops = std::atof(value.c_str());
+    } else if (flag == "--modes") {
+      args.modes = SplitList(value);
+      for (const std::string& mode : args.modes) {
+        if (mode != "dense" && mode != "solohead" && mode != "headwise") {
+          Fail("--modes expects dense, solohead or headwise, got '" + mode + "'");
+        }
+      }
+    } else if (flag == "--budget") {
+      args.budget = std::atoi(value.c_str());
+    } else if (flag == "--sink") {
+      args.sink = std::atoi(value.c_str());
+    } else if (flag == "--window") {
+      args.window = std::atoi(value.c_str());
+    } else if (flag == "--copy") {
+      args.copy = value;
     } else if (flag == "--device") {
       args.device = value;
     } else if (flag == "--commit") {
@@ -201,17 +240,42 @@ std::vector<int32_t> RandomPrompt(int32_t length, int32_t vocab, uint64_t seed) 
   return prompt;
 }
 
+int32_t CopyExecutor(const std::string& name) {
+  if (name == "auto") return PULSE_COPY_AUTO;
+  if (name == "gather") return PULSE_COPY_GATHER;
+  if (name == "batch-dma") return PULSE_COPY_BATCH_DMA;
+  if (name == "per-chunk") return PULSE_COPY_PER_CHUNK;
+  Fail("--copy expects auto, gather, batch-dma or per-chunk, got '" + name + "'");
+}
+
+int64_t RoundUp(int64_t tokens, int32_t block) { return (tokens + block - 1) / block * block; }
+
+// `mode`: "dense", "solohead" or "headwise" (then offloaded with args' budget, sink and window).
 pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, int32_t extra,
-                           int32_t chunk) {
+                           int32_t chunk, const std::string& mode, const Args& args) {
   pulse_engine_params params;
   Check(pulse_engine_params_init(&params, sizeof(params)), "pulse_engine_params_init");
   params.max_batch = batch;
   params.prefill_chunk = chunk;
   params.max_step_tokens = std::max(chunk, batch);
   params.max_context = context + extra;
+  const int32_t block = params.block_tokens;
   // Whole blocks for every request: admission reserves each request's blocks.
-  const int64_t blocks = (context + extra + params.block_tokens - 1) / params.block_tokens;
-  params.kv_capacity_tokens = int64_t{batch} * blocks * params.block_tokens;
+  const int64_t request_tokens = RoundUp(context + extra, block);
+  params.kv_capacity_tokens = int64_t{batch} * request_tokens;
+  if (mode != "dense") {
+    params.offload_mode = mode == "solohead" ? PULSE_OFFLOAD_SOLOHEAD : PULSE_OFFLOAD_HEADWISE;
+    params.offload_budget_tokens = args.budget;
+    params.offload_sink_tokens = args.sink;
+    params.offload_window_tokens = args.window;
+    params.offload_executor = CopyExecutor(args.copy);
+    // Each request's sinks, window and the block written (the engine's resident limit), and
+    // one prompt being prefilled.
+    const int64_t resident = RoundUp(args.sink, block) + RoundUp(args.window, block) + 2 * block;
+    params.kv_capacity_tokens = int64_t{batch} * resident + RoundUp(context, block);
+    params.offload_host_tokens = int64_t{batch} * request_tokens;
+    params.offload_slot_tokens = int64_t{batch} * RoundUp(args.budget, block);
+  }
   pulse_engine* engine = nullptr;
   Check(pulse_engine_create(model, &params, &engine), "pulse_engine_create");
   return engine;
@@ -247,8 +311,15 @@ double Percentile(std::vector<double> values, double fraction) {
   return values[std::min(index, values.size() - 1)];
 }
 
+pulse_engine_stats EngineStats(pulse_engine* engine) {
+  pulse_engine_stats stats;
+  stats.struct_size = sizeof(stats);
+  Check(pulse_engine_stats_get(engine, &stats), "pulse_engine_stats_get");
+  return stats;
+}
+
 void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, Shape shape,
-                 Records& records) {
+                 const std::string& mode, Records& records) {
   // Prompts are prefilled a chunk a step while earlier requests decode: enough tokens for every
   // request to still decode once the last prefill is done, then the timed steps.
   const int32_t prefill_steps =
@@ -257,7 +328,7 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
       shape.batch;
   const int32_t max_tokens = prefill_steps + args.decode_steps + 1;
   pulse_engine* engine =
-      CreateEngine(model, shape.batch, shape.context, max_tokens, args.prefill_chunk);
+      CreateEngine(model, shape.batch, shape.context, max_tokens, args.prefill_chunk, mode, args);
   const pulse_sampling_params sampling = Greedy(max_tokens);
   std::vector<uint64_t> ids;
   for (int32_t r = 0; r < shape.batch; ++r) {
@@ -270,9 +341,11 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
   }
   std::vector<double> decode_ms;
   std::vector<double> kv_tokens;  // cached tokens every request attends to, for each timed step
+  pulse_engine_stats before{};
   while (decode_ms.size() < static_cast<size_t>(args.decode_steps)) {
     pulse_step_report report;
     report.struct_size = sizeof(report);
+    const pulse_engine_stats start_stats = EngineStats(engine);
     const Clock::time_point start = Clock::now();
     Check(pulse_engine_step(engine, &report), "pulse_engine_step");
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -281,6 +354,7 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
     }
     if (report.prefill_tokens != 0 || report.decode_tokens != shape.batch) continue;
     decode_ms.push_back(ms);
+    if (decode_ms.size() == 3) before = start_stats;  // after the two warm-up steps
     double tokens = 0;
     for (const uint64_t id : ids) {
       pulse_request_stats stats;
@@ -290,25 +364,52 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
     }
     kv_tokens.push_back(tokens);
   }
+  const pulse_engine_stats after = EngineStats(engine);
+  const int64_t device_blocks = int64_t{after.kv_blocks} + after.slot_blocks;
   pulse_engine_free(engine);
   decode_ms.erase(decode_ms.begin(), decode_ms.begin() + 2);  // warm-up
   kv_tokens.erase(kv_tokens.begin(), kv_tokens.begin() + 2);
   const double p50 = Percentile(decode_ms, 0.5);
   const double p99 = Percentile(decode_ms, 0.99);
-  // Each step reads the keys and values of every cached token, its own new one included.
-  const double kv_read = facts.kv_bytes_per_token * (Percentile(kv_tokens, 0.5) + shape.batch);
+  // Each step reads the keys and values of every token it attends to, its own new one included.
+  const double context_tokens = Percentile(kv_tokens, 0.5) + shape.batch;
+  const double attended = mode == "dense"
+                              ? context_tokens
+                              : std::min(context_tokens, double(shape.batch) * args.budget);
+  const double kv_read = facts.kv_bytes_per_token * attended;
   const double floor_ms = (facts.weight_bytes_read + kv_read) / (args.hbm_gb_s * 1e9) * 1e3;
+  // The device memory the KV takes: the KV cache and, offloaded, the slots.
+  pulse_engine_params defaults;
+  Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
   const double kv_gib =
-      facts.kv_bytes_per_token * shape.batch * (shape.context + max_tokens) / (1u << 30);
+      facts.kv_bytes_per_token * double(device_blocks) * defaults.block_tokens / double(1u << 30);
+  std::string offload =
+      ", \"recall_bytes_per_step\": 0, \"pcie_gb_s\": null, \"cache_hit_rate\": null";
+  std::string budget = "null";
+  if (mode != "dense") {
+    const double steps = static_cast<double>(decode_ms.size());
+    const double bytes = double(after.recall_bytes - before.recall_bytes);
+    const double ms = after.recall_ms - before.recall_ms;
+    const double hits = double(after.slot_hits - before.slot_hits);
+    const double lookups = hits + double(after.slot_misses - before.slot_misses);
+    offload = ", \"recall_bytes_per_step\": " + Number(bytes / steps) +
+              ", \"recall_transfers_per_step\": " +
+              Number(double(after.recall_transfers - before.recall_transfers) / steps) +
+              ", \"recall_ms_per_step\": " + Number(ms / steps) +
+              ", \"pcie_gb_s\": " + (ms > 0 ? Number(bytes / ms / 1e6) : std::string("null")) +
+              ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
+              ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
+              ", \"window\": " + std::to_string(args.window);
+    budget = std::to_string(args.budget);
+  }
   records.Write(
       "decode",
-      "\"mode\": \"dense\", \"model\": " + JsonString(facts.name) + ", \"backend\": " +
-          JsonString(facts.info.backend) + ", \"batch\": " + std::to_string(shape.batch) +
-          ", \"context\": " + std::to_string(shape.context) +
-          ", \"budget\": null, \"gpu_kv_cap_gib\": " + Number(kv_gib) +
+      "\"mode\": " + JsonString(mode) + ", \"model\": " + JsonString(facts.name) +
+          ", \"backend\": " + JsonString(facts.info.backend) + ", \"batch\": " +
+          std::to_string(shape.batch) + ", \"context\": " + std::to_string(shape.context) +
+          ", \"budget\": " + budget + ", \"gpu_kv_cap_gib\": " + Number(kv_gib) +
           ", \"tpot_ms_p50\": " + Number(p50) + ", \"tpot_ms_p99\": " + Number(p99) +
-          ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) +
-          ", \"recall_bytes_per_step\": 0, \"pcie_gb_s\": null, \"cache_hit_rate\": null" +
+          ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) + offload +
           ", \"weight_bytes_read\": " + Number(facts.weight_bytes_read) +
           ", \"kv_bytes_read\": " + Number(kv_read) + ", \"hbm_gb_s\": " + Number(args.hbm_gb_s) +
           ", \"hbm_floor_ms\": " + Number(floor_ms) + ", \"roofline_fraction\": " +
@@ -317,7 +418,7 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
 
 void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args, Records& records) {
   const int32_t context = args.prefill_context;
-  pulse_engine* engine = CreateEngine(model, 1, context, 1, args.prefill_chunk);
+  pulse_engine* engine = CreateEngine(model, 1, context, 1, args.prefill_chunk, "dense", args);
   const pulse_sampling_params sampling = Greedy(1);
   const std::vector<int32_t> prompt = RandomPrompt(context, facts.info.vocab_size, 7);
   // A short request first, so that one-time costs (cuBLASLt plans, first launches) are paid.
@@ -365,7 +466,11 @@ int main(int argc, char** argv) {
   const ModelFacts facts = Describe(model, args.model);
   std::fflush(stderr);
   Records records(args);
-  for (const Shape shape : args.decode) BenchDecode(model, facts, args, shape, records);
+  for (const Shape shape : args.decode) {
+    for (const std::string& mode : args.modes) {
+      BenchDecode(model, facts, args, shape, mode, records);
+    }
+  }
   if (args.prefill_context > 0) BenchPrefill(model, facts, args, records);
   pulse_model_free(model);
   return 0;
