@@ -1,0 +1,185 @@
+// Offloaded sparse decode through the ModelRunner on each backend (CUDA skipped without a
+// device): with a budget covering the context, the logits are bitwise the dense ones, in both
+// selection modes and with every copy executor (recall leaves the same bytes in the slots, and
+// attention reads the same blocks in the same order); with a small budget they are bitwise those
+// of the same selection with every block resident.
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/cuda/cuda_backend.h"
+#include "core/kv/kv_cache.h"
+#include "core/model/forward.h"
+#include "core/model/model.h"
+#include "core/model/tensor_source.h"
+#include "gtest/gtest.h"
+
+namespace pulse {
+namespace {
+
+constexpr int32_t kBlockTokens = 16;
+constexpr int32_t kBlocksPerSeq = 24;  // 384 tokens
+constexpr int32_t kDenseBlocks = kBlocksPerSeq;
+
+ModelConfig Config() {
+  ModelConfig config;
+  config.hidden_size = 256;
+  config.intermediate_size = 512;
+  config.num_layers = 2;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 64;
+  config.vocab_size = 512;
+  config.max_position = 512;
+  config.rope_theta = 10000.0f;
+  config.tie_word_embeddings = false;
+  return config;
+}
+
+class OffloadBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::shared_ptr<Backend> backend;
+    if (GetParam() == "cuda") {
+      if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+      absl::StatusOr<std::shared_ptr<Backend>> cuda = CreateCudaBackend({});
+      ASSERT_TRUE(cuda.ok()) << cuda.status();
+      backend = *cuda;
+    } else {
+      absl::StatusOr<std::shared_ptr<Backend>> cpu = CreateCpuBackend({.threads = 2});
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      backend = *cpu;
+    }
+    absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenRandomSource(Config(), 3);
+    ASSERT_TRUE(source.ok()) << source.status();
+    absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(
+        backend, **source, {.weight_type = GetParam() == "cuda" ? DType::kBF16 : DType::kF32});
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *model;
+  }
+
+  ModelRunner MakeRunner(std::optional<OffloadOptions> offload) {
+    const ModelConfig& config = model_->config();
+    const int32_t slots = offload ? offload->slot_blocks : 0;
+    absl::StatusOr<KvCache> cache = KvCache::Create(model_->backend(),
+                                                    {.block_tokens = kBlockTokens,
+                                                     .num_kv_heads = config.num_kv_heads,
+                                                     .head_dim = config.head_dim,
+                                                     .type = model_->backend().kv_type()},
+                                                    config.num_layers, kDenseBlocks + slots);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    absl::StatusOr<ModelRunner> runner = ModelRunner::Create(model_, *std::move(cache),
+                                                             {.max_step_tokens = 384,
+                                                              .max_seqs = 1,
+                                                              .max_blocks_per_seq = kBlocksPerSeq,
+                                                              .offload = offload});
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    return *std::move(runner);
+  }
+
+  // A 300-token prompt, then `decode` tokens of the same text one a step; the logits of those
+  // steps. Offloaded (`offloaded`): before each step the blocks neither sinks, window nor written
+  // to leave the device table, as the engine frees them.
+  std::vector<std::vector<float>> Decode(ModelRunner& runner,
+                                         const std::optional<SparseSelection>& sparse,
+                                         bool offloaded, int32_t decode = 40) {
+    const int32_t vocab = model_->config().vocab_size;
+    std::vector<int32_t> tokens(300 + decode);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(vocab));
+    }
+    std::vector<int32_t> blocks(kBlocksPerSeq);
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::vector<int32_t> host;
+    if (offloaded) {
+      host.resize(kBlocksPerSeq);
+      std::iota(host.begin(), host.end(), 0);
+    }
+    StepBatch batch;
+    batch.AddSequence(std::span<const int32_t>(tokens).first(300), 0, blocks, LogitRows::kNone,
+                      sparse, host);
+    std::vector<float> none;
+    const absl::Status prefilled = runner.Forward(batch, none);
+    EXPECT_TRUE(prefilled.ok()) << prefilled;
+    std::vector<std::vector<float>> logits;
+    for (int32_t i = 300; i < 300 + decode; ++i) {
+      if (offloaded) {
+        const BlockPartition partition = PartitionBlocks(i + 1, kBlockTokens, sparse->options);
+        for (int32_t j = partition.sink_end; j < std::min(partition.window_begin, i / kBlockTokens);
+             ++j) {
+          blocks[static_cast<size_t>(j)] = -1;
+        }
+      }
+      batch.Clear();
+      batch.AddSequence(std::span<const int32_t>(tokens).subspan(i, 1), i, blocks, LogitRows::kLast,
+                        sparse, host);
+      logits.emplace_back(vocab);
+      const absl::Status status = runner.Forward(batch, logits.back());
+      EXPECT_TRUE(status.ok()) << status;
+    }
+    return logits;
+  }
+
+  std::shared_ptr<const Model> model_;
+};
+
+SparseSelection Selection(SelectionMode mode, int32_t budget) {
+  return {.options = {.mode = mode,
+                      .budget_tokens = budget,
+                      .sink_tokens = kBlockTokens,
+                      .window_tokens = 2 * kBlockTokens},
+          .key = 1};
+}
+
+void ExpectBitwiseEqual(const std::vector<std::vector<float>>& a,
+                        const std::vector<std::vector<float>>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)), 0)
+        << "step " << i;
+  }
+}
+
+TEST_P(OffloadBackendTest, ACoveringBudgetGivesTheDenseLogitsWithEveryExecutor) {
+  ModelRunner dense_runner = MakeRunner(std::nullopt);
+  const auto dense = Decode(dense_runner, std::nullopt, false);
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    for (const CopyExecutor executor : {CopyExecutor::kAuto, CopyExecutor::kGather,
+                                        CopyExecutor::kBatchDma, CopyExecutor::kPerChunk}) {
+      SCOPED_TRACE(std::string(CopyExecutorName(executor)) +
+                   (mode == SelectionMode::kSoloHead ? " solohead" : " headwise"));
+      ModelRunner runner = MakeRunner(OffloadOptions{.host_blocks = kBlocksPerSeq,
+                                                     .slot_blocks = kBlocksPerSeq,
+                                                     .mode = mode,
+                                                     .executor = executor});
+      ExpectBitwiseEqual(Decode(runner, Selection(mode, 1 << 20), true), dense);
+      const OffloadStats stats = runner.offload_stats();
+      EXPECT_GT(stats.recall_bytes, 0);
+      EXPECT_GT(stats.cache.hits, stats.cache.misses);
+      // 340 tokens of KV: 21 full blocks, each written back once a layer.
+      EXPECT_EQ(stats.writeback_blocks, 21 * model_->config().num_layers);
+    }
+  }
+}
+
+TEST_P(OffloadBackendTest, ASmallBudgetGivesTheResidentSelectionsLogits) {
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    SCOPED_TRACE(mode == SelectionMode::kSoloHead ? "solohead" : "headwise");
+    ModelRunner resident_runner = MakeRunner(std::nullopt);
+    const auto resident = Decode(resident_runner, Selection(mode, 128), false);
+    ModelRunner runner =
+        MakeRunner(OffloadOptions{.host_blocks = kBlocksPerSeq, .slot_blocks = 6, .mode = mode});
+    ExpectBitwiseEqual(Decode(runner, Selection(mode, 128), true), resident);
+    EXPECT_GT(runner.offload_stats().cache.evictions, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OffloadBackendTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace pulse
