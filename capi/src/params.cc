@@ -107,7 +107,43 @@ pulse_sampling_params DefaultSamplingParams() {
   params.stop_token_count = 0;
   params.stop_strings = nullptr;
   params.stop_string_count = 0;
+  params.offload_mode = PULSE_OFFLOAD_ENGINE;
+  params.offload_budget_tokens = 0;
+  params.offload_sink_tokens = -1;
+  params.offload_window_tokens = -1;
   return params;
+}
+
+absl::StatusOr<RequestOffload> ToRequestOffload(const pulse_sampling_params& params) {
+  RequestOffload offload;
+  switch (params.offload_mode) {
+    case PULSE_OFFLOAD_ENGINE:
+      break;
+    case PULSE_OFFLOAD_OFF:
+      offload.mode = RequestOffload::Mode::kDense;
+      break;
+    case PULSE_OFFLOAD_SOLOHEAD:
+      offload.mode = RequestOffload::Mode::kSoloHead;
+      break;
+    case PULSE_OFFLOAD_HEADWISE:
+      offload.mode = RequestOffload::Mode::kHeadWise;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("pulse_sampling_params.offload_mode is ", params.offload_mode,
+                       "; expected PULSE_OFFLOAD_ENGINE, _OFF, _HEADWISE or _SOLOHEAD"));
+  }
+  if (params.offload_budget_tokens < 0 || params.offload_sink_tokens < -1 ||
+      params.offload_window_tokens < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pulse_sampling_params.offload_budget_tokens (", params.offload_budget_tokens,
+        "), offload_sink_tokens (", params.offload_sink_tokens, ") and offload_window_tokens (",
+        params.offload_window_tokens, "): 0 / -1 for the engine's, else sizes"));
+  }
+  if (params.offload_budget_tokens > 0) offload.budget_tokens = params.offload_budget_tokens;
+  if (params.offload_sink_tokens >= 0) offload.sink_tokens = params.offload_sink_tokens;
+  if (params.offload_window_tokens >= 0) offload.window_tokens = params.offload_window_tokens;
+  return offload;
 }
 
 absl::StatusOr<SamplingParams> ToSamplingParams(const pulse_sampling_params& params) {

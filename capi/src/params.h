@@ -18,6 +18,8 @@ pulse_sampling_params DefaultSamplingParams();
 // InvalidArgument for a stop-token or stop-string array that is NULL but counted (or a NULL
 // string); the values are checked by the engine against the model.
 absl::StatusOr<SamplingParams> ToSamplingParams(const pulse_sampling_params& params);
+// The request's offloading fields; InvalidArgument naming a bad one.
+absl::StatusOr<RequestOffload> ToRequestOffload(const pulse_sampling_params& params);
 
 pulse_request_state ToPulseState(RequestState state);
 pulse_finish_reason ToPulseFinishReason(FinishReason reason);

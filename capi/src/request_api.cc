@@ -91,8 +91,10 @@ absl::Status Submit(pulse_engine& engine, std::vector<int32_t> prompt,
       pulse::capi::ReadVersioned(sampling, pulse::capi::DefaultSamplingParams()));
   PULSE_ASSIGN_OR_RETURN(const pulse::SamplingParams params,
                          pulse::capi::ToSamplingParams(complete));
-  PULSE_ASSIGN_OR_RETURN(
-      out_id, engine.engine->Submit(std::move(prompt), params, MakeSink(callback, user_data)));
+  PULSE_ASSIGN_OR_RETURN(const pulse::RequestOffload offload,
+                         pulse::capi::ToRequestOffload(complete));
+  PULSE_ASSIGN_OR_RETURN(out_id, engine.engine->Submit(std::move(prompt), params,
+                                                       MakeSink(callback, user_data), offload));
   return absl::OkStatus();
 }
 

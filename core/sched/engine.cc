@@ -73,8 +73,9 @@ class EngineImpl final : public Engine {
         runner_(std::move(runner)),
         scheduler_(limits, dense_blocks) {}
 
+  using Engine::Submit;
   absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt, const SamplingParams& params,
-                                   TokenSink sink) override;
+                                   TokenSink sink, const RequestOffload& offload) override;
   absl::Status Cancel(RequestId id) override;
   absl::StatusOr<StepReport> Step() override;
   absl::StatusOr<RequestSnapshot> Snapshot(RequestId id) const override;
@@ -88,6 +89,9 @@ class EngineImpl final : public Engine {
 
  private:
   absl::Status CheckPrompt(const std::vector<int32_t>& prompt) const;
+  // The selection a request with `offload` decodes with (none: dense).
+  absl::StatusOr<std::optional<SelectionOptions>> RequestSelection(
+      const RequestOffload& offload) const;
   // Marks the request finished; its KV blocks go back now unless a step in flight uses them.
   void Finish(Request& request, FinishReason reason, Clock::time_point now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -174,9 +178,45 @@ absl::Status EngineImpl::CheckPrompt(const std::vector<int32_t>& prompt) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::optional<SelectionOptions>> EngineImpl::RequestSelection(
+    const RequestOffload& offload) const {
+  using Mode = RequestOffload::Mode;
+  if (offload.mode == Mode::kDense) return std::nullopt;
+  const bool changes = offload.mode != Mode::kEngine || offload.budget_tokens.has_value() ||
+                       offload.sink_tokens.has_value() || offload.window_tokens.has_value();
+  if (!changes) return options_.sparse_attention;
+  if (!options_.sparse_attention) {
+    return absl::FailedPreconditionError(
+        "the request asks for offloaded attention, but this engine was created without it "
+        "(EngineOptions::sparse_attention)");
+  }
+  SelectionOptions selection = *options_.sparse_attention;
+  const Mode engine_mode =
+      selection.mode == SelectionMode::kSoloHead ? Mode::kSoloHead : Mode::kHeadWise;
+  if (offload.mode != Mode::kEngine && offload.mode != engine_mode) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the request asks for %s selection, but this engine's device slots are laid out for %s",
+        offload.mode == Mode::kSoloHead ? "solohead" : "headwise",
+        engine_mode == Mode::kSoloHead ? "solohead" : "headwise"));
+  }
+  selection.budget_tokens = offload.budget_tokens.value_or(selection.budget_tokens);
+  selection.sink_tokens = offload.sink_tokens.value_or(selection.sink_tokens);
+  selection.window_tokens = offload.window_tokens.value_or(selection.window_tokens);
+  const ModelConfig& config = model_->config();
+  PULSE_RETURN_IF_ERROR(BlockSelector::Create({.block_tokens = options_.block_tokens,
+                                               .num_kv_heads = config.num_kv_heads,
+                                               .head_dim = config.head_dim},
+                                              config.num_heads, selection)
+                            .status());
+  return selection;
+}
+
 absl::StatusOr<RequestId> EngineImpl::Submit(std::vector<int32_t> prompt,
-                                             const SamplingParams& params, TokenSink sink) {
+                                             const SamplingParams& params, TokenSink sink,
+                                             const RequestOffload& offload) {
   PULSE_RETURN_IF_ERROR(CheckPrompt(prompt));
+  PULSE_ASSIGN_OR_RETURN(const std::optional<SelectionOptions> selection,
+                         RequestSelection(offload));
   PULSE_RETURN_IF_ERROR(params.Validate(model_->config().vocab_size));
   if (!params.stop_strings.empty() && tokenizer_ == nullptr) {
     return absl::FailedPreconditionError("stop strings need a tokenizer, and this engine has none");
@@ -184,7 +224,7 @@ absl::StatusOr<RequestId> EngineImpl::Submit(std::vector<int32_t> prompt,
   absl::MutexLock lock(&mu_);
   auto request = std::make_shared<Request>(next_id_, std::move(prompt), params, std::move(sink),
                                            options_.max_context, tokenizer_.get(), Clock::now());
-  request->offload = options_.sparse_attention;
+  request->offload = selection;
   PULSE_RETURN_IF_ERROR(scheduler_.CanEverFit(*request));
   const RequestId id = next_id_++;
   requests_.emplace(id, request);

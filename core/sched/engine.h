@@ -140,6 +140,18 @@ struct RequestSnapshot {
   RequestStats stats;
 };
 
+// A request's own offloading, within what the engine was created with: by default the engine's
+// (EngineOptions::sparse_attention). An offloading engine may run a request densely (its whole
+// context then stays in the KV cache, reserved at admission), or with its own budget, sink and
+// window; the selection mode is the engine's, since the device slots are laid out for it.
+struct RequestOffload {
+  enum class Mode : uint8_t { kEngine, kDense, kSoloHead, kHeadWise };
+  Mode mode = Mode::kEngine;  // kSoloHead / kHeadWise: must be the engine's mode
+  std::optional<int32_t> budget_tokens = std::nullopt;
+  std::optional<int32_t> sink_tokens = std::nullopt;
+  std::optional<int32_t> window_tokens = std::nullopt;
+};
+
 // Totals since the engine was created, and its state now.
 struct EngineStats {
   int64_t steps = 0;             // steps that ran a forward pass
@@ -182,8 +194,15 @@ class Engine {
   // Queues a request. InvalidArgument for an empty prompt, a token outside the vocabulary, a
   // prompt of max_context tokens or more, or bad parameters; ResourceExhausted when its worst
   // case (see above) can never fit the KV cache. The sink may be empty.
+  absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt, const SamplingParams& params,
+                                   TokenSink sink) {
+    return Submit(std::move(prompt), params, std::move(sink), RequestOffload{});
+  }
+  // As above, with the request's own offloading: FailedPrecondition for a selection on an engine
+  // that does not offload, InvalidArgument for another mode than the engine's or bad sizes.
   virtual absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt,
-                                           const SamplingParams& params, TokenSink sink) = 0;
+                                           const SamplingParams& params, TokenSink sink,
+                                           const RequestOffload& offload) = 0;
   // Cancels the request: it finishes with kCancelled, keeps the tokens generated so far, and its
   // KV blocks are freed now (or, while a step that runs it is in flight, at that step's end).
   // NotFound for an unknown id. OK for one already finished: its state, reason and tokens stay,

@@ -230,6 +230,7 @@ typedef struct pulse_engine_params {
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {
+  PULSE_OFFLOAD_ENGINE = -1, /* a request: as its engine */
   PULSE_OFFLOAD_OFF = 0,
   PULSE_OFFLOAD_HEADWISE = 1,
   PULSE_OFFLOAD_SOLOHEAD = 2
@@ -349,6 +350,15 @@ typedef struct pulse_sampling_params {
    * non-empty, copied at submit; NULL when stop_string_count is 0. */
   const char* const* stop_strings;
   size_t stop_string_count;
+  /* The request's own offloading (fields appended after version 1), within the engine's
+   * (pulse_engine_params.offload_*): PULSE_OFFLOAD_ENGINE (default) as the engine does;
+   * PULSE_OFFLOAD_OFF dense (its whole context stays in the KV cache); or the engine's own mode
+   * (another one is PULSE_INVALID_ARGUMENT). The sizes override the engine's when set; asking an
+   * engine without offloading for them is PULSE_FAILED_PRECONDITION at submit. */
+  int32_t offload_mode;
+  int32_t offload_budget_tokens; /* 0 (default): the engine's */
+  int32_t offload_sink_tokens;   /* -1 (default): the engine's */
+  int32_t offload_window_tokens; /* -1 (default): the engine's */
 } pulse_sampling_params;
 
 /* Fills `params` with the defaults; see pulse_model_params_init for the rules. */

@@ -381,6 +381,57 @@ TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
   pulse_model_free(model);
 }
 
+// A request of an offloading engine runs densely or with its own budget when it asks.
+TEST(AbiOffload, ARequestChoosesWithinItsEngine) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_stats dense_stats;
+  const std::vector<int32_t> dense = GenerateWith(model, PULSE_OFFLOAD_OFF, 0, &dense_stats);
+  pulse_engine_params params;
+  ASSERT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
+  params.block_tokens = 8;
+  params.offload_mode = PULSE_OFFLOAD_SOLOHEAD;
+  params.offload_budget_tokens = 48;
+  params.offload_sink_tokens = 8;
+  params.offload_window_tokens = 16;
+  params.offload_host_tokens = 1024;
+  params.offload_slot_tokens = 1024;
+  pulse_engine* engine = nullptr;
+  ASSERT_EQ(pulse_engine_create(model, &params, &engine), PULSE_OK) << pulse_last_error();
+  const std::vector<int32_t> prompt = TinyPrompt(150);
+  using Result = std::pair<pulse_status, std::vector<int32_t>>;
+  const auto generate = [&](int32_t mode, int32_t budget) -> Result {
+    pulse_sampling_params sampling = GreedySampling(12);
+    sampling.offload_mode = mode;
+    sampling.offload_budget_tokens = budget;
+    uint64_t id = 0;
+    std::vector<int32_t> tokens(12);
+    const pulse_status submitted = pulse_request_submit(engine, prompt.data(), prompt.size(),
+                                                        &sampling, nullptr, nullptr, &id);
+    if (submitted != PULSE_OK) return {submitted, tokens};
+    EXPECT_EQ(pulse_engine_run(engine), PULSE_OK) << pulse_last_error();
+    size_t count = 0;
+    EXPECT_EQ(pulse_request_result(engine, id, tokens.data(), tokens.size(), &count), PULSE_OK);
+    return {PULSE_OK, tokens};
+  };
+  EXPECT_EQ(generate(PULSE_OFFLOAD_OFF, 0), Result(PULSE_OK, dense));
+  EXPECT_EQ(generate(PULSE_OFFLOAD_ENGINE, 1 << 20), Result(PULSE_OK, dense));
+  EXPECT_EQ(generate(PULSE_OFFLOAD_SOLOHEAD, 1 << 20), Result(PULSE_OK, dense));
+  EXPECT_EQ(generate(PULSE_OFFLOAD_HEADWISE, 0).first, PULSE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pulse_last_error()).find("solohead"), std::string::npos);
+  EXPECT_EQ(generate(5, 0).first, PULSE_INVALID_ARGUMENT);
+  EXPECT_EQ(generate(PULSE_OFFLOAD_ENGINE, -3).first, PULSE_INVALID_ARGUMENT);
+  pulse_engine_free(engine);
+
+  // An engine without offloading refuses a request's selection.
+  ASSERT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
+  ASSERT_EQ(pulse_engine_create(model, &params, &engine), PULSE_OK);
+  EXPECT_EQ(generate(PULSE_OFFLOAD_SOLOHEAD, 0).first, PULSE_FAILED_PRECONDITION);
+  EXPECT_EQ(generate(PULSE_OFFLOAD_OFF, 0), Result(PULSE_OK, dense));
+  pulse_engine_free(engine);
+  pulse_model_free(model);
+}
+
 TEST(AbiOffload, BadSettingsAreRefused) {
   pulse_model* model = LoadTinyModel();
   ASSERT_NE(model, nullptr);

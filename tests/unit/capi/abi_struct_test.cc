@@ -111,7 +111,6 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
 
   EXPECT_OFFSET(pulse_sampling_params, stop_strings, 56);
   EXPECT_OFFSET(pulse_sampling_params, stop_string_count, 64);
-  EXPECT_EQ(sizeof(pulse_sampling_params), 72u);
 
   EXPECT_OFFSET(pulse_token_event, text, 32);
   EXPECT_OFFSET(pulse_token_event, text_len, 40);
@@ -121,6 +120,11 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_budget_tokens, 36);
   EXPECT_OFFSET(pulse_engine_params, offload_sink_tokens, 40);
   EXPECT_OFFSET(pulse_engine_params, offload_window_tokens, 44);
+  EXPECT_OFFSET(pulse_sampling_params, offload_mode, 72);
+  EXPECT_OFFSET(pulse_sampling_params, offload_budget_tokens, 76);
+  EXPECT_OFFSET(pulse_sampling_params, offload_sink_tokens, 80);
+  EXPECT_OFFSET(pulse_sampling_params, offload_window_tokens, 84);
+  EXPECT_EQ(sizeof(pulse_sampling_params), 88u);
   EXPECT_OFFSET(pulse_engine_params, offload_executor, 48);
   EXPECT_OFFSET(pulse_engine_params, offload_eviction, 52);
   EXPECT_OFFSET(pulse_engine_params, offload_host_tokens, 56);
@@ -158,6 +162,10 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(sampling.max_tokens, 128);
   EXPECT_EQ(sampling.stop_token_ids, nullptr);
   EXPECT_EQ(sampling.stop_token_count, 0u);
+  EXPECT_EQ(sampling.offload_mode, PULSE_OFFLOAD_ENGINE);
+  EXPECT_EQ(sampling.offload_budget_tokens, 0);
+  EXPECT_EQ(sampling.offload_sink_tokens, -1);
+  EXPECT_EQ(sampling.offload_window_tokens, -1);
 
   pulse_engine_params engine;
   ASSERT_EQ(pulse_engine_params_init(&engine, sizeof(engine)), PULSE_OK);

@@ -190,5 +190,52 @@ TEST(EngineOffloadTest, CancellingAnOffloadedRequestLeavesTheOthersTokensAlone) 
   EXPECT_EQ(engine->stats().kv_blocks_in_use, 0);
 }
 
+TEST(EngineOffloadTest, ARequestMayRunDenselyOrWithItsOwnSelection) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const auto prompts = Prompts(2, 40, 71);
+  std::unique_ptr<Engine> dense = MakeEngine(model, {.max_batch = 4,
+                                                     .prefill_chunk = 16,
+                                                     .max_step_tokens = 64,
+                                                     .block_tokens = kBlockTokens,
+                                                     .kv_capacity_tokens = 4 * 160});
+  const auto expected = Generate(*dense, prompts, 30);
+
+  // Dense requests in an offloading engine: the engine's tokens, and no selection.
+  std::unique_ptr<Engine> engine =
+      MakeEngine(model, Offloaded(SelectionMode::kSoloHead, 32, 4 * 160));
+  std::vector<RequestId> ids;
+  for (const auto& prompt : prompts) {
+    ids.push_back(
+        *engine->Submit(prompt, Greedy(30), nullptr, {.mode = RequestOffload::Mode::kDense}));
+  }
+  RunToIdle(*engine);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(SnapshotOf(*engine, ids[i]).tokens, expected[i]);
+  }
+  EXPECT_EQ(engine->stats().sparse.selections, 0);
+  EXPECT_EQ(engine->stats().host_blocks_in_use, 0);
+
+  // A budget covering the context, asked by the request of an engine whose own budget is 32.
+  ids.clear();
+  for (const auto& prompt : prompts) {
+    ids.push_back(*engine->Submit(prompt, Greedy(30), nullptr, {.budget_tokens = 160}));
+  }
+  RunToIdle(*engine);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(SnapshotOf(*engine, ids[i]).tokens, expected[i]);
+  }
+  EXPECT_EQ(engine->stats().sparse.attended_tokens, engine->stats().sparse.context_tokens);
+
+  const auto submit = [&](Engine& target, const RequestOffload& offload) {
+    return target.Submit(prompts[0], Greedy(4), nullptr, offload).status();
+  };
+  EXPECT_EQ(submit(*engine, {.mode = RequestOffload::Mode::kHeadWise}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(submit(*engine, {.mode = RequestOffload::Mode::kSoloHead}).ok());
+  EXPECT_EQ(submit(*engine, {.sink_tokens = -1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(submit(*dense, {.budget_tokens = 64}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(submit(*dense, {.mode = RequestOffload::Mode::kDense}).ok());
+}
+
 }  // namespace
 }  // namespace pulse
