@@ -402,18 +402,19 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
               ", \"window\": " + std::to_string(args.window);
     budget = std::to_string(args.budget);
   }
-  records.Write(
-      "decode",
-      "\"mode\": " + JsonString(mode) + ", \"model\": " + JsonString(facts.name) +
-          ", \"backend\": " + JsonString(facts.info.backend) + ", \"batch\": " +
-          std::to_string(shape.batch) + ", \"context\": " + std::to_string(shape.context) +
-          ", \"budget\": " + budget + ", \"gpu_kv_cap_gib\": " + Number(kv_gib) +
-          ", \"tpot_ms_p50\": " + Number(p50) + ", \"tpot_ms_p99\": " + Number(p99) +
-          ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) + offload +
-          ", \"weight_bytes_read\": " + Number(facts.weight_bytes_read) +
-          ", \"kv_bytes_read\": " + Number(kv_read) + ", \"hbm_gb_s\": " + Number(args.hbm_gb_s) +
-          ", \"hbm_floor_ms\": " + Number(floor_ms) + ", \"roofline_fraction\": " +
-          Number(floor_ms / p50) + ", \"steps_timed\": " + std::to_string(decode_ms.size()));
+  records.Write("decode",
+                "\"mode\": " + JsonString(mode == "dense" ? mode : "offload-" + mode) +
+                    ", \"model\": " + JsonString(facts.name) + ", \"backend\": " +
+                    JsonString(facts.info.backend) + ", \"batch\": " + std::to_string(shape.batch) +
+                    ", \"context\": " + std::to_string(shape.context) + ", \"budget\": " + budget +
+                    ", \"gpu_kv_cap_gib\": " + Number(kv_gib) +
+                    ", \"tpot_ms_p50\": " + Number(p50) + ", \"tpot_ms_p99\": " + Number(p99) +
+                    ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) + offload +
+                    ", \"weight_bytes_read\": " + Number(facts.weight_bytes_read) +
+                    ", \"kv_bytes_read\": " + Number(kv_read) + ", \"hbm_gb_s\": " +
+                    Number(args.hbm_gb_s) + ", \"hbm_floor_ms\": " + Number(floor_ms) +
+                    ", \"roofline_fraction\": " + Number(floor_ms / p50) +
+                    ", \"steps_timed\": " + std::to_string(decode_ms.size()));
 }
 
 void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args, Records& records) {
