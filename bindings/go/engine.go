@@ -9,6 +9,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // ErrEngineClosed is the error of a call on a closed Engine, and of the requests that Close
@@ -32,6 +33,14 @@ type EngineParams struct {
 	OffloadBudgetTokens int32
 	OffloadSinkTokens   int32
 	OffloadWindowTokens int32
+	// The offloaded KV's tiers: how recalled blocks move to the device (OffloadExecutor), which
+	// cached block leaves a device-tier slot for a recalled one (OffloadEviction), the host
+	// tier's capacity in tokens of every layer (0: 8 full contexts, at most 4 GiB) and the
+	// device tier's slots in tokens (0: MaxBatch budgets, at most 1 GiB).
+	OffloadExecutor   CopyExecutor
+	OffloadEviction   Eviction
+	OffloadHostTokens int64
+	OffloadSlotTokens int64
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -41,6 +50,26 @@ const (
 	OffloadOff      OffloadMode = C.PULSE_OFFLOAD_OFF
 	OffloadHeadWise OffloadMode = C.PULSE_OFFLOAD_HEADWISE
 	OffloadSoloHead OffloadMode = C.PULSE_OFFLOAD_SOLOHEAD
+)
+
+// CopyExecutor selects how recalled KV blocks move from the host tier to the device
+// (pulse_copy_executor_code); the CPU backend copies on a thread whatever is chosen.
+type CopyExecutor int32
+
+const (
+	CopyAuto     CopyExecutor = C.PULSE_COPY_AUTO      // gather for small chunks, batch DMA for large
+	CopyGather   CopyExecutor = C.PULSE_COPY_GATHER    // a kernel reading mapped host memory
+	CopyBatchDMA CopyExecutor = C.PULSE_COPY_BATCH_DMA // one cudaMemcpyBatchAsync
+	CopyPerChunk CopyExecutor = C.PULSE_COPY_PER_CHUNK // one cudaMemcpyAsync a chunk
+)
+
+// Eviction selects which cached block leaves a device-tier slot when a recalled block needs it
+// (pulse_eviction_code).
+type Eviction int32
+
+const (
+	EvictLRU   Eviction = C.PULSE_EVICT_LRU   // the least recently selected
+	EvictScore Eviction = C.PULSE_EVICT_SCORE // the lowest latest selection score
 )
 
 // DefaultEngineParams returns the library's defaults (pulse_engine_params_init).
@@ -58,6 +87,10 @@ func DefaultEngineParams() EngineParams {
 		OffloadBudgetTokens: int32(params.offload_budget_tokens),
 		OffloadSinkTokens:   int32(params.offload_sink_tokens),
 		OffloadWindowTokens: int32(params.offload_window_tokens),
+		OffloadExecutor:     CopyExecutor(params.offload_executor),
+		OffloadEviction:     Eviction(params.offload_eviction),
+		OffloadHostTokens:   int64(params.offload_host_tokens),
+		OffloadSlotTokens:   int64(params.offload_slot_tokens),
 	}
 }
 
@@ -74,6 +107,10 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	params.offload_budget_tokens = C.int32_t(p.OffloadBudgetTokens)
 	params.offload_sink_tokens = C.int32_t(p.OffloadSinkTokens)
 	params.offload_window_tokens = C.int32_t(p.OffloadWindowTokens)
+	params.offload_executor = C.int32_t(p.OffloadExecutor)
+	params.offload_eviction = C.int32_t(p.OffloadEviction)
+	params.offload_host_tokens = C.int64_t(p.OffloadHostTokens)
+	params.offload_slot_tokens = C.int64_t(p.OffloadSlotTokens)
 	return params
 }
 
@@ -181,6 +218,19 @@ type EngineStats struct {
 	SparseReusedBlocks    int64 // of those, also selected by the same set the step before
 	SparseAttendedTokens  int64 // tokens the sparse rows attended to
 	SparseContextTokens   int64 // tokens they would have attended to densely
+	// Offloaded KV: the tiers' capacities and use now, then totals of the transfers.
+	HostBlocks      int32         // blocks of the host tier
+	HostBlocksInUse int32         // reserved by running requests
+	SlotBlocks      int32         // device-tier slots
+	SlotBlocksInUse int32         // reserved by running requests' budgets
+	RecallBytes     int64         // moved host -> device
+	RecallTransfers int64         // contiguous chunks moved (a block, or a head's K or V)
+	RecallPlans     int64         // (step, layer) recalls that moved something
+	RecallTime      time.Duration // the copy engine's time on them
+	WritebackBytes  int64         // moved device -> host, each full block once a layer
+	SlotHits        int64         // selected blocks found in a slot
+	SlotMisses      int64         // selected blocks recalled
+	SlotEvictions   int64         // cached blocks a recall displaced
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -208,5 +258,17 @@ func (e *Engine) Stats() (EngineStats, error) {
 		SparseReusedBlocks:    int64(stats.sparse_reused_blocks),
 		SparseAttendedTokens:  int64(stats.sparse_attended_tokens),
 		SparseContextTokens:   int64(stats.sparse_context_tokens),
+		HostBlocks:            int32(stats.host_blocks),
+		HostBlocksInUse:       int32(stats.host_blocks_in_use),
+		SlotBlocks:            int32(stats.slot_blocks),
+		SlotBlocksInUse:       int32(stats.slot_blocks_in_use),
+		RecallBytes:           int64(stats.recall_bytes),
+		RecallTransfers:       int64(stats.recall_transfers),
+		RecallPlans:           int64(stats.recall_plans),
+		RecallTime:            milliseconds(stats.recall_ms),
+		WritebackBytes:        int64(stats.writeback_bytes),
+		SlotHits:              int64(stats.slot_hits),
+		SlotMisses:            int64(stats.slot_misses),
+		SlotEvictions:         int64(stats.slot_evictions),
 	}, nil
 }

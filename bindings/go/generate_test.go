@@ -295,3 +295,99 @@ func TestOffloadWithABudgetCoveringTheContext(t *testing.T) {
 		sparse.Close()
 	}
 }
+
+// offloadedParams are the offload settings of tests/unit/capi/abi_generation_test.cc: 8-token
+// blocks, a budget covering the context, host and slot tiers of 1024 and 256 tokens.
+func offloadedParams() pulseinfer.EngineParams {
+	params := pulseinfer.DefaultEngineParams()
+	params.BlockTokens = 8
+	params.OffloadMode = pulseinfer.OffloadSoloHead
+	params.OffloadBudgetTokens = 1 << 20
+	params.OffloadSinkTokens = 8
+	params.OffloadWindowTokens = 16
+	params.OffloadHostTokens = 1024
+	params.OffloadSlotTokens = 256
+	return params
+}
+
+// generate150 returns 12 greedy ids after a 150-token prompt, and the engine's stats after them.
+func generate150(t *testing.T, tiny *pulseinfer.Model,
+	params *pulseinfer.EngineParams) ([]int32, pulseinfer.EngineStats) {
+	t.Helper()
+	e, err := pulseinfer.NewEngine(tiny, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	prompt := make([]int32, 150)
+	for i := range prompt {
+		prompt[i] = int32(3 + (i*37)%297)
+	}
+	sampling := greedy(12)
+	sampling.IgnoreEOS = true
+	request, err := e.Generate(context.Background(), prompt, sampling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := readAll(request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := e.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.result.Tokens, stats
+}
+
+// Offloaded KV in a cache smaller than the request, with a budget covering the context, gives the
+// dense tokens with every copy executor and eviction policy.
+func TestOffloadedKVSmallerThanTheRequest(t *testing.T) {
+	tiny := loadTinyModel(t)
+	defer tiny.Close()
+	dense := pulseinfer.DefaultEngineParams()
+	dense.BlockTokens = 8
+	want, _ := generate150(t, tiny, &dense)
+	for _, executor := range []pulseinfer.CopyExecutor{
+		pulseinfer.CopyAuto, pulseinfer.CopyGather, pulseinfer.CopyBatchDMA, pulseinfer.CopyPerChunk,
+	} {
+		for _, eviction := range []pulseinfer.Eviction{pulseinfer.EvictLRU, pulseinfer.EvictScore} {
+			params := offloadedParams()
+			params.KVCapacityTokens = 160 // the prompt fits, the 161 tokens of KV it reaches do not
+			params.OffloadExecutor = executor
+			params.OffloadEviction = eviction
+			ids, stats := generate150(t, tiny, &params)
+			if len(want) != 12 || !equal(ids, want) {
+				t.Errorf("executor %d, eviction %d: %v; want %v", executor, eviction, ids, want)
+			}
+			if stats.HostBlocks != 1024/8 || stats.SlotBlocks != 256/8 || stats.WritebackBytes == 0 ||
+				stats.RecallBytes == 0 || stats.RecallTransfers == 0 || stats.RecallPlans == 0 ||
+				stats.SlotHits == 0 || stats.HostBlocksInUse != 0 || stats.SlotBlocksInUse != 0 {
+				t.Errorf("executor %d, eviction %d: stats %+v", executor, eviction, stats)
+			}
+		}
+	}
+}
+
+func TestBadOffloadSettingsAreRefusedByName(t *testing.T) {
+	tiny := loadTinyModel(t)
+	defer tiny.Close()
+	for _, test := range []struct {
+		field string
+		set   func(*pulseinfer.EngineParams)
+	}{
+		{"offload_executor", func(p *pulseinfer.EngineParams) { p.OffloadExecutor = 9 }},
+		{"offload_eviction", func(p *pulseinfer.EngineParams) { p.OffloadEviction = -1 }},
+		{"offload_host_tokens", func(p *pulseinfer.EngineParams) { p.OffloadHostTokens = -5 }},
+	} {
+		params := offloadedParams()
+		test.set(&params)
+		e, err := pulseinfer.NewEngine(tiny, &params)
+		if err == nil {
+			e.Close()
+		}
+		if !errors.Is(err, pulseinfer.ErrInvalidArgument) || !strings.Contains(err.Error(), test.field) {
+			t.Errorf("NewEngine(a bad %s) = %v, want ErrInvalidArgument naming it", test.field, err)
+		}
+	}
+}

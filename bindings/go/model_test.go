@@ -58,7 +58,9 @@ const tinyConfig = `{
   "torch_dtype": "float32"
 }`
 
-func TestRandomWeights(t *testing.T) {
+// loadTinyModel loads the tiny Llama with the weights of seed 7; the caller closes it.
+func loadTinyModel(t *testing.T) *pulseinfer.Model {
+	t.Helper()
 	config := filepath.Join(t.TempDir(), "config.json")
 	if err := os.WriteFile(config, []byte(tinyConfig), 0o600); err != nil {
 		t.Fatal(err)
@@ -71,6 +73,11 @@ func TestRandomWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tiny
+}
+
+func TestRandomWeights(t *testing.T) {
+	tiny := loadTinyModel(t)
 	defer tiny.Close()
 	info := tiny.Info()
 	if info.Format != "random" || info.VocabSize != 300 || info.ContextLength != 256 || info.Tokenizer != "" {

@@ -8,8 +8,8 @@ pulseinfer.capi is the C ABI itself, as SWIG generates it from pulseinfer.h.
 """
 from . import capi
 from ._engine import Engine, EngineStats, StepReport
-from ._enums import (DetokenizeFlags, Feature, FinishReason, OffloadMode, RequestState,
-                     TokenizeFlags)
+from ._enums import (CopyExecutor, DetokenizeFlags, Eviction, Feature, FinishReason, OffloadMode,
+                     RequestState, TokenizeFlags)
 from ._errors import (
     BufferTooSmallError,
     CancelledError,
@@ -49,11 +49,11 @@ def features() -> Feature:
 
 
 __all__ = [
-    "BufferTooSmallError", "CancelledError", "DetokenizeFlags", "Engine", "EngineParams",
-    "EngineStats", "FailedPreconditionError", "Feature", "FinishReason", "Generation",
-    "InputOutputError", "InternalError", "InvalidArgumentError", "InvalidModelError", "Model",
-    "ModelInfo", "ModelParams", "NoCapacityError", "NotFinishedError", "NotFoundError", "OffloadMode",
-    "OutOfMemoryError", "PulseError", "RequestState", "RequestStats", "SamplingParams",
-    "StepReport", "Token", "TokenizeFlags", "UnsupportedError", "abi_version", "capi",
-    "features", "version",
+    "BufferTooSmallError", "CancelledError", "CopyExecutor", "DetokenizeFlags", "Engine",
+    "EngineParams", "EngineStats", "Eviction", "FailedPreconditionError", "Feature",
+    "FinishReason", "Generation", "InputOutputError", "InternalError", "InvalidArgumentError",
+    "InvalidModelError", "Model", "ModelInfo", "ModelParams", "NoCapacityError",
+    "NotFinishedError", "NotFoundError", "OffloadMode", "OutOfMemoryError", "PulseError",
+    "RequestState", "RequestStats", "SamplingParams", "StepReport", "Token", "TokenizeFlags",
+    "UnsupportedError", "abi_version", "capi", "features", "version",
 ]

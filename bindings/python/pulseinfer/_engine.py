@@ -43,6 +43,18 @@ class EngineStats:
     sparse_reused_blocks: int
     sparse_attended_tokens: int
     sparse_context_tokens: int
+    host_blocks: int
+    host_blocks_in_use: int
+    slot_blocks: int
+    slot_blocks_in_use: int
+    recall_bytes: int
+    recall_transfers: int
+    recall_plans: int
+    recall_ms: float
+    writeback_bytes: int
+    slot_hits: int
+    slot_misses: int
+    slot_evictions: int
 
 
 class Engine:

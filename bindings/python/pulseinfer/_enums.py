@@ -59,3 +59,21 @@ class OffloadMode(enum.IntEnum):
     OFF = capi.PULSE_OFFLOAD_OFF
     HEADWISE = capi.PULSE_OFFLOAD_HEADWISE
     SOLOHEAD = capi.PULSE_OFFLOAD_SOLOHEAD
+
+
+class CopyExecutor(enum.IntEnum):
+    """pulse_copy_executor_code: how recalled KV blocks move from the host tier to the device
+    (EngineParams.offload_executor); the CPU backend copies on a thread whatever is chosen."""
+
+    AUTO = capi.PULSE_COPY_AUTO
+    GATHER = capi.PULSE_COPY_GATHER
+    BATCH_DMA = capi.PULSE_COPY_BATCH_DMA
+    PER_CHUNK = capi.PULSE_COPY_PER_CHUNK
+
+
+class Eviction(enum.IntEnum):
+    """pulse_eviction_code: which cached block leaves a device-tier slot for a recalled one
+    (EngineParams.offload_eviction)."""
+
+    LRU = capi.PULSE_EVICT_LRU
+    SCORE = capi.PULSE_EVICT_SCORE

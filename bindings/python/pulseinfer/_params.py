@@ -7,7 +7,7 @@ import dataclasses
 from typing import Sequence
 
 from . import capi
-from ._enums import OffloadMode
+from ._enums import CopyExecutor, Eviction, OffloadMode
 from ._structs import to_struct
 
 _MODEL = capi.pulse_model_params()
@@ -45,6 +45,10 @@ class EngineParams:
     offload_budget_tokens: int = _ENGINE.offload_budget_tokens
     offload_sink_tokens: int = _ENGINE.offload_sink_tokens
     offload_window_tokens: int = _ENGINE.offload_window_tokens
+    offload_executor: CopyExecutor = CopyExecutor(_ENGINE.offload_executor)
+    offload_eviction: Eviction = Eviction(_ENGINE.offload_eviction)
+    offload_host_tokens: int = _ENGINE.offload_host_tokens
+    offload_slot_tokens: int = _ENGINE.offload_slot_tokens
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

@@ -1,10 +1,12 @@
 """Generations with SmolLM2: streaming, determinism, stops, cancellation, stats, errors."""
+import dataclasses
 import threading
 
 import pytest
 
 import pulseinfer
-from pulseinfer import Engine, EngineParams, FinishReason, OffloadMode, SamplingParams
+from pulseinfer import (CopyExecutor, Engine, EngineParams, Eviction, FinishReason, OffloadMode,
+                        SamplingParams)
 
 PROMPT = "Once upon a time"
 # SmolLM2's greedy continuation of PROMPT: ", the city of Nova Haven was a thriving..."
@@ -175,3 +177,38 @@ def test_offload_with_a_budget_covering_the_context_generates_the_dense_tokens(m
             stats = sparse.stats()
         assert stats.sparse_selections > 0
         assert stats.sparse_attended_tokens == stats.sparse_context_tokens
+
+
+# The offload settings of tests/unit/capi/abi_generation_test.cc: 8-token blocks, a budget
+# covering the context, host and slot tiers of 1024 and 256 tokens.
+OFFLOADED = EngineParams(block_tokens=8, offload_mode=OffloadMode.SOLOHEAD,
+                         offload_budget_tokens=1 << 20, offload_sink_tokens=8,
+                         offload_window_tokens=16, offload_host_tokens=1024,
+                         offload_slot_tokens=256)
+TINY_PROMPT = [3 + (i * 37) % 297 for i in range(150)]  # 150 ids of the tiny vocabulary
+
+
+def test_offloaded_kv_smaller_than_the_request_generates_the_dense_tokens(tiny_model):
+    with Engine(tiny_model, EngineParams(block_tokens=8)) as dense:
+        expected = dense.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids()
+    # A KV cache of 160 tokens: the prompt fits, the 161 tokens of KV the request reaches do not.
+    for executor in CopyExecutor:
+        for eviction in Eviction:
+            params = dataclasses.replace(OFFLOADED, kv_capacity_tokens=160,
+                                         offload_executor=executor, offload_eviction=eviction)
+            with Engine(tiny_model, params) as offloaded:
+                generation = offloaded.generate(TINY_PROMPT, greedy(12, ignore_eos=True))
+                assert generation.token_ids() == expected, (executor, eviction)
+                stats = offloaded.stats()
+            assert (stats.host_blocks, stats.slot_blocks) == (1024 // 8, 256 // 8)
+            assert stats.writeback_bytes > 0 and stats.recall_bytes > 0
+            assert stats.recall_transfers > 0 and stats.recall_plans > 0
+            assert stats.slot_hits > 0
+            assert (stats.host_blocks_in_use, stats.slot_blocks_in_use) == (0, 0)
+
+
+def test_bad_offload_settings_are_refused_by_name(tiny_model):
+    for field, value in (("offload_executor", 9), ("offload_eviction", -1),
+                         ("offload_host_tokens", -5)):
+        with pytest.raises(pulseinfer.InvalidArgumentError, match=field):
+            Engine(tiny_model, dataclasses.replace(OFFLOADED, **{field: value}))

@@ -84,6 +84,34 @@ impl EngineParams {
         self
     }
 
+    /// How recalled KV blocks move from the host tier to the device (default
+    /// [`CopyExecutor::Auto`]).
+    pub fn offload_executor(mut self, executor: CopyExecutor) -> Self {
+        self.raw.offload_executor = executor as i32;
+        self
+    }
+
+    /// Which cached block leaves a device-tier slot when a recalled block needs it (default
+    /// [`Eviction::Lru`]).
+    pub fn offload_eviction(mut self, eviction: Eviction) -> Self {
+        self.raw.offload_eviction = eviction as i32;
+        self
+    }
+
+    /// The host tier's capacity in tokens (of every layer); 0 (the default): 8 full contexts, at
+    /// most 4 GiB.
+    pub fn offload_host_tokens(mut self, tokens: i64) -> Self {
+        self.raw.offload_host_tokens = tokens;
+        self
+    }
+
+    /// The device tier's slots in tokens; a decoding request's budget takes up to
+    /// budget / block_tokens of them at once. 0 (the default): max_batch budgets, at most 1 GiB.
+    pub fn offload_slot_tokens(mut self, tokens: i64) -> Self {
+        self.raw.offload_slot_tokens = tokens;
+        self
+    }
+
     pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
         &self.raw
     }
@@ -99,4 +127,30 @@ pub enum OffloadMode {
     HeadWise = sys::PULSE_OFFLOAD_HEADWISE as i32,
     /// One block set a layer, shared by every KV head.
     SoloHead = sys::PULSE_OFFLOAD_SOLOHEAD as i32,
+}
+
+/// How recalled KV blocks move from the host tier to the device (`pulse_copy_executor_code`);
+/// the CPU backend copies on a thread whatever is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum CopyExecutor {
+    /// Gather below 256 KiB a chunk on average, batch DMA above.
+    Auto = sys::PULSE_COPY_AUTO as i32,
+    /// A kernel on a few SMs reading mapped host memory.
+    Gather = sys::PULSE_COPY_GATHER as i32,
+    /// One `cudaMemcpyBatchAsync`.
+    BatchDma = sys::PULSE_COPY_BATCH_DMA as i32,
+    /// One `cudaMemcpyAsync` a chunk (the baseline).
+    PerChunk = sys::PULSE_COPY_PER_CHUNK as i32,
+}
+
+/// Which cached block leaves a device-tier slot when a recalled block needs it
+/// (`pulse_eviction_code`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Eviction {
+    /// The least recently selected.
+    Lru = sys::PULSE_EVICT_LRU as i32,
+    /// The lowest latest selection score.
+    Score = sys::PULSE_EVICT_SCORE as i32,
 }

@@ -92,6 +92,11 @@ impl fmt::Display for FinishReason {
     }
 }
 
+/// A time the library reports in milliseconds (negative ones read as zero).
+fn millis(ms: f64) -> Duration {
+    Duration::from_secs_f64(ms.max(0.0) / 1e3)
+}
+
 /// A request's figures, from [`Generation::stats`](crate::Generation::stats).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -113,7 +118,6 @@ pub struct RequestStats {
 
 impl RequestStats {
     pub(crate) fn from_raw(stats: &sys::pulse_request_stats) -> Self {
-        let millis = |ms: f64| Duration::from_secs_f64(ms.max(0.0) / 1e3);
         RequestStats {
             state: RequestState::from_raw(stats.state),
             finish_reason: FinishReason::from_raw(stats.finish_reason),
@@ -162,6 +166,30 @@ pub struct EngineStats {
     pub sparse_attended_tokens: i64,
     /// Tokens they would have attended to densely.
     pub sparse_context_tokens: i64,
+    /// Offloaded KV: blocks of the host tier.
+    pub host_blocks: i32,
+    /// Host blocks reserved by running requests.
+    pub host_blocks_in_use: i32,
+    /// Device-tier slots (in blocks).
+    pub slot_blocks: i32,
+    /// Slots reserved by running requests' budgets.
+    pub slot_blocks_in_use: i32,
+    /// Bytes recalled from the host tier to the device.
+    pub recall_bytes: i64,
+    /// Contiguous chunks recalled (a block, or a head's K or V).
+    pub recall_transfers: i64,
+    /// (step, layer) recalls that moved something.
+    pub recall_plans: i64,
+    /// The copy engine's time on the recalls.
+    pub recall_time: Duration,
+    /// Bytes written back from the device to the host tier, each full block once a layer.
+    pub writeback_bytes: i64,
+    /// Selected blocks found in a slot.
+    pub slot_hits: i64,
+    /// Selected blocks recalled.
+    pub slot_misses: i64,
+    /// Cached blocks a recall displaced.
+    pub slot_evictions: i64,
 }
 
 impl EngineStats {
@@ -182,6 +210,18 @@ impl EngineStats {
             sparse_reused_blocks: stats.sparse_reused_blocks,
             sparse_attended_tokens: stats.sparse_attended_tokens,
             sparse_context_tokens: stats.sparse_context_tokens,
+            host_blocks: stats.host_blocks,
+            host_blocks_in_use: stats.host_blocks_in_use,
+            slot_blocks: stats.slot_blocks,
+            slot_blocks_in_use: stats.slot_blocks_in_use,
+            recall_bytes: stats.recall_bytes,
+            recall_transfers: stats.recall_transfers,
+            recall_plans: stats.recall_plans,
+            recall_time: millis(stats.recall_ms),
+            writeback_bytes: stats.writeback_bytes,
+            slot_hits: stats.slot_hits,
+            slot_misses: stats.slot_misses,
+            slot_evictions: stats.slot_evictions,
         }
     }
 }

@@ -3,8 +3,8 @@
 use std::sync::OnceLock;
 
 use pulseinfer::{
-    ChatMessage, DetokenizeFlags, Engine, EngineParams, Error, FinishReason, Model, ModelParams,
-    SamplingParams, TokenizeFlags,
+    ChatMessage, CopyExecutor, DetokenizeFlags, Engine, EngineParams, EngineStats, Error, Eviction,
+    FinishReason, Model, ModelParams, OffloadMode, SamplingParams, TokenizeFlags,
 };
 
 const CONFIG: &str = r#"{
@@ -117,4 +117,60 @@ fn text_needs_a_tokenizer() {
     let stop = engine.submit(&[1, 2, 3], &sampling.stop_strings(["."])).unwrap_err();
     assert!(matches!(stop, Error::FailedPrecondition(_)), "{stop:?}");
     assert!(!stop.message().is_empty());
+}
+
+/// The offload settings of tests/unit/capi/abi_generation_test.cc: 8-token blocks, a budget
+/// covering the context, host and slot tiers of 1024 and 256 tokens.
+fn offloaded() -> EngineParams {
+    EngineParams::default()
+        .block_tokens(8)
+        .offload_mode(OffloadMode::SoloHead)
+        .offload_budget_tokens(1 << 20)
+        .offload_sink_tokens(8)
+        .offload_window_tokens(16)
+        .offload_host_tokens(1024)
+        .offload_slot_tokens(256)
+}
+
+/// 12 greedy ids after a 150-token prompt, and the engine's stats after them.
+fn generate_150(model: &Model, params: &EngineParams) -> (Vec<i32>, EngineStats) {
+    let engine = Engine::new(model, params).unwrap();
+    let prompt: Vec<i32> = (0..150).map(|i| 3 + (i * 37) % 297).collect();
+    let greedy = SamplingParams::default().temperature(0.0).max_tokens(12).ignore_eos(true);
+    let ids = engine.submit(&prompt, &greedy).unwrap().map(|token| token.unwrap().id).collect();
+    (ids, engine.stats().unwrap())
+}
+
+#[test]
+fn offloaded_kv_smaller_than_the_request_generates_the_dense_ids() {
+    let model = load(7);
+    let (dense, _) = generate_150(&model, &EngineParams::default().block_tokens(8));
+    assert_eq!(dense.len(), 12);
+    let executors =
+        [CopyExecutor::Auto, CopyExecutor::Gather, CopyExecutor::BatchDma, CopyExecutor::PerChunk];
+    for executor in executors {
+        for eviction in [Eviction::Lru, Eviction::Score] {
+            // A KV cache of 160 tokens: the prompt fits, the 161 tokens of KV the request
+            // reaches do not.
+            let params = offloaded()
+                .kv_capacity_tokens(160)
+                .offload_executor(executor)
+                .offload_eviction(eviction);
+            let (ids, stats) = generate_150(&model, &params);
+            assert_eq!(ids, dense, "{executor:?}, {eviction:?}");
+            assert_eq!((stats.host_blocks, stats.slot_blocks), (1024 / 8, 256 / 8));
+            assert!(stats.writeback_bytes > 0 && stats.recall_bytes > 0, "{stats:?}");
+            assert!(stats.recall_transfers > 0 && stats.recall_plans > 0, "{stats:?}");
+            assert!(stats.slot_hits > 0, "{stats:?}");
+            assert_eq!((stats.host_blocks_in_use, stats.slot_blocks_in_use), (0, 0));
+        }
+    }
+}
+
+#[test]
+fn bad_offload_capacities_are_refused_by_name() {
+    // The executor and eviction policy are enums: no invalid value can be passed.
+    let error = Engine::new(&load(7), &offloaded().offload_host_tokens(-5)).unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+    assert!(error.message().contains("offload_host_tokens"), "{error}");
 }
