@@ -22,9 +22,10 @@ type engineLoop struct {
 	stop    chan struct{} // closed by close
 	stopped chan struct{} // closed when run returns
 
-	mu     sync.Mutex // guards the fields below, and the engine against close
-	closed bool
-	active map[*Request]struct{}
+	mu      sync.Mutex // guards the fields below, and the engine against close
+	closed  bool
+	active  map[*Request]struct{}
+	submits uint64 // requests submitted so far
 }
 
 func startEngineLoop(engine *C.pulse_engine, maxContext int32, hasTokenizer bool) *engineLoop {
@@ -65,14 +66,23 @@ func (l *engineLoop) run() {
 // step runs one engine step and returns the number of requests still pending (0 when it
 // failed).
 func (l *engineLoop) step() (int32, error) {
+	submits := l.submitted()
 	report := C.pulse_step_report{struct_size: C.sizeof_pulse_step_report}
 	if err := call(func() C.pulse_status { return C.pulse_engine_step(l.engine, &report) }); err != nil {
 		return 0, err
 	}
-	if report.scheduled == 0 && report.pending > 0 { // as pulse_engine_run: it would spin forever
+	// As pulse_engine_run: stepping again would spin forever. Unless a request was submitted
+	// during the step, after it had scheduled (nothing): the next step schedules that one.
+	if report.scheduled == 0 && report.pending > 0 && l.submitted() == submits {
 		return 0, fmt.Errorf("pulseinfer: a step scheduled nothing while %d requests are pending", report.pending)
 	}
 	return int32(report.pending), nil
+}
+
+func (l *engineLoop) submitted() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.submits
 }
 
 // withEngine runs f with the engine unless it is closed; closing waits for f.
@@ -100,6 +110,7 @@ func (l *engineLoop) submit(request *Request, sampling *C.pulse_sampling_params,
 		}
 		request.id = uint64(id)
 		l.active[request] = struct{}{}
+		l.submits++
 		select {
 		case l.wake <- struct{}{}:
 		default:
