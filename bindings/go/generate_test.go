@@ -369,6 +369,61 @@ func TestOffloadedKVSmallerThanTheRequest(t *testing.T) {
 	}
 }
 
+// A request of an offloading engine runs densely, or with its own budget, when it asks; another
+// mode than the engine's, or a selection on an engine without offloading, is refused.
+func TestARequestChoosesItsOffloadingWithinItsEngines(t *testing.T) {
+	tiny := loadTinyModel(t)
+	defer tiny.Close()
+	dense := pulseinfer.DefaultEngineParams()
+	dense.BlockTokens = 8
+	want, _ := generate150(t, tiny, &dense)
+	params := offloadedParams()
+	params.OffloadBudgetTokens = 48
+	e, err := pulseinfer.NewEngine(tiny, &params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	plain, err := pulseinfer.NewEngine(tiny, &dense)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	prompt := make([]int32, 150)
+	for i := range prompt {
+		prompt[i] = int32(3 + (i*37)%297)
+	}
+	covering := int32(1 << 20)
+	run := func(target *pulseinfer.Engine, offload pulseinfer.RequestOffload,
+		budget *int32) ([]int32, error) {
+		sampling := greedy(12)
+		sampling.IgnoreEOS = true
+		sampling.Offload = offload
+		sampling.OffloadBudgetTokens = budget
+		request, err := target.Generate(context.Background(), prompt, sampling)
+		if err != nil {
+			return nil, err
+		}
+		s, err := readAll(request)
+		return s.result.Tokens, err
+	}
+	for _, test := range []struct {
+		offload pulseinfer.RequestOffload
+		budget  *int32
+	}{{pulseinfer.RequestOffloadDense, nil}, {pulseinfer.RequestOffloadEngine, &covering},
+		{pulseinfer.RequestOffloadSoloHead, &covering}} {
+		if ids, err := run(e, test.offload, test.budget); err != nil || !equal(ids, want) {
+			t.Errorf("offload %d: %v, %v; want %v", test.offload, ids, err, want)
+		}
+	}
+	if _, err := run(e, pulseinfer.RequestOffloadHeadWise, nil); !errors.Is(err, pulseinfer.ErrInvalidArgument) {
+		t.Errorf("a head-wise request of a solohead engine: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := run(plain, pulseinfer.RequestOffloadSoloHead, nil); !errors.Is(err, pulseinfer.ErrFailedPrecondition) {
+		t.Errorf("an offloaded request of a dense engine: %v, want ErrFailedPrecondition", err)
+	}
+}
+
 func TestBadOffloadSettingsAreRefusedByName(t *testing.T) {
 	tiny := loadTinyModel(t)
 	defer tiny.Close()

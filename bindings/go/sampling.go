@@ -22,6 +22,40 @@ type SamplingParams struct {
 	// StopStrings end the generation as soon as its text contains one; the text ends just before
 	// it and no part of it reaches a Token. They need the model's tokenizer.
 	StopStrings []string
+	// Offload is the request's own offloading within its engine's (the zero value: as the
+	// engine). The sizes override the engine's when not nil.
+	Offload             RequestOffload
+	OffloadBudgetTokens *int32
+	OffloadSinkTokens   *int32
+	OffloadWindowTokens *int32
+}
+
+// RequestOffload is how one request attends, within what its engine offloads
+// (pulse_sampling_params.offload_mode).
+type RequestOffload int32
+
+const (
+	// RequestOffloadEngine: as the engine (offloaded when its EngineParams.OffloadMode is).
+	RequestOffloadEngine RequestOffload = iota
+	// RequestOffloadDense: dense attention; the request's whole context stays in the KV cache.
+	RequestOffloadDense
+	// RequestOffloadSoloHead and RequestOffloadHeadWise must be the engine's own mode.
+	RequestOffloadSoloHead
+	RequestOffloadHeadWise
+)
+
+func (o RequestOffload) code() C.int32_t {
+	switch o {
+	case RequestOffloadEngine:
+		return C.PULSE_OFFLOAD_ENGINE
+	case RequestOffloadDense:
+		return C.PULSE_OFFLOAD_OFF
+	case RequestOffloadSoloHead:
+		return C.PULSE_OFFLOAD_SOLOHEAD
+	case RequestOffloadHeadWise:
+		return C.PULSE_OFFLOAD_HEADWISE
+	}
+	return C.int32_t(100 + o) // no mode: the library refuses it, naming the field
 }
 
 // DefaultSamplingParams returns the library's defaults (pulse_sampling_params_init).
@@ -56,5 +90,15 @@ func (p *SamplingParams) toC(memory *cMemory) C.pulse_sampling_params {
 	params.stop_token_count = C.size_t(len(p.StopTokens))
 	params.stop_strings = memory.strings(p.StopStrings)
 	params.stop_string_count = C.size_t(len(p.StopStrings))
+	params.offload_mode = p.Offload.code()
+	if p.OffloadBudgetTokens != nil {
+		params.offload_budget_tokens = C.int32_t(*p.OffloadBudgetTokens)
+	}
+	if p.OffloadSinkTokens != nil {
+		params.offload_sink_tokens = C.int32_t(*p.OffloadSinkTokens)
+	}
+	if p.OffloadWindowTokens != nil {
+		params.offload_window_tokens = C.int32_t(*p.OffloadWindowTokens)
+	}
 	return params
 }

@@ -54,8 +54,10 @@ class FinishReason(enum.IntEnum):
 
 
 class OffloadMode(enum.IntEnum):
-    """pulse_offload_mode_code: sparse decode attention (EngineParams.offload_mode)."""
+    """pulse_offload_mode_code: offloaded sparse decode attention (EngineParams.offload_mode;
+    SamplingParams.offload_mode, where ENGINE, the default, means as the engine)."""
 
+    ENGINE = capi.PULSE_OFFLOAD_ENGINE
     OFF = capi.PULSE_OFFLOAD_OFF
     HEADWISE = capi.PULSE_OFFLOAD_HEADWISE
     SOLOHEAD = capi.PULSE_OFFLOAD_SOLOHEAD

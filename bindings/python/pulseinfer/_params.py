@@ -69,6 +69,12 @@ class SamplingParams:
     seed: int = _SAMPLING.seed
     stop_token_ids: Sequence[int] = ()
     stop_strings: Sequence[str] = ()
+    # The request's own offloading within its engine's: ENGINE (as the engine), OFF (dense) or
+    # the engine's mode; sizes 0 / -1 are the engine's.
+    offload_mode: OffloadMode = OffloadMode(_SAMPLING.offload_mode)
+    offload_budget_tokens: int = _SAMPLING.offload_budget_tokens
+    offload_sink_tokens: int = _SAMPLING.offload_sink_tokens
+    offload_window_tokens: int = _SAMPLING.offload_window_tokens
 
     def _struct(self) -> capi.pulse_sampling_params:
         struct = to_struct(self, capi.pulse_sampling_params(),

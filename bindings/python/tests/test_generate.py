@@ -207,6 +207,20 @@ def test_offloaded_kv_smaller_than_the_request_generates_the_dense_tokens(tiny_m
             assert (stats.host_blocks_in_use, stats.slot_blocks_in_use) == (0, 0)
 
 
+def test_a_request_chooses_its_offloading_within_its_engine_s(tiny_model):
+    with Engine(tiny_model, EngineParams(block_tokens=8)) as dense:
+        expected = dense.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids()
+        with pytest.raises(pulseinfer.FailedPreconditionError):
+            dense.generate(TINY_PROMPT, greedy(12, offload_mode=OffloadMode.SOLOHEAD))
+    small_budget = dataclasses.replace(OFFLOADED, offload_budget_tokens=48)
+    with Engine(tiny_model, small_budget) as engine:
+        for own in ({"offload_mode": OffloadMode.OFF}, {"offload_budget_tokens": 1 << 20}):
+            generation = engine.generate(TINY_PROMPT, greedy(12, ignore_eos=True, **own))
+            assert generation.token_ids() == expected, own
+        with pytest.raises(pulseinfer.InvalidArgumentError, match="solohead"):
+            engine.generate(TINY_PROMPT, greedy(12, offload_mode=OffloadMode.HEADWISE))
+
+
 def test_bad_offload_settings_are_refused_by_name(tiny_model):
     for field, value in (("offload_executor", 9), ("offload_eviction", -1),
                          ("offload_host_tokens", -5)):

@@ -121,6 +121,9 @@ impl EngineParams {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
 pub enum OffloadMode {
+    /// For a request ([`SamplingParams::offload_mode`](crate::SamplingParams::offload_mode),
+    /// its default): as its engine does. Not an engine's mode.
+    Engine = sys::PULSE_OFFLOAD_ENGINE as i32,
     /// Dense attention.
     Off = sys::PULSE_OFFLOAD_OFF as i32,
     /// One block set a KV head.

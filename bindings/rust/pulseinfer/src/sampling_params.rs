@@ -7,6 +7,7 @@ use std::os::raw::c_char;
 
 use pulseinfer_sys as sys;
 
+use crate::engine_params::OffloadMode;
 use crate::error::Result;
 use crate::strings::c_string;
 
@@ -89,6 +90,33 @@ impl SamplingParams {
     /// Extra tokens that stop the generation; the stop token is part of the output.
     pub fn stop_token_ids(mut self, ids: impl IntoIterator<Item = i32>) -> Self {
         self.stop_token_ids = ids.into_iter().collect();
+        self
+    }
+
+    /// The request's own offloading within its engine's: [`OffloadMode::Engine`] (the
+    /// default) as the engine, [`OffloadMode::Off`] dense (its whole context stays in the KV
+    /// cache), or the engine's own mode; another mode is an invalid argument at submit, and an
+    /// engine without offloading refuses any but `Engine` and `Off`.
+    pub fn offload_mode(mut self, mode: OffloadMode) -> Self {
+        self.raw.offload_mode = mode as i32;
+        self
+    }
+
+    /// The request's own token budget; 0 (the default) is the engine's.
+    pub fn offload_budget_tokens(mut self, tokens: i32) -> Self {
+        self.raw.offload_budget_tokens = tokens;
+        self
+    }
+
+    /// The request's own sink tokens; -1 (the default) is the engine's.
+    pub fn offload_sink_tokens(mut self, tokens: i32) -> Self {
+        self.raw.offload_sink_tokens = tokens;
+        self
+    }
+
+    /// The request's own window tokens; -1 (the default) is the engine's.
+    pub fn offload_window_tokens(mut self, tokens: i32) -> Self {
+        self.raw.offload_window_tokens = tokens;
         self
     }
 

@@ -168,6 +168,34 @@ fn offloaded_kv_smaller_than_the_request_generates_the_dense_ids() {
 }
 
 #[test]
+fn a_request_chooses_its_offloading_within_its_engines() {
+    let model = load(7);
+    let (dense, _) = generate_150(&model, &EngineParams::default().block_tokens(8));
+    let prompt: Vec<i32> = (0..150).map(|i| 3 + (i * 37) % 297).collect();
+    let greedy = SamplingParams::default().temperature(0.0).max_tokens(12).ignore_eos(true);
+    let engine = Engine::new(&model, &offloaded().offload_budget_tokens(48)).unwrap();
+    for own in [
+        greedy.clone().offload_mode(OffloadMode::Off),
+        greedy.clone().offload_budget_tokens(1 << 20),
+    ] {
+        let ids: Vec<i32> =
+            engine.submit(&prompt, &own).unwrap().map(|token| token.unwrap().id).collect();
+        assert_eq!(ids, dense);
+    }
+    let error = engine
+        .submit(&prompt, &greedy.clone().offload_mode(OffloadMode::HeadWise))
+        .err()
+        .expect("another mode than the engine's is refused");
+    assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+    let plain = Engine::new(&model, &EngineParams::default().block_tokens(8)).unwrap();
+    let error = plain
+        .submit(&prompt, &greedy.offload_mode(OffloadMode::SoloHead))
+        .err()
+        .expect("an engine without offloading refuses a request's selection");
+    assert!(matches!(error, Error::FailedPrecondition(_)), "{error:?}");
+}
+
+#[test]
 fn bad_offload_capacities_are_refused_by_name() {
     // The executor and eviction policy are enums: no invalid value can be passed.
     let error = Engine::new(&load(7), &offloaded().offload_host_tokens(-5)).unwrap_err();
