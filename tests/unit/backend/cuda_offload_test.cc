@@ -17,9 +17,12 @@
 #include "core/model/model.h"
 #include "core/model/tensor_source.h"
 #include "gtest/gtest.h"
+#include "tests/unit/bitwise_logits.h"
 
 namespace pulse {
 namespace {
+
+using ::pulse::testing::ExpectBitwiseEqual;
 
 constexpr int32_t kBlockTokens = 16;
 constexpr int32_t kBlocksPerSeq = 24;  // 384 tokens
@@ -133,15 +136,6 @@ SparseSelection Selection(SelectionMode mode, int32_t budget) {
                       .sink_tokens = kBlockTokens,
                       .window_tokens = 2 * kBlockTokens},
           .key = 1};
-}
-
-void ExpectBitwiseEqual(const std::vector<std::vector<float>>& a,
-                        const std::vector<std::vector<float>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)), 0)
-        << "step " << i;
-  }
 }
 
 TEST_P(OffloadBackendTest, ACoveringBudgetGivesTheDenseLogitsWithEveryExecutor) {

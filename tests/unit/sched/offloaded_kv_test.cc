@@ -16,11 +16,13 @@
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
 #include "gtest/gtest.h"
+#include "tests/unit/bitwise_logits.h"
 #include "tests/unit/sched/tiny_model.h"
 
 namespace pulse {
 namespace {
 
+using ::pulse::testing::ExpectBitwiseEqual;
 using ::pulse::testing::Prompt;
 using ::pulse::testing::TinyConfig;
 using ::pulse::testing::TinyModel;
@@ -103,15 +105,6 @@ std::vector<std::vector<float>> Decode(ModelRunner& runner, const std::vector<in
     EXPECT_TRUE(status.ok()) << status;
   }
   return logits;
-}
-
-void ExpectBitwiseEqual(const std::vector<std::vector<float>>& a,
-                        const std::vector<std::vector<float>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)), 0)
-        << "step " << i;
-  }
 }
 
 TEST(OffloadedKvTest, ABudgetCoveringTheContextIsDenseAttentionBitwise) {

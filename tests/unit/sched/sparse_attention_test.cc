@@ -10,11 +10,13 @@
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
 #include "gtest/gtest.h"
+#include "tests/unit/bitwise_logits.h"
 #include "tests/unit/sched/tiny_model.h"
 
 namespace pulse {
 namespace {
 
+using ::pulse::testing::ExpectBitwiseEqual;
 using ::pulse::testing::Prompt;
 using ::pulse::testing::TinyConfig;
 using ::pulse::testing::TinyModel;
@@ -69,15 +71,6 @@ SparseSelection Selection(SelectionMode mode, int32_t budget) {
                       .sink_tokens = kBlockTokens,
                       .window_tokens = 2 * kBlockTokens},
           .key = 1};
-}
-
-void ExpectBitwiseEqual(const std::vector<std::vector<float>>& a,
-                        const std::vector<std::vector<float>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)), 0)
-        << "step " << i;
-  }
 }
 
 TEST(SparseAttentionTest, ABudgetCoveringTheContextIsDenseAttentionBitwise) {
