@@ -35,6 +35,7 @@ pulse_engine_params DefaultEngineParams() {
   params.offload_eviction = PULSE_EVICT_LRU;
   params.offload_host_tokens = options.offload_host_tokens;
   params.offload_slot_tokens = options.offload_slot_tokens;
+  params.decode_graphs = options.decode_graphs ? 1 : 0;
   return params;
 }
 
@@ -46,6 +47,11 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   options.block_tokens = params.block_tokens;
   options.max_context = params.max_context;
   options.kv_capacity_tokens = params.kv_capacity_tokens;
+  if (params.decode_graphs != 0 && params.decode_graphs != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.decode_graphs is ",
+                                                   params.decode_graphs, "; expected 0 or 1"));
+  }
+  options.decode_graphs = params.decode_graphs == 1;
   if (params.offload_mode == PULSE_OFFLOAD_OFF) return options;
   if (params.offload_mode != PULSE_OFFLOAD_HEADWISE &&
       params.offload_mode != PULSE_OFFLOAD_SOLOHEAD) {

@@ -96,6 +96,26 @@ class CopyEvent {
   const Backend* backend_;
 };
 
+// A recorded sequence of compute ops (BeginCapture to EndCapture) that LaunchGraph replays with
+// one call: a CUDA graph. The ops' arguments are baked in, so a graph is only valid while every
+// buffer they name lives and holds what its replay should read; the caller rewrites the inputs
+// in place between launches. Owned by the caller; belongs to the backend that made it, which
+// must outlive it.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  const Backend* backend() const { return backend_; }
+
+ protected:
+  explicit StepGraph(const Backend* backend) : backend_(backend) {}
+
+ private:
+  const Backend* backend_;
+};
+
 // A row-major weight matrix [rows][cols] in backend memory (rows = output features).
 struct MatrixView {
   const void* data = nullptr;
@@ -182,6 +202,28 @@ class Backend {
   // event.
   virtual absl::StatusOr<double> CopySeconds(const CopyEvent& start, const CopyEvent& end) = 0;
 
+  // --- graphs -----------------------------------------------------------------------------
+  // Whether BeginCapture can work (CUDA: yes; CPU: no, every capture call is Unimplemented).
+  virtual bool SupportsGraphs() const { return false; }
+  // From now until EndCapture, the ops this thread enqueues are recorded, not run (other
+  // threads' ops run as before). Capture only a sequence that already ran once uncaptured with
+  // the same sizes: an op that would have to grow the backend's scratch memory fails the
+  // capture. Unavailable while another thread captures; Unimplemented without graph support.
+  virtual absl::Status BeginCapture() { return absl::UnimplementedError("no graph support"); }
+  // Ends this thread's capture and returns the recorded ops as a graph ready to launch. Returns
+  // the first failure of an op recorded since BeginCapture (then nothing was run and the caller
+  // runs the ops uncaptured instead), FailedPrecondition when this thread is not capturing.
+  virtual absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() {
+    return absl::UnimplementedError("no graph support");
+  }
+  // Enqueues `graph`'s ops on the compute stream, in order with the ops around it.
+  // FailedPrecondition, with nothing enqueued, when the backend moved scratch memory the graph
+  // reads since it was captured (capture it again); InvalidArgument for another backend's graph.
+  virtual absl::Status LaunchGraph(const StepGraph& graph) {
+    static_cast<void>(graph);
+    return absl::UnimplementedError("no graph support");
+  }
+
   // --- ops --------------------------------------------------------------------------------
   // "act" buffers are of activation_type().
   // out[i] = table row tokens[i], for i < count.
@@ -239,12 +281,12 @@ class Backend {
   virtual void Free(void* data, size_t bytes) = 0;
   virtual void FreeHost(void* data, size_t bytes) = 0;
 
-  // `event` as this backend's event type E (const E for a const event), or InvalidArgument when
-  // another backend made it.
+  // `event` (a CopyEvent or StepGraph) as this backend's type E (const E for a const one), or
+  // InvalidArgument when another backend made it.
   template <typename E, typename Event>
   absl::StatusOr<E*> OwnEvent(Event& event) const {
     if (event.backend() != this) {
-      return absl::InvalidArgumentError("a copy event made by another backend");
+      return absl::InvalidArgumentError("a copy event or graph made by another backend");
     }
     return static_cast<E*>(&event);
   }

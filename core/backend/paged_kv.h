@@ -46,7 +46,7 @@ struct PagedKvBatch {
   const int32_t* q_offsets = nullptr;     // [num_seqs + 1]
   int32_t num_rows = 0;                   // q_offsets[num_seqs]
   int32_t max_q_len = 0;                  // the most query rows of one sequence
-  int32_t max_kv_len = 0;                 // the longest kv_lens[s]
+  int32_t max_kv_len = 0;                 // at least the longest kv_lens[s] (launch shapes)
   int32_t table_heads = 1;                // 1, or layout.num_kv_heads: a table a KV head
 
   // The row of block_tables and kv_lens that sequence `seq`'s KV head `kv_head` reads.

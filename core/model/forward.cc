@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -17,6 +18,12 @@ constexpr int32_t kMaxBlocksPerSeq = 1 << 20;
 absl::StatusOr<DeviceBuffer> AllocateArray(Backend& backend, int64_t count, DType type) {
   return backend.Allocate(static_cast<size_t>(count) * DTypeBytes(type));
 }
+
+// Decode steps round their block-table width up to a multiple of this many tokens, so that a
+// graph of one width serves a sequence's next steps until it grows past it.
+constexpr int32_t kGraphWidthTokens = 1024;
+// Graphs a runner keeps; the least recently used goes first.
+constexpr size_t kMaxStepGraphs = 32;
 
 // Ints of the packed step inputs for the given sizes: tokens and positions [tokens], kv_lens
 // [seqs], q_offsets [seqs + 1], block tables [seqs][blocks_per_seq], logit rows [rows].
@@ -112,9 +119,8 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
 }
 
 absl::Status ModelRunner::Forward(const StepBatch& batch, std::span<float> logits) {
-  PULSE_RETURN_IF_ERROR(Prepare(batch));
-  PULSE_RETURN_IF_ERROR(RunLayers());
-  Logits();
+  PULSE_RETURN_IF_ERROR(Upload(batch));
+  PULSE_RETURN_IF_ERROR(RunStep());
   return CopyLogits(logits);
 }
 
@@ -122,10 +128,64 @@ absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
                                            std::span<const TokenSampling> sampling,
                                            std::span<const int32_t> penalised_ids,
                                            std::span<int32_t> tokens) {
-  PULSE_RETURN_IF_ERROR(Prepare(batch));
+  PULSE_RETURN_IF_ERROR(Upload(batch));
+  PULSE_RETURN_IF_ERROR(RunStep());
+  return SampleLogits(sampling, penalised_ids, tokens);
+}
+
+absl::Status ModelRunner::RunStep() {
+  if (decode_step_ && options_.decode_graphs && model_->backend().SupportsGraphs()) {
+    PULSE_ASSIGN_OR_RETURN(const bool replayed, ReplayGraph());
+    if (replayed) return absl::OkStatus();
+  }
+  Embed();
   PULSE_RETURN_IF_ERROR(RunLayers());
   Logits();
-  return SampleLogits(sampling, penalised_ids, tokens);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ModelRunner::ReplayGraph() {
+  Backend& backend = model_->backend();
+  const StepShape shape = {step_.num_tokens, step_.num_seqs, step_.num_logit_rows,
+                           step_.max_blocks_per_seq};
+  auto found = graphs_.find(shape);
+  if (found == graphs_.end()) {
+    if (graphs_.size() >= kMaxStepGraphs) {
+      graphs_.erase(std::min_element(
+          graphs_.begin(), graphs_.end(),
+          [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; }));
+    }
+    found = graphs_.emplace(shape, StepGraphEntry{}).first;
+  }
+  StepGraphEntry& entry = found->second;
+  entry.last_used = ++graph_clock_;
+  if (entry.graph != nullptr) {
+    const absl::Status launched = backend.LaunchGraph(*entry.graph);
+    if (launched.ok()) {
+      ++graph_stats_.launched;
+      return true;
+    }
+    // A stale graph (the backend's scratch memory moved): capture it again.
+    if (!absl::IsFailedPrecondition(launched)) return launched;
+    entry.graph = nullptr;
+  }
+  if (entry.capture_failed || !std::exchange(entry.ran, true)) return false;
+  // Busy (another runner of the backend captures): this step runs op by op.
+  if (!backend.BeginCapture().ok()) return false;
+  Embed();
+  const absl::Status layers = RunLayers();
+  Logits();
+  absl::StatusOr<std::unique_ptr<StepGraph>> graph = backend.EndCapture();
+  if (!layers.ok() || !graph.ok()) {
+    entry.capture_failed = true;
+    ++graph_stats_.failed;
+    return false;
+  }
+  entry.graph = *std::move(graph);
+  ++graph_stats_.captured;
+  PULSE_RETURN_IF_ERROR(backend.LaunchGraph(*entry.graph));
+  ++graph_stats_.launched;
+  return true;
 }
 
 absl::Status ModelRunner::RunLayers() {
@@ -234,6 +294,12 @@ absl::Status ModelRunner::Check(const StepBatch& batch) const {
 }
 
 absl::Status ModelRunner::Prepare(const StepBatch& batch) {
+  PULSE_RETURN_IF_ERROR(Upload(batch));
+  Embed();
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Upload(const StepBatch& batch) {
   PULSE_RETURN_IF_ERROR(EndStep());
   PULSE_RETURN_IF_ERROR(Check(batch));
   StepInputs step;
@@ -244,6 +310,18 @@ absl::Status ModelRunner::Prepare(const StepBatch& batch) {
   for (int32_t s = 0; s < step.num_seqs; ++s) {
     step.max_q_len = std::max(step.max_q_len, batch.q_offsets()[s + 1] - batch.q_offsets()[s]);
     step.max_kv_len = std::max(step.max_kv_len, batch.kv_lens()[s]);
+  }
+  // A dense decode step's shapes move in steps of kGraphWidthTokens (graphs or not, so that a
+  // replayed graph computes exactly what the ops would): the attention kernels size their
+  // launches by max_kv_len and read the true lengths.
+  decode_step_ = step.max_q_len == 1 && !batch.has_sparse();
+  if (decode_step_) {
+    const int32_t block_tokens = cache_.layout().block_tokens;
+    const int32_t granule = std::max(1, kGraphWidthTokens / block_tokens);
+    step.max_blocks_per_seq = std::min((step.max_blocks_per_seq + granule - 1) / granule * granule,
+                                       options_.max_blocks_per_seq);
+    step.max_kv_len = static_cast<int32_t>(std::min<int64_t>(
+        int64_t{step.max_blocks_per_seq} * block_tokens, std::numeric_limits<int32_t>::max()));
   }
 
   staging_.clear();
@@ -289,10 +367,12 @@ absl::Status ModelRunner::Prepare(const StepBatch& batch) {
     PULSE_RETURN_IF_ERROR(sparse_->Prepare(batch));
   }
   step_open_ = true;
-
-  backend.Embed(model_->weights().embed.view(), step_.tokens, step_.num_tokens,
-                scratch_.residual.as<float>());
   return absl::OkStatus();
+}
+
+void ModelRunner::Embed() {
+  model_->backend().Embed(model_->weights().embed.view(), step_.tokens, step_.num_tokens,
+                          scratch_.residual.as<float>());
 }
 
 PagedKvBatch ModelRunner::KvBatch(int32_t layer) const {

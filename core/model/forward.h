@@ -5,7 +5,9 @@
 // stages itself. Not thread-safe: one step at a time.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -28,6 +30,17 @@ struct ModelRunnerOptions {
   // The two-tier KV of offloaded sequences (offloaded_kv.h): the cache's last
   // offload->slot_blocks blocks become the device tier's slots, which no block table may name.
   std::optional<OffloadOptions> offload = std::nullopt;
+  // Replay decode steps (one token a sequence, dense attention) as graphs on backends that have
+  // them (Backend::SupportsGraphs): one graph per shape (sequences, block-table width), captured
+  // the second time the shape runs. The same ops as without, so the same results.
+  bool decode_graphs = true;
+};
+
+// How the runner's decode steps ran with ModelRunnerOptions::decode_graphs.
+struct GraphStats {
+  int64_t captured = 0;  // graphs captured (a shape again after its graph went stale counts again)
+  int64_t launched = 0;  // steps replayed from a graph
+  int64_t failed = 0;    // captures that failed (that shape then runs op by op)
 };
 
 class ModelRunner {
@@ -49,6 +62,7 @@ class ModelRunner {
   // caches' counts of sequence `key`.
   OffloadStats offload_stats() const;
   CacheStats offload_stats(uint64_t key) const;
+  const GraphStats& graph_stats() const { return graph_stats_; }
   // Forgets what sparse attention and the offloaded KV keep of sequence `key` (a finished
   // request): its selections, totals and device slots. Between steps only (FailedPrecondition
   // while a step that reads its slots is in flight).
@@ -112,9 +126,28 @@ class ModelRunner {
     const int32_t* logit_rows = nullptr;
   };
 
+  // A decode shape's graph. A shape runs op by op the first time (sizing the backend's scratch
+  // memory), is captured the second.
+  struct StepGraphEntry {
+    std::unique_ptr<StepGraph> graph;
+    bool ran = false;             // ran once op by op
+    bool capture_failed = false;  // never try again
+    int64_t last_used = 0;
+  };
+  // num_tokens, num_seqs, num_logit_rows and max_blocks_per_seq of a decode step: they fix every
+  // launch shape and where each input sits in Scratch::inputs.
+  using StepShape = std::array<int32_t, 4>;
+
   ModelRunner(std::shared_ptr<const Model> model, KvCache cache, const ModelRunnerOptions& options,
               Scratch scratch);
   absl::Status Check(const StepBatch& batch) const;
+  // Prepare without the embedding.
+  absl::Status Upload(const StepBatch& batch);
+  void Embed();
+  // Embedding, layers and logits of the uploaded step: from a graph when it can.
+  absl::Status RunStep();
+  // Whether the step replayed a graph (false: run it op by op).
+  absl::StatusOr<bool> ReplayGraph();
   PagedKvBatch KvBatch(int32_t layer) const;
   absl::Status RunLayers();
   // Waits for the step's write-backs and releases the device slots it read.
@@ -131,6 +164,10 @@ class ModelRunner {
   std::unique_ptr<OffloadedKv> offloaded_;   // with options.offload
   std::unique_ptr<SparseAttention> sparse_;  // made by the first step with a sparse sequence
   bool step_open_ = false;                   // from Prepare to the end of the step
+  bool decode_step_ = false;  // the uploaded step is a dense decode step (graphs may replay it)
+  std::map<StepShape, StepGraphEntry> graphs_;
+  int64_t graph_clock_ = 0;  // for StepGraphEntry::last_used
+  GraphStats graph_stats_;
   // Dimensions of the model, cached.
   int64_t hidden_ = 0;
   int64_t q_dim_ = 0;

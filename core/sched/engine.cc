@@ -618,7 +618,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
       .max_step_tokens = resolved.max_step_tokens,
       .max_seqs = resolved.max_batch,
       .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens),
-      .offload = offload};
+      .offload = offload,
+      .decode_graphs = resolved.decode_graphs};
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(model, std::move(cache), runner_options));
   if (tokenizer != nullptr && tokenizer->vocab_size() > config.vocab_size) {

@@ -67,6 +67,8 @@ struct EngineOptions {
   int64_t offload_slot_tokens = 0;
   EvictionKind offload_eviction = EvictionKind::kLru;
   CopyExecutor offload_executor = CopyExecutor::kAuto;
+  // Replay decode steps as graphs where the backend has them (ModelRunnerOptions::decode_graphs).
+  bool decode_graphs = true;
 
   absl::Status Validate() const;
 };

@@ -4,7 +4,8 @@
 //       [--decode 1x4096,8x16384] [--decode-steps N] [--prefill CONTEXT]
 //       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
 //       [--modes dense,solohead,headwise] [--budget 2048] [--sink 32] [--window 128]
-//       [--copy auto|gather|batch-dma|per-chunk] [--device NAME] [--commit SHA] [--out FILE.jsonl]
+//       [--copy auto|gather|batch-dma|per-chunk] [--graphs on,off] [--device NAME]
+//       [--commit SHA] [--out FILE.jsonl]
 //
 // Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
 // then generate --decode-steps tokens each (greedy, end of sequence ignored); every engine step
@@ -18,7 +19,9 @@
 // window and one prompt being prefilled (requests prefill one after another), the host tier
 // every request's whole context and the device slots every request's budget; the record adds the
 // recall bytes a timed step moved, the copy engine's rate on them and the slot-cache hit rate.
-// Its HBM floor counts the KV of the tokens attended (the budget, at most the context).
+// Its HBM floor counts the KV of the tokens attended (the budget, at most the context). And each
+// in every setting of --graphs (default on): decode steps replayed as graphs (where the backend
+// has them: pulse_engine_params.decode_graphs) or launched op by op; the record says which.
 // Prefill: one random CONTEXT-token prompt, submit to first token; FLOPs are the GEMMs' 2 * m * n
 // * k of every layer plus causal attention (QK^T and PV over the keys each position sees).
 #include <algorithm>
@@ -58,6 +61,7 @@ struct Args {
   int32_t sink = 32;
   int32_t window = 128;
   std::string copy = "auto";
+  std::vector<bool> graphs = {true};
   std::string device = "unknown";
   std::string commit = "unknown";
   std::string out;
@@ -145,6 +149,14 @@ Args ParseArgs(int argc, char** argv) {
       args.window = std::atoi(value.c_str());
     } else if (flag == "--copy") {
       args.copy = value;
+    } else if (flag == "--graphs") {
+      args.graphs.clear();
+      for (const std::string& setting : SplitList(value)) {
+        if (setting != "on" && setting != "off") {
+          Fail("--graphs expects on and/or off, got '" + setting + "'");
+        }
+        args.graphs.push_back(setting == "on");
+      }
     } else if (flag == "--device") {
       args.device = value;
     } else if (flag == "--commit") {
@@ -252,9 +264,10 @@ int64_t RoundUp(int64_t tokens, int32_t block) { return (tokens + block - 1) / b
 
 // `mode`: "dense", "solohead" or "headwise" (then offloaded with args' budget, sink and window).
 pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, int32_t extra,
-                           int32_t chunk, const std::string& mode, const Args& args) {
+                           int32_t chunk, const std::string& mode, bool graphs, const Args& args) {
   pulse_engine_params params;
   Check(pulse_engine_params_init(&params, sizeof(params)), "pulse_engine_params_init");
+  params.decode_graphs = graphs ? 1 : 0;
   params.max_batch = batch;
   params.prefill_chunk = chunk;
   params.max_step_tokens = std::max(chunk, batch);
@@ -319,7 +332,7 @@ pulse_engine_stats EngineStats(pulse_engine* engine) {
 }
 
 void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, Shape shape,
-                 const std::string& mode, Records& records) {
+                 const std::string& mode, bool graphs, Records& records) {
   // Prompts are prefilled a chunk a step while earlier requests decode: enough tokens for every
   // request to still decode once the last prefill is done, then the timed steps.
   const int32_t prefill_steps =
@@ -327,8 +340,8 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
                            args.prefill_chunk) +
       shape.batch;
   const int32_t max_tokens = prefill_steps + args.decode_steps + 1;
-  pulse_engine* engine =
-      CreateEngine(model, shape.batch, shape.context, max_tokens, args.prefill_chunk, mode, args);
+  pulse_engine* engine = CreateEngine(model, shape.batch, shape.context, max_tokens,
+                                      args.prefill_chunk, mode, graphs, args);
   const pulse_sampling_params sampling = Greedy(max_tokens);
   std::vector<uint64_t> ids;
   for (int32_t r = 0; r < shape.batch; ++r) {
@@ -402,24 +415,25 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
               ", \"window\": " + std::to_string(args.window);
     budget = std::to_string(args.budget);
   }
-  records.Write("decode",
-                "\"mode\": " + JsonString(mode == "dense" ? mode : "offload-" + mode) +
-                    ", \"model\": " + JsonString(facts.name) + ", \"backend\": " +
-                    JsonString(facts.info.backend) + ", \"batch\": " + std::to_string(shape.batch) +
-                    ", \"context\": " + std::to_string(shape.context) + ", \"budget\": " + budget +
-                    ", \"gpu_kv_cap_gib\": " + Number(kv_gib) +
-                    ", \"tpot_ms_p50\": " + Number(p50) + ", \"tpot_ms_p99\": " + Number(p99) +
-                    ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) + offload +
-                    ", \"weight_bytes_read\": " + Number(facts.weight_bytes_read) +
-                    ", \"kv_bytes_read\": " + Number(kv_read) + ", \"hbm_gb_s\": " +
-                    Number(args.hbm_gb_s) + ", \"hbm_floor_ms\": " + Number(floor_ms) +
-                    ", \"roofline_fraction\": " + Number(floor_ms / p50) +
-                    ", \"steps_timed\": " + std::to_string(decode_ms.size()));
+  records.Write(
+      "decode",
+      "\"mode\": " + JsonString(mode == "dense" ? mode : "offload-" + mode) + ", \"graphs\": " +
+          (graphs ? "true" : "false") + ", \"model\": " + JsonString(facts.name) +
+          ", \"backend\": " + JsonString(facts.info.backend) + ", \"batch\": " +
+          std::to_string(shape.batch) + ", \"context\": " + std::to_string(shape.context) +
+          ", \"budget\": " + budget + ", \"gpu_kv_cap_gib\": " + Number(kv_gib) +
+          ", \"tpot_ms_p50\": " + Number(p50) + ", \"tpot_ms_p99\": " + Number(p99) +
+          ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) + offload +
+          ", \"weight_bytes_read\": " + Number(facts.weight_bytes_read) +
+          ", \"kv_bytes_read\": " + Number(kv_read) + ", \"hbm_gb_s\": " + Number(args.hbm_gb_s) +
+          ", \"hbm_floor_ms\": " + Number(floor_ms) + ", \"roofline_fraction\": " +
+          Number(floor_ms / p50) + ", \"steps_timed\": " + std::to_string(decode_ms.size()));
 }
 
 void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args, Records& records) {
   const int32_t context = args.prefill_context;
-  pulse_engine* engine = CreateEngine(model, 1, context, 1, args.prefill_chunk, "dense", args);
+  pulse_engine* engine =
+      CreateEngine(model, 1, context, 1, args.prefill_chunk, "dense", true, args);
   const pulse_sampling_params sampling = Greedy(1);
   const std::vector<int32_t> prompt = RandomPrompt(context, facts.info.vocab_size, 7);
   // A short request first, so that one-time costs (cuBLASLt plans, first launches) are paid.
@@ -469,7 +483,9 @@ int main(int argc, char** argv) {
   Records records(args);
   for (const Shape shape : args.decode) {
     for (const std::string& mode : args.modes) {
-      BenchDecode(model, facts, args, shape, mode, records);
+      for (const bool graphs : args.graphs) {
+        BenchDecode(model, facts, args, shape, mode, graphs, records);
+      }
     }
   }
   if (args.prefill_context > 0) BenchPrefill(model, facts, args, records);

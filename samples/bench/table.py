@@ -6,6 +6,9 @@ import sys
 def main() -> None:
     records = [json.loads(line) for path in sys.argv[1:] for line in open(path) if line.strip()]
     decode = [r for r in records if r["bench"] in ("decode", "peer")]
+    for r in decode:  # op by op (no graphs) is said in the mode column
+        if r.get("graphs") is False:
+            r["mode"] += " (no graphs)"
     if decode:
         print(f"{'mode':<22} {'batch x context':>16} {'TPOT p50 ms':>12} {'p99 ms':>8} "
               f"{'tok/s':>9} {'floor ms':>9} {'of floor':>9}")

@@ -227,6 +227,11 @@ typedef struct pulse_engine_params {
   /* Device-tier slots in tokens; a decoding request's budget takes up to budget/block_tokens of
    * them at once. 0 (default): max_batch budgets, at most 1 GiB */
   int64_t offload_slot_tokens;
+  /* Fields appended after version 2. */
+  /* 1 (default): on a backend with graphs (CUDA), replay each decode step (one token a request,
+   * dense attention) as one graph launch per batch shape, captured the second time the shape
+   * runs; the results are the same. 0: launch every op of every step. */
+  int32_t decode_graphs;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,9 +35,19 @@ class CudaCopyEvent final : public CopyEvent {
   bool armed = false;
 };
 
+class CudaStepGraph final : public StepGraph {
+ public:
+  CudaStepGraph(const Backend* backend, cuda::UniqueGraphExec exec, uint64_t scratch_epoch)
+      : StepGraph(backend), exec(std::move(exec)), scratch_epoch(scratch_epoch) {}
+
+  cuda::UniqueGraphExec exec;
+  uint64_t scratch_epoch;  // the backend's scratch memory when captured
+};
+
 // Ops enqueue under `mu_` (engines on several threads may share one model, hence one backend);
 // the stream orders them. The first failure of an enqueued op is kept until a sync point
-// returns it.
+// returns it. A thread that captures a graph enqueues its ops on a capture stream of its own,
+// so that other threads' ops keep running and never land in its graph.
 class CudaBackend final : public Backend {
  public:
   static absl::StatusOr<std::shared_ptr<Backend>> Create(const CudaBackendOptions& options) {
@@ -54,6 +65,7 @@ class CudaBackend final : public Backend {
     sampling_scratch_ = DeviceBuffer();
     gemm_workspace_ = DeviceBuffer();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (capture_stream_ != nullptr) cudaStreamDestroy(capture_stream_);
   }
 
   std::string_view name() const override { return "cuda"; }
@@ -132,11 +144,16 @@ class CudaBackend final : public Backend {
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
     absl::MutexLock lock(&mu_);
+    if (Capturing()) {
+      RecordStatus(absl::FailedPreconditionError("CopyToDevice inside a graph capture"));
+      return;
+    }
     Record(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "CopyToDevice");
   }
 
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
     absl::MutexLock lock(&mu_);
+    if (Capturing()) return absl::FailedPreconditionError("CopyToHost inside a graph capture");
     if (bytes != 0) {
       Record(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyToHost");
     }
@@ -145,6 +162,7 @@ class CudaBackend final : public Backend {
 
   absl::Status Synchronize() override {
     absl::MutexLock lock(&mu_);
+    if (Capturing()) return absl::FailedPreconditionError("Synchronize inside a graph capture");
     return SynchronizeLocked();
   }
 
@@ -190,6 +208,7 @@ class CudaBackend final : public Backend {
       // Another thread may re-record the marker before the copy stream waits for it: the plan
       // then waits for more compute than it needs, never less.
       absl::MutexLock lock(&mu_);
+      if (Capturing()) return absl::FailedPreconditionError("EnqueueCopy inside a graph capture");
       PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_marker_.get(), stream_));
       after = compute_marker_.get();
     }
@@ -201,6 +220,7 @@ class CudaBackend final : public Backend {
   absl::Status WaitForCopy(const CopyEvent& event) override {
     PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* own, OwnEvent<const CudaCopyEvent>(event));
     absl::MutexLock lock(&mu_);
+    if (Capturing()) return absl::FailedPreconditionError("WaitForCopy inside a graph capture");
     PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, own->event.get(), 0));
     return absl::OkStatus();
   }
@@ -232,54 +252,104 @@ class CudaBackend final : public Backend {
     return ms / 1e3;
   }
 
+  bool SupportsGraphs() const override { return true; }
+
+  absl::Status BeginCapture() override {
+    absl::MutexLock lock(&mu_);
+    if (capture_.active) {
+      return absl::UnavailableError(capture_.thread == std::this_thread::get_id()
+                                        ? "this thread is capturing a graph already"
+                                        : "another thread is capturing a graph");
+    }
+    PULSE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    if (capture_stream_ == nullptr) {
+      PULSE_CUDA_RETURN_IF_ERROR(
+          cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking));
+    }
+    // Thread-local mode: other threads may allocate, free and synchronize meanwhile.
+    PULSE_CUDA_RETURN_IF_ERROR(
+        cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal));
+    capture_ = Capture{.active = true, .thread = std::this_thread::get_id(), .error = {}};
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() override {
+    absl::MutexLock lock(&mu_);
+    if (!Capturing()) return absl::FailedPreconditionError("EndCapture without BeginCapture");
+    cudaGraph_t captured = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(capture_stream_, &captured);
+    const cuda::UniqueGraph graph(captured);
+    absl::Status failure = std::exchange(capture_, Capture{}).error;
+    if (ended != cudaSuccess) {
+      cudaGetLastError();  // a failed capture is not the next op's failure
+      if (failure.ok()) failure = cuda::CudaStatus(ended, "cudaStreamEndCapture");
+    }
+    PULSE_RETURN_IF_ERROR(failure);
+    PULSE_ASSIGN_OR_RETURN(cuda::UniqueGraphExec exec, cuda::InstantiateGraph(graph.get()));
+    return std::make_unique<CudaStepGraph>(this, std::move(exec), scratch_epoch_);
+  }
+
+  absl::Status LaunchGraph(const StepGraph& graph) override {
+    PULSE_ASSIGN_OR_RETURN(const CudaStepGraph* own, OwnEvent<const CudaStepGraph>(graph));
+    absl::MutexLock lock(&mu_);
+    if (Capturing()) return absl::FailedPreconditionError("LaunchGraph inside a graph capture");
+    if (own->scratch_epoch != scratch_epoch_) {
+      return absl::FailedPreconditionError(
+          "the graph reads scratch memory that has moved since it was captured");
+    }
+    PULSE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(own->exec.get(), stream_));
+    return absl::OkStatus();
+  }
+
   void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
     absl::MutexLock lock(&mu_);
     if (!CheckBf16(table, "Embed")) return;
-    Record(cuda::LaunchEmbed(table.data, table.cols, tokens, count, out, stream_), "Embed");
+    Record(cuda::LaunchEmbed(table.data, table.cols, tokens, count, out, stream()), "Embed");
   }
 
   void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {
     absl::MutexLock lock(&mu_);
     if (!CheckBf16(w, "Gemm")) return;
-    const absl::Status status = gemm_->Run(x, m, w.data, w.rows, w.cols, bias, y, stream_);
-    if (!status.ok() && error_.ok()) error_ = status;
+    const absl::Status status = gemm_->Run(x, m, w.data, w.rows, w.cols, bias, y, stream());
+    RecordStatus(status);
   }
 
   void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
                void* y) override {
     absl::MutexLock lock(&mu_);
-    Record(cuda::LaunchRmsNorm(x, weight, rows, cols, eps, y, stream_), "RmsNorm");
+    Record(cuda::LaunchRmsNorm(x, weight, rows, cols, eps, y, stream()), "RmsNorm");
   }
 
   void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows, int64_t cols,
                   float eps, void* y) override {
     absl::MutexLock lock(&mu_);
-    Record(cuda::LaunchAddRmsNorm(residual, x, weight, rows, cols, eps, y, stream_), "AddRmsNorm");
+    Record(cuda::LaunchAddRmsNorm(residual, x, weight, rows, cols, eps, y, stream()), "AddRmsNorm");
   }
 
   void Rope(float* x, int64_t rows, int64_t row_stride, int32_t num_heads, int32_t head_dim,
             const int32_t* positions, const float* inv_freq) override {
     absl::MutexLock lock(&mu_);
-    Record(cuda::LaunchRope(x, rows, row_stride, num_heads, head_dim, positions, inv_freq, stream_),
-           "Rope");
+    Record(
+        cuda::LaunchRope(x, rows, row_stride, num_heads, head_dim, positions, inv_freq, stream()),
+        "Rope");
   }
 
   void SwiGlu(const float* gate_up, int64_t m, int64_t inter, void* out) override {
     absl::MutexLock lock(&mu_);
-    Record(cuda::LaunchSwiGlu(gate_up, m, inter, out, stream_), "SwiGlu");
+    Record(cuda::LaunchSwiGlu(gate_up, m, inter, out, stream()), "SwiGlu");
   }
 
   void AppendKv(const float* k, const float* v, int64_t row_stride,
                 const PagedKvBatch& kv) override {
     absl::MutexLock lock(&mu_);
-    Record(cuda::LaunchAppendKv(k, v, row_stride, kv, stream_), "AppendKv");
+    Record(cuda::LaunchAppendKv(k, v, row_stride, kv, stream()), "AppendKv");
   }
 
   void Attention(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
                  float scale, void* out) override {
     absl::MutexLock lock(&mu_);
     if (kv.max_q_len > 1) {
-      Record(cuda::LaunchPrefillAttention(q, q_stride, num_heads, kv, scale, out, stream_),
+      Record(cuda::LaunchPrefillAttention(q, q_stride, num_heads, kv, scale, out, stream()),
              "Attention (prefill)");
       return;
     }
@@ -287,14 +357,14 @@ class CudaBackend final : public Backend {
     const int64_t floats = cuda::DecodeAttentionScratchFloats(kv, num_heads, splits);
     if (!Grow(attention_scratch_, static_cast<size_t>(floats) * sizeof(float))) return;
     Record(cuda::LaunchDecodeAttention(q, q_stride, num_heads, kv, scale, splits,
-                                       attention_scratch_.as<float>(), out, stream_),
+                                       attention_scratch_.as<float>(), out, stream()),
            "Attention (decode)");
   }
 
   void GatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
                   void* out) override {
     absl::MutexLock lock(&mu_);
-    Record(cuda::LaunchGatherRows(x, cols, rows, count, out, stream_), "GatherRows");
+    Record(cuda::LaunchGatherRows(x, cols, rows, count, out, stream()), "GatherRows");
   }
 
   void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout, const int32_t* block_ids,
@@ -302,7 +372,7 @@ class CudaBackend final : public Backend {
     absl::MutexLock lock(&mu_);
     if (!CheckSummaries(layout, layout.num_kv_heads, count, "SummarizeBlocks")) return;
     Record(cuda::LaunchSummarizeBlocks(blocks, layout, block_ids, summary_ids, count, summaries,
-                                       stream_),
+                                       stream()),
            "SummarizeBlocks");
   }
   void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,
@@ -311,7 +381,7 @@ class CudaBackend final : public Backend {
     absl::MutexLock lock(&mu_);
     if (!CheckSummaries(layout, num_heads, count, "ScoreBlocks")) return;
     Record(cuda::LaunchScoreBlocks(q, q_stride, num_heads, layout, summaries, summary_ids,
-                                   query_rows, count, bounds, stream_),
+                                   query_rows, count, bounds, stream()),
            "ScoreBlocks");
   }
 
@@ -321,7 +391,7 @@ class CudaBackend final : public Backend {
     const int64_t words = cuda::SampleTokensScratchWords(rows, vocab);
     if (!Grow(sampling_scratch_, static_cast<size_t>(words) * sizeof(uint32_t))) return;
     Record(cuda::LaunchSampleTokens(logits, rows, vocab, params, history,
-                                    sampling_scratch_.as<uint32_t>(), tokens, stream_),
+                                    sampling_scratch_.as<uint32_t>(), tokens, stream()),
            "SampleTokens");
   }
 
@@ -382,8 +452,23 @@ class CudaBackend final : public Backend {
     live_bytes_ -= size;
   }
 
+  // Whether the calling thread is capturing a graph.
+  bool Capturing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return capture_.active && capture_.thread == std::this_thread::get_id();
+  }
+  // Where the calling thread's ops go.
+  cudaStream_t stream() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return Capturing() ? capture_stream_ : stream_;
+  }
+
+  // Keeps the first failure of an op: the capture's while capturing, else the next sync
+  // point's.
+  void RecordStatus(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status& first = Capturing() ? capture_.error : error_;
+    if (!status.ok() && first.ok()) first = status;
+  }
   void Record(cudaError_t error, std::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (error != cudaSuccess && error_.ok()) error_ = cuda::CudaStatus(error, what);
+    if (error != cudaSuccess) RecordStatus(cuda::CudaStatus(error, what));
   }
 
   // Whether the block-summary ops can run `num_heads` query heads over a bf16 cache of `layout`
@@ -400,31 +485,34 @@ class CudaBackend final : public Backend {
           "CUDA backend: %s of %d blocks of %d tokens x %d KV heads x %d dims, %d query heads", op,
           count, layout.block_tokens, layout.num_kv_heads, layout.head_dim, num_heads));
     }
-    if (status.ok()) return true;
-    if (error_.ok()) error_ = status;
-    return false;
+    RecordStatus(status);
+    return status.ok();
   }
 
   bool CheckBf16(const MatrixView& w, std::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (w.type == DType::kBF16) return true;
-    if (error_.ok()) {
-      error_ = absl::UnimplementedError(
-          absl::StrFormat("CUDA backend: %s of a %s matrix", op, DTypeName(w.type)));
-    }
+    RecordStatus(absl::UnimplementedError(
+        absl::StrFormat("CUDA backend: %s of a %s matrix", op, DTypeName(w.type))));
     return false;
   }
 
   // Makes `scratch` hold `bytes`; false (recorded) when it cannot.
   bool Grow(DeviceBuffer& scratch, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (scratch.bytes() >= bytes) return true;
+    if (Capturing()) {
+      RecordStatus(absl::FailedPreconditionError(
+          "a captured op needs more scratch memory: run its sizes once uncaptured first"));
+      return false;
+    }
     // The old scratch may still be used by enqueued work: free it only after the stream drains.
     Record(cudaStreamSynchronize(stream_), "growing scratch memory");
     absl::StatusOr<DeviceBuffer> grown = Allocate(std::max(bytes, 2 * scratch.bytes()));
     if (!grown.ok()) {
-      if (error_.ok()) error_ = grown.status();
+      RecordStatus(grown.status());
       return false;
     }
     scratch = *std::move(grown);
+    ++scratch_epoch_;  // graphs captured before read the old scratch
     return true;
   }
 
@@ -448,10 +536,19 @@ class CudaBackend final : public Backend {
   size_t live_bytes_ ABSL_GUARDED_BY(memory_mu_) = 0;
   size_t pinned_bytes_ ABSL_GUARDED_BY(memory_mu_) = 0;
 
+  struct Capture {
+    bool active = false;
+    std::thread::id thread;
+    absl::Status error;  // the first failure of a captured op
+  };
+
   absl::Mutex mu_;
   DeviceBuffer attention_scratch_ ABSL_GUARDED_BY(mu_);
   DeviceBuffer sampling_scratch_ ABSL_GUARDED_BY(mu_);
+  uint64_t scratch_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped when a scratch buffer moves
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  Capture capture_ ABSL_GUARDED_BY(mu_);
+  cudaStream_t capture_stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // made by the first capture
 };
 
 }  // namespace

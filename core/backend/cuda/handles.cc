@@ -45,4 +45,10 @@ absl::StatusOr<UniqueDevice> AllocateDevice(size_t bytes) {
   return UniqueDevice(data);
 }
 
+absl::StatusOr<UniqueGraphExec> InstantiateGraph(cudaGraph_t graph) {
+  cudaGraphExec_t exec = nullptr;
+  PULSE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+  return UniqueGraphExec(exec);
+}
+
 }  // namespace pulse::cuda

@@ -23,11 +23,19 @@ struct PinnedDeleter {
 struct DeviceDeleter {
   void operator()(void* data) const { cudaFree(data); }
 };
+struct GraphDeleter {
+  void operator()(cudaGraph_t graph) const { cudaGraphDestroy(graph); }
+};
+struct GraphExecDeleter {
+  void operator()(cudaGraphExec_t exec) const { cudaGraphExecDestroy(exec); }
+};
 
 using UniqueStream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
 using UniqueEvent = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
 using UniquePinned = std::unique_ptr<void, PinnedDeleter>;
 using UniqueDevice = std::unique_ptr<void, DeviceDeleter>;
+using UniqueGraph = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDeleter>;
+using UniqueGraphExec = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
 
 // A stream that does not synchronize with the legacy default stream.
 absl::StatusOr<UniqueStream> CreateStream();
@@ -38,5 +46,7 @@ absl::StatusOr<bool> EventCompleted(cudaEvent_t event);
 // Page-locked host memory (cudaHostAlloc with `flags`).
 absl::StatusOr<UniquePinned> AllocatePinned(size_t bytes, unsigned int flags);
 absl::StatusOr<UniqueDevice> AllocateDevice(size_t bytes);
+// An executable graph of `graph`'s nodes (cudaGraphInstantiate).
+absl::StatusOr<UniqueGraphExec> InstantiateGraph(cudaGraph_t graph);
 
 }  // namespace pulse::cuda

@@ -459,6 +459,11 @@ TEST(AbiOffload, BadSettingsAreRefused) {
   EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
   EXPECT_NE(std::string(pulse_last_error()).find("offload_host_tokens"), std::string::npos);
   EXPECT_EQ(engine, nullptr);
+  params.offload_host_tokens = 0;
+  params.decode_graphs = 2;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pulse_last_error()).find("decode_graphs"), std::string::npos);
+  EXPECT_EQ(engine, nullptr);
   pulse_model_free(model);
 }
 

@@ -129,7 +129,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_eviction, 52);
   EXPECT_OFFSET(pulse_engine_params, offload_host_tokens, 56);
   EXPECT_OFFSET(pulse_engine_params, offload_slot_tokens, 64);
-  EXPECT_EQ(sizeof(pulse_engine_params), 72u);
+  EXPECT_OFFSET(pulse_engine_params, decode_graphs, 72);
+  EXPECT_EQ(sizeof(pulse_engine_params), 80u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -176,6 +177,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_eviction, PULSE_EVICT_LRU);
   EXPECT_EQ(engine.offload_host_tokens, 0);
   EXPECT_EQ(engine.offload_slot_tokens, 0);
+  EXPECT_EQ(engine.decode_graphs, 1);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);
