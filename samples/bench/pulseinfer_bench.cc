@@ -333,12 +333,13 @@ pulse_engine_stats EngineStats(pulse_engine* engine) {
 
 void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, Shape shape,
                  const std::string& mode, bool graphs, Records& records) {
-  // Prompts are prefilled a chunk a step while earlier requests decode: enough tokens for every
-  // request to still decode once the last prefill is done, then the timed steps.
+  // Prompts are prefilled a chunk a step while earlier requests decode (which take a token each
+  // from the step's max(chunk, batch) tokens); offloaded, one prompt after another, each waiting
+  // a step for the KV cache the previous one frees. Enough tokens for every request to still
+  // decode once the last prefill is done, then the timed steps.
+  const int32_t chunk = std::max(1, args.prefill_chunk - shape.batch);
   const int32_t prefill_steps =
-      static_cast<int32_t>((int64_t{shape.batch} * shape.context + args.prefill_chunk - 1) /
-                           args.prefill_chunk) +
-      shape.batch;
+      shape.batch * ((shape.context + chunk - 1) / chunk + 2) + shape.batch;
   const int32_t max_tokens = prefill_steps + args.decode_steps + 1;
   pulse_engine* engine = CreateEngine(model, shape.batch, shape.context, max_tokens,
                                       args.prefill_chunk, mode, graphs, args);

@@ -2,11 +2,14 @@
 // floors they are bounded by (bytes over HBM bandwidth, or FLOPs over the bf16 tensor peak).
 //
 //   pulse-cuda-op-bench [--out FILE.jsonl] [--hbm-gb-s 4250] [--peak-tflops 790]
+//       [--decode-blocks-per-sm 4,8]
 //
 // Each op runs a few times to warm up, then `reps` times back to back between two stream syncs;
 // the time is the host clock over the reps divided by reps (launch gaps included: those are part
 // of a step too). Weights rotate among enough copies that no op reads from the 60 MB L2.
-// Prints a table and writes one JSON record an op.
+// Prints a table and writes one JSON record an op. With --decode-blocks-per-sm, decode attention
+// runs again at each value of CudaBackendOptions::decode_blocks_per_sm (how finely it splits the
+// sequence), each on a backend of its own.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,6 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "core/backend/bf16.h"
 #include "core/backend/cuda/cuda_backend.h"
 #include "tests/tools/tool_main.h"
@@ -26,13 +30,15 @@ namespace pulse {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: pulse-cuda-op-bench [--out FILE.jsonl] [--hbm-gb-s 4250] [--peak-tflops 790]";
+    "usage: pulse-cuda-op-bench [--out FILE.jsonl] [--hbm-gb-s 4250] [--peak-tflops 790] "
+    "[--decode-blocks-per-sm 4,8]";
 constexpr size_t kL2Bytes = size_t{60} << 20;
 
 struct Args {
   std::string out;
   double hbm_gb_s = 4250;
   double peak_tflops = 790;
+  std::vector<int32_t> decode_blocks_per_sm;
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -47,6 +53,12 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtod(value, &args.hbm_gb_s);
     } else if (flag == "--peak-tflops") {
       ok = absl::SimpleAtod(value, &args.peak_tflops);
+    } else if (flag == "--decode-blocks-per-sm") {
+      for (const absl::string_view item : absl::StrSplit(value, ',')) {
+        int32_t blocks = 0;
+        ok = ok && absl::SimpleAtoi(item, &blocks);
+        args.decode_blocks_per_sm.push_back(blocks);
+      }
     } else {
       return absl::InvalidArgumentError("unknown flag " + flag);
     }
@@ -58,7 +70,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
 
 class Bench {
  public:
-  Bench(Backend& backend, const Args& args) : backend_(backend), args_(args) {
+  Bench(Backend& backend, const Args& args) : backend_(&backend), args_(args) {
     if (!args.out.empty()) out_ = std::fopen(args.out.c_str(), "w");
     std::printf("%-34s %10s %10s %8s\n", "op", "us", "rate", "of floor");
   }
@@ -66,10 +78,13 @@ class Bench {
     if (out_ != nullptr) std::fclose(out_);
   }
 
+  // Later buffers and timings use `backend`, which must outlive them and this bench.
+  void UseBackend(Backend& backend) { backend_ = &backend; }
+
   // A device buffer of `count` random bf16 (or fp32) values in [-1, 1).
   absl::StatusOr<DeviceBuffer> Random(size_t count, bool bf16, uint32_t seed) {
     const size_t element = bf16 ? 2 : 4;
-    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, backend_.Allocate(count * element));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, backend_->Allocate(count * element));
     // One random 16 MiB pattern, copied over the buffer (values only need not be zeros).
     const size_t pattern = std::min<size_t>(count, size_t{8} << 20);
     std::mt19937 rng(seed);
@@ -86,16 +101,16 @@ class Bench {
     const void* source = bf16 ? static_cast<const void*>(halves.data()) : floats.data();
     for (size_t done = 0; done < count; done += pattern) {
       const size_t n = std::min(pattern, count - done);
-      backend_.CopyToDevice(static_cast<char*>(buffer.data()) + done * element, source,
-                            n * element);
+      backend_->CopyToDevice(static_cast<char*>(buffer.data()) + done * element, source,
+                             n * element);
     }
-    PULSE_RETURN_IF_ERROR(backend_.Synchronize());
+    PULSE_RETURN_IF_ERROR(backend_->Synchronize());
     return buffer;
   }
 
   absl::StatusOr<DeviceBuffer> Ints(const std::vector<int32_t>& values) {
-    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, backend_.Allocate(values.size() * 4));
-    backend_.CopyToDevice(buffer.data(), values.data(), values.size() * 4);
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, backend_->Allocate(values.size() * 4));
+    backend_->CopyToDevice(buffer.data(), values.data(), values.size() * 4);
     return buffer;
   }
 
@@ -104,10 +119,10 @@ class Bench {
   absl::Status Time(const std::string& name, double bytes, double flops,
                     const std::function<void(int)>& run, int reps = 50) {
     for (int i = 0; i < 3; ++i) run(i);
-    PULSE_RETURN_IF_ERROR(backend_.Synchronize());
+    PULSE_RETURN_IF_ERROR(backend_->Synchronize());
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) run(i);
-    PULSE_RETURN_IF_ERROR(backend_.Synchronize());
+    PULSE_RETURN_IF_ERROR(backend_->Synchronize());
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
             .count() /
@@ -127,7 +142,7 @@ class Bench {
   }
 
  private:
-  Backend& backend_;
+  Backend* backend_;
   const Args& args_;
   FILE* out_ = nullptr;
 };
@@ -235,19 +250,26 @@ absl::StatusOr<Cache> MakeCache(Backend& backend, Bench& bench, int32_t seqs, in
   return cache;
 }
 
-absl::Status BenchAttention(Backend& backend, Bench& bench) {
+// Decode attention at the benchmark's four shapes; `suffix` ends each op's name.
+absl::Status BenchDecodeAttention(Backend& backend, Bench& bench, const std::string& suffix) {
   const float scale = 1.0f / std::sqrt(float{kHeadDim});
-  for (const auto [seqs, context] :
+  for (const auto& [seqs, context] :
        {std::pair{1, 4096}, std::pair{8, 16384}, std::pair{32, 8192}, std::pair{16, 32768}}) {
     PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(backend, bench, seqs, context, 1));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(seqs * kQkv, false, 9));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(seqs * kHeads * kHeadDim * 2));
-    const double kv_bytes = double{seqs} * context * kKvHeads * kHeadDim * 2 * 2;
-    PULSE_RETURN_IF_ERROR(
-        bench.Time(absl::StrFormat("decode attention %dx%d", seqs, context), kv_bytes, 0, [&](int) {
+    const double kv_bytes = double(seqs) * context * kKvHeads * kHeadDim * 2 * 2;
+    PULSE_RETURN_IF_ERROR(bench.Time(
+        absl::StrFormat("decode attention %dx%d%s", seqs, context, suffix), kv_bytes, 0, [&](int) {
           backend.Attention(q.as<float>(), kQkv, kHeads, cache.batch, scale, out.data());
         }));
   }
+  return absl::OkStatus();
+}
+
+absl::Status BenchAttention(Backend& backend, Bench& bench) {
+  const float scale = 1.0f / std::sqrt(float{kHeadDim});
+  PULSE_RETURN_IF_ERROR(BenchDecodeAttention(backend, bench, ""));
   {
     PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(backend, bench, 8, 16384, 1, false));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(8 * kQkv, false, 9));
@@ -306,6 +328,14 @@ absl::Status Run(const Args& args) {
   PULSE_RETURN_IF_ERROR(BenchAttention(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchSampling(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, 8192));
+  for (const int32_t blocks_per_sm : args.decode_blocks_per_sm) {
+    PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> tuned,
+                           CreateCudaBackend({.decode_blocks_per_sm = blocks_per_sm}));
+    bench.UseBackend(*tuned);
+    PULSE_RETURN_IF_ERROR(
+        BenchDecodeAttention(*tuned, bench, absl::StrFormat(" (%d blocks/SM)", blocks_per_sm)));
+    bench.UseBackend(*backend);
+  }
   return absl::OkStatus();
 }
 

@@ -353,7 +353,8 @@ class CudaBackend final : public Backend {
              "Attention (prefill)");
       return;
     }
-    const int32_t splits = cuda::DecodeAttentionSplits(kv, num_heads, sm_count_);
+    const int32_t splits =
+        cuda::DecodeAttentionSplits(kv, num_heads, int64_t{sm_count_} * decode_blocks_per_sm_);
     const int64_t floats = cuda::DecodeAttentionScratchFloats(kv, num_heads, splits);
     if (!Grow(attention_scratch_, static_cast<size_t>(floats) * sizeof(float))) return;
     Record(cuda::LaunchDecodeAttention(q, q_stride, num_heads, kv, scale, splits,
@@ -412,7 +413,8 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const CudaBackendOptions& options)
       : device_(options.device),
         memory_limit_(options.memory_limit_bytes),
-        copy_gather_blocks_(options.copy_gather_blocks) {}
+        copy_gather_blocks_(options.copy_gather_blocks),
+        decode_blocks_per_sm_(options.decode_blocks_per_sm) {}
 
   absl::Status Init() {
     const int32_t count = CudaDeviceCount();
@@ -420,6 +422,10 @@ class CudaBackend final : public Backend {
     if (device_ < 0 || device_ >= count) {
       return absl::InvalidArgumentError(
           absl::StrFormat("CUDA backend: device %d of %d", device_, count));
+    }
+    if (decode_blocks_per_sm_ < 1 || decode_blocks_per_sm_ > 64) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "CUDA backend: decode_blocks_per_sm must be in [1, 64], got %d", decode_blocks_per_sm_));
     }
     if (copy_gather_blocks_ < 1 || copy_gather_blocks_ > kMaxGatherBlocks) {
       return absl::InvalidArgumentError(
@@ -524,6 +530,7 @@ class CudaBackend final : public Backend {
   const int32_t device_;
   const size_t memory_limit_;
   const int32_t copy_gather_blocks_;
+  const int32_t decode_blocks_per_sm_;
   ThreadPool host_pool_;  // converts weights to bf16 before upload
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -21,6 +21,9 @@ struct CudaBackendOptions {
   // Thread blocks (of 512 threads) of the copy engine's gather kernel, in [1, 1024]: 32 reach
   // the PCIe limit at 4 KiB chunks and leave the other SMs to compute (FACTS.md).
   int32_t copy_gather_blocks = 32;
+  // Decode attention splits each sequence's keys until about this many thread blocks an SM
+  // run (three fit an SM at once), in [1, 64].
+  int32_t decode_blocks_per_sm = 8;
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);

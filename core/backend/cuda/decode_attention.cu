@@ -310,11 +310,11 @@ cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const Pa
 
 bool AttentionSupportsHeadDim(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
-int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int32_t sm_count) {
+int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int64_t target_blocks) {
   const int64_t units =
       int64_t{kv.num_seqs} * kv.layout.num_kv_heads * HeadTiles(num_heads, kv.layout);
-  // Several waves of blocks (three fit an SM), but no split shorter than kMinSplitTokens.
-  const int64_t wanted = (int64_t{sm_count} * 8 + units - 1) / units;
+  // About target_blocks blocks, but no split shorter than kMinSplitTokens.
+  const int64_t wanted = (target_blocks + units - 1) / units;
   const int64_t longest = (int64_t{kv.max_kv_len} + kMinSplitTokens - 1) / kMinSplitTokens;
   return static_cast<int32_t>(std::clamp<int64_t>(std::min(wanted, longest), 1, 1 << 16));
 }

@@ -36,8 +36,9 @@ cudaError_t LaunchAppendKv(const float* k, const float* v, int64_t row_stride,
                            const PagedKvBatch& kv, cudaStream_t stream);
 
 // Decode attention (every sequence has one query row) split along the sequence: the number of
-// splits for this batch, and the fp32 scratch (floats) a launch with that many needs.
-int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int32_t sm_count);
+// splits for this batch (aiming at `target_blocks` thread blocks in all), and the fp32 scratch
+// (floats) a launch with that many needs.
+int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int64_t target_blocks);
 int64_t DecodeAttentionScratchFloats(const PagedKvBatch& kv, int32_t num_heads, int32_t splits);
 cudaError_t LaunchDecodeAttention(const float* q, int64_t q_stride, int32_t num_heads,
                                   const PagedKvBatch& kv, float scale, int32_t splits,

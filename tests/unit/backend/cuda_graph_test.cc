@@ -102,7 +102,9 @@ class GraphBackendTest : public ::testing::TestWithParam<std::string> {
       std::vector<int32_t> prompt(static_cast<size_t>(prompts[s]));
       for (int32_t i = 0; i < prompts[s]; ++i) prompt[static_cast<size_t>(i)] = token(s, i);
       batch.Clear();
-      batch.AddSequence(prompt, 0, blocks[s], LogitRows::kNone);
+      const auto used = static_cast<size_t>((prompts[s] + kBlockTokens - 1) / kBlockTokens);
+      batch.AddSequence(prompt, 0, std::span<const int32_t>(blocks[s]).first(used),
+                        LogitRows::kNone);
       const absl::Status prefilled = runner.Forward(batch, none);
       EXPECT_TRUE(prefilled.ok()) << prefilled;
     }
@@ -113,8 +115,10 @@ class GraphBackendTest : public ::testing::TestWithParam<std::string> {
       for (size_t s = 0; s < seqs; ++s) {
         const int32_t position = prompts[s] + step;
         const int32_t next = token(s, position);
-        batch.AddSequence(std::span<const int32_t>(&next, 1), position, blocks[s],
-                          LogitRows::kLast);
+        // The blocks the sequence has, as the engine's tables grow.
+        const auto used = static_cast<size_t>(position / kBlockTokens + 1);
+        batch.AddSequence(std::span<const int32_t>(&next, 1), position,
+                          std::span<const int32_t>(blocks[s]).first(used), LogitRows::kLast);
       }
       logits.emplace_back(seqs * static_cast<size_t>(vocab));
       const absl::Status status = runner.Forward(batch, logits.back());
