@@ -7,9 +7,11 @@
 // Each op runs a few times to warm up, then `reps` times back to back between two stream syncs;
 // the time is the host clock over the reps divided by reps (launch gaps included: those are part
 // of a step too). Weights rotate among enough copies that no op reads from the 60 MB L2.
-// Prints a table and writes one JSON record an op. With --decode-blocks-per-sm, decode attention
-// runs again at each value of CudaBackendOptions::decode_blocks_per_sm (how finely it splits the
-// sequence), each on a backend of its own.
+// Prints a table and writes one JSON record an op. Decode-sized GEMMs run twice: with the
+// backend's timed choice of algorithm and with cuBLASLt's heuristic's first. With
+// --decode-blocks-per-sm, decode attention runs again at each value of
+// CudaBackendOptions::decode_blocks_per_sm (how finely it splits the sequence), each on a backend
+// of its own.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -156,7 +158,8 @@ constexpr int32_t kHeadDim = 128;
 constexpr int64_t kVocab = 128256;
 constexpr int64_t kQkv = (kHeads + 2 * kKvHeads) * kHeadDim;
 
-absl::Status BenchGemms(Backend& backend, Bench& bench, int64_t m) {
+// `suffix` ends each op's name.
+absl::Status BenchGemms(Backend& backend, Bench& bench, int64_t m, const std::string& suffix = "") {
   struct Shape {
     const char* name;
     int64_t n, k;
@@ -177,7 +180,7 @@ absl::Status BenchGemms(Backend& backend, Bench& bench, int64_t m) {
       const MatrixView w{weights[rep % copies].data(), DType::kBF16, shape.n, shape.k};
       backend.Gemm(x.data(), m, w, nullptr, y.as<float>());
     };
-    const std::string name = absl::StrFormat("gemm %s m=%d", shape.name, m);
+    const std::string name = absl::StrFormat("gemm %s m=%d%s", shape.name, m, suffix);
     if (m <= 64) {
       PULSE_RETURN_IF_ERROR(
           bench.Time(name, weight_bytes + m * shape.k * 2 + m * shape.n * 4, 0, run));
@@ -324,6 +327,16 @@ absl::Status Run(const Args& args) {
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, CreateCudaBackend({}));
   Bench bench(*backend, args);
   for (const int64_t m : {1, 8, 32}) PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, m));
+  {
+    // The same GEMMs with the heuristic's first algorithm (the backend above times candidates).
+    PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> heuristic,
+                           CreateCudaBackend({.gemm_tune_max_rows = 0}));
+    bench.UseBackend(*heuristic);
+    for (const int64_t m : {1, 8, 32}) {
+      PULSE_RETURN_IF_ERROR(BenchGemms(*heuristic, bench, m, " (heuristic)"));
+    }
+    bench.UseBackend(*backend);
+  }
   PULSE_RETURN_IF_ERROR(BenchPointwise(*backend, bench, 8));
   PULSE_RETURN_IF_ERROR(BenchAttention(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchSampling(*backend, bench));

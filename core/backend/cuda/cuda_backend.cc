@@ -414,7 +414,8 @@ class CudaBackend final : public Backend {
       : device_(options.device),
         memory_limit_(options.memory_limit_bytes),
         copy_gather_blocks_(options.copy_gather_blocks),
-        decode_blocks_per_sm_(options.decode_blocks_per_sm) {}
+        decode_blocks_per_sm_(options.decode_blocks_per_sm),
+        gemm_tune_max_rows_(options.gemm_tune_max_rows) {}
 
   absl::Status Init() {
     const int32_t count = CudaDeviceCount();
@@ -445,8 +446,9 @@ class CudaBackend final : public Backend {
     }
     PULSE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     PULSE_ASSIGN_OR_RETURN(gemm_workspace_, Allocate(kGemmWorkspaceBytes));
-    PULSE_ASSIGN_OR_RETURN(cuda::LtGemm gemm,
-                           cuda::LtGemm::Create(gemm_workspace_.data(), kGemmWorkspaceBytes));
+    PULSE_ASSIGN_OR_RETURN(
+        cuda::LtGemm gemm,
+        cuda::LtGemm::Create(gemm_workspace_.data(), kGemmWorkspaceBytes, gemm_tune_max_rows_));
     gemm_ = std::make_unique<cuda::LtGemm>(std::move(gemm));
     PULSE_ASSIGN_OR_RETURN(copy_engine_, cuda::CopyEngine::Create(copy_gather_blocks_));
     PULSE_ASSIGN_OR_RETURN(compute_marker_, cuda::CreateEvent(cudaEventDisableTiming));
@@ -531,6 +533,7 @@ class CudaBackend final : public Backend {
   const size_t memory_limit_;
   const int32_t copy_gather_blocks_;
   const int32_t decode_blocks_per_sm_;
+  const int32_t gemm_tune_max_rows_;
   ThreadPool host_pool_;  // converts weights to bf16 before upload
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -24,6 +24,9 @@ struct CudaBackendOptions {
   // Decode attention splits each sequence's keys until about this many thread blocks an SM
   // run (three fit an SM at once), in [1, 64].
   int32_t decode_blocks_per_sm = 8;
+  // GEMMs of at most this many rows (decode steps) time cuBLASLt's candidate algorithms on their
+  // first call and keep the fastest (cuda/lt_gemm.h); 0: always the heuristic's first.
+  int32_t gemm_tune_max_rows = 64;
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
