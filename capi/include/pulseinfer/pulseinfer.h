@@ -213,8 +213,7 @@ typedef struct pulse_engine_params {
    * contiguous copy), HeadWise one a KV head (per-head fragments). Every full block is written
    * once to the host tier; a decoding request keeps only its sinks, window and the block being
    * written in the KV cache (kv_capacity_tokens), and the blocks a step selects are recalled into
-   * the device tier's slots, where they stay cached across steps. The CUDA backend's selection
-   * kernels are built but not yet verified on a GPU. */
+   * the device tier's slots, where they stay cached across steps. */
   int32_t offload_mode;          /* PULSE_OFFLOAD_OFF (default), _HEADWISE or _SOLOHEAD */
   int32_t offload_budget_tokens; /* tokens attended at most, sinks and window included; 2048 */
   int32_t offload_sink_tokens;   /* the first tokens, always attended; default 32 */
