@@ -41,6 +41,9 @@ type EngineParams struct {
 	OffloadEviction   Eviction
 	OffloadHostTokens int64
 	OffloadSlotTokens int64
+	// NoDecodeGraphs launches every op of every decode step instead of replaying each step as a
+	// CUDA graph (the zero value, as the library's default: the same results, fewer launches).
+	NoDecodeGraphs bool
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -91,6 +94,7 @@ func DefaultEngineParams() EngineParams {
 		OffloadEviction:     Eviction(params.offload_eviction),
 		OffloadHostTokens:   int64(params.offload_host_tokens),
 		OffloadSlotTokens:   int64(params.offload_slot_tokens),
+		NoDecodeGraphs:      params.decode_graphs == 0,
 	}
 }
 
@@ -111,6 +115,9 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	params.offload_eviction = C.int32_t(p.OffloadEviction)
 	params.offload_host_tokens = C.int64_t(p.OffloadHostTokens)
 	params.offload_slot_tokens = C.int64_t(p.OffloadSlotTokens)
+	if p.NoDecodeGraphs {
+		params.decode_graphs = 0
+	}
 	return params
 }
 

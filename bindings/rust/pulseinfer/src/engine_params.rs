@@ -112,6 +112,13 @@ impl EngineParams {
         self
     }
 
+    /// Whether decode steps replay as CUDA graphs (the default: the same results, fewer
+    /// launches); no effect on the CPU backend.
+    pub fn decode_graphs(mut self, on: bool) -> Self {
+        self.raw.decode_graphs = i32::from(on);
+        self
+    }
+
     pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
         &self.raw
     }
