@@ -213,6 +213,10 @@ CacheStats ModelRunner::offload_stats(uint64_t key) const {
   return offloaded_ == nullptr ? CacheStats{} : offloaded_->stats(key);
 }
 
+CacheStats ModelRunner::offload_stats(uint64_t key, int32_t layer) const {
+  return offloaded_ == nullptr ? CacheStats{} : offloaded_->layer_stats(key, layer);
+}
+
 absl::Status ModelRunner::ForgetSparse(uint64_t key) {
   if (sparse_ != nullptr) sparse_->Forget(key);
   return offloaded_ == nullptr ? absl::OkStatus() : offloaded_->Forget(key);

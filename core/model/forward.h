@@ -62,6 +62,8 @@ class ModelRunner {
   // caches' counts of sequence `key`.
   OffloadStats offload_stats() const;
   CacheStats offload_stats(uint64_t key) const;
+  // Sequence `key`'s slot-cache counts in one layer (zeros without offload).
+  CacheStats offload_stats(uint64_t key, int32_t layer) const;
   const GraphStats& graph_stats() const { return graph_stats_; }
   // Forgets what sparse attention and the offloaded KV keep of sequence `key` (a finished
   // request): its selections, totals and device slots. Between steps only (FailedPrecondition

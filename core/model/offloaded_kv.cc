@@ -206,8 +206,17 @@ OffloadStats OffloadedKv::stats() const {
 
 CacheStats OffloadedKv::stats(uint64_t key) const {
   CacheStats stats;
-  for (const std::vector<DeviceSlotCache>& layer : caches_) {
-    for (const DeviceSlotCache& cache : layer) Add(stats, cache.request_stats(key));
+  for (int32_t layer = 0; layer < static_cast<int32_t>(caches_.size()); ++layer) {
+    Add(stats, layer_stats(key, layer));
+  }
+  return stats;
+}
+
+CacheStats OffloadedKv::layer_stats(uint64_t key, int32_t layer) const {
+  CacheStats stats;
+  if (layer < 0 || layer >= static_cast<int32_t>(caches_.size())) return stats;
+  for (const DeviceSlotCache& cache : caches_[static_cast<size_t>(layer)]) {
+    Add(stats, cache.request_stats(key));
   }
   return stats;
 }

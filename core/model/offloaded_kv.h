@@ -90,6 +90,9 @@ class OffloadedKv {
   OffloadStats stats() const;
   // The slot caches' counts of sequence `key`, over every layer and set.
   CacheStats stats(uint64_t key) const;
+  // Sequence `key`'s counts in one layer (over its KV heads' caches, head-wise); zeros for a
+  // layer out of range.
+  CacheStats layer_stats(uint64_t key, int32_t layer) const;
 
  private:
   struct LayerEvents {

@@ -149,6 +149,20 @@ TEST(OffloadedKvTest, ASmallBudgetGivesTheResidentSelectionBitwiseAndEvicts) {
       const CacheStats own = runner.offload_stats(1);
       EXPECT_EQ(own.hits, stats.cache.hits);
       EXPECT_EQ(own.misses, stats.cache.misses);
+      // Counted per layer too: the layers add up to the request's counts, and each layer of
+      // this model looked its picks up.
+      CacheStats layers;
+      for (int32_t layer = 0; layer < TinyConfig().num_layers; ++layer) {
+        const CacheStats one = runner.offload_stats(1, layer);
+        EXPECT_GT(one.hits + one.misses, 0) << "layer " << layer;
+        layers.hits += one.hits;
+        layers.misses += one.misses;
+        layers.evictions += one.evictions;
+      }
+      EXPECT_EQ(layers.hits, own.hits);
+      EXPECT_EQ(layers.misses, own.misses);
+      EXPECT_EQ(layers.evictions, own.evictions);
+      EXPECT_EQ(runner.offload_stats(1, TinyConfig().num_layers).hits, 0);
       EXPECT_EQ(runner.sparse_stats(1).picked_blocks, runner.sparse_stats().picked_blocks);
     }
   }
