@@ -25,8 +25,10 @@ struct CudaBackendOptions {
   // run (three fit an SM at once), in [1, 64].
   int32_t decode_blocks_per_sm = 8;
   // GEMMs of at most this many rows (decode steps) time cuBLASLt's candidate algorithms on their
-  // first call and keep the fastest (cuda/lt_gemm.h); 0: always the heuristic's first.
-  int32_t gemm_tune_max_rows = 64;
+  // first call and keep the fastest (cuda/lt_gemm.h); 0 (the default): always the heuristic's
+  // first. Off by default because the timed choice can differ from one process to the next, and
+  // with it the low bits of the logits: greedy outputs would no longer repeat run to run.
+  int32_t gemm_tune_max_rows = 0;
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
