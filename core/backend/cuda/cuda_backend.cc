@@ -353,8 +353,11 @@ class CudaBackend final : public Backend {
              "Attention (prefill)");
       return;
     }
-    const int32_t splits =
-        cuda::DecodeAttentionSplits(kv, num_heads, int64_t{sm_count_} * decode_blocks_per_sm_);
+    const int32_t splits = cuda::DecodeAttentionSplits(
+        kv, num_heads,
+        int64_t{sm_count_} *
+            (kv.layout.head_dim == 64 ? decode_resident_64_ : decode_resident_128_),
+        int64_t{sm_count_} * decode_blocks_per_sm_);
     const int64_t floats = cuda::DecodeAttentionScratchFloats(kv, num_heads, splits);
     if (!Grow(attention_scratch_, static_cast<size_t>(floats) * sizeof(float))) return;
     Record(cuda::LaunchDecodeAttention(q, q_stride, num_heads, kv, scale, splits,
@@ -452,6 +455,8 @@ class CudaBackend final : public Backend {
     gemm_ = std::make_unique<cuda::LtGemm>(std::move(gemm));
     PULSE_ASSIGN_OR_RETURN(copy_engine_, cuda::CopyEngine::Create(copy_gather_blocks_));
     PULSE_ASSIGN_OR_RETURN(compute_marker_, cuda::CreateEvent(cudaEventDisableTiming));
+    PULSE_ASSIGN_OR_RETURN(decode_resident_64_, cuda::DecodeAttentionBlocksPerSm(64));
+    PULSE_ASSIGN_OR_RETURN(decode_resident_128_, cuda::DecodeAttentionBlocksPerSm(128));
     return absl::OkStatus();
   }
 
@@ -536,6 +541,8 @@ class CudaBackend final : public Backend {
   const int32_t gemm_tune_max_rows_;
   ThreadPool host_pool_;  // converts weights to bf16 before upload
   int sm_count_ = 0;
+  int32_t decode_resident_64_ = 1;  // decode attention blocks an SM holds at once, by head_dim
+  int32_t decode_resident_128_ = 1;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer gemm_workspace_;
   std::unique_ptr<cuda::LtGemm> gemm_;

@@ -21,8 +21,9 @@ struct CudaBackendOptions {
   // Thread blocks (of 512 threads) of the copy engine's gather kernel, in [1, 1024]: 32 reach
   // the PCIe limit at 4 KiB chunks and leave the other SMs to compute (FACTS.md).
   int32_t copy_gather_blocks = 32;
-  // Decode attention splits each sequence's keys until about this many thread blocks an SM
-  // run (three fit an SM at once), in [1, 64].
+  // Decode attention splits each sequence's keys into at most this many thread blocks an SM, in
+  // [1, 64]; within that, into the count that fills the last wave of blocks best
+  // (cuda::DecodeAttentionSplits).
   int32_t decode_blocks_per_sm = 8;
   // GEMMs of at most this many rows (decode steps) time cuBLASLt's candidate algorithms on their
   // first call and keep the fastest (cuda/lt_gemm.h); 0 (the default): always the heuristic's

@@ -13,6 +13,8 @@
 // softmax states in shared memory; CombineSplitsKernel merges the splits by log-sum-exp.
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
+#include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/mma.cuh"
@@ -284,13 +286,31 @@ int32_t SplitTokens(int32_t max_kv_len, int32_t splits) {
   return (per_split + kSplitRounding - 1) / kSplitRounding * kSplitRounding;
 }
 
+// Lets the kernel for kHeadDim use its shared memory (once).
+template <int kHeadDim>
+cudaError_t Configure() {
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(DecodeAttentionKernel<kHeadDim>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, SharedBytes<kHeadDim>());
+  return configured;
+}
+
+template <int kHeadDim>
+absl::StatusOr<int32_t> BlocksPerSm() {
+  PULSE_CUDA_RETURN_IF_ERROR(Configure<kHeadDim>());
+  int blocks = 0;
+  PULSE_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, DecodeAttentionKernel<kHeadDim>, kThreads, SharedBytes<kHeadDim>()));
+  return std::max(blocks, 1);
+}
+
 template <int kHeadDim>
 cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
                    float scale, int32_t splits, float* scratch, bf16* out, cudaStream_t stream) {
   constexpr int kShared = SharedBytes<kHeadDim>();
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      DecodeAttentionKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
-  if (configured != cudaSuccess) return configured;
+  if (const cudaError_t configured = Configure<kHeadDim>(); configured != cudaSuccess) {
+    return configured;
+  }
   const int32_t split_tokens = SplitTokens(kv.max_kv_len, splits);
   const int32_t used_splits = (kv.max_kv_len + split_tokens - 1) / split_tokens;
   float* partial_o = scratch;
@@ -310,13 +330,40 @@ cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const Pa
 
 bool AttentionSupportsHeadDim(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
-int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int64_t target_blocks) {
-  const int64_t units =
-      int64_t{kv.num_seqs} * kv.layout.num_kv_heads * HeadTiles(num_heads, kv.layout);
-  // About target_blocks blocks, but no split shorter than kMinSplitTokens.
-  const int64_t wanted = (target_blocks + units - 1) / units;
+int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int64_t resident_blocks,
+                              int64_t max_blocks) {
+  const int64_t units = std::max<int64_t>(
+      1, int64_t{kv.num_seqs} * kv.layout.num_kv_heads * HeadTiles(num_heads, kv.layout));
+  const int64_t resident = std::max<int64_t>(1, resident_blocks);
   const int64_t longest = (int64_t{kv.max_kv_len} + kMinSplitTokens - 1) / kMinSplitTokens;
-  return static_cast<int32_t>(std::clamp<int64_t>(std::min(wanted, longest), 1, 1 << 16));
+  const int64_t limit =
+      std::clamp<int64_t>(std::min((max_blocks + units - 1) / units, longest), 1, 1 << 16);
+  // The fill of the last wave, blocks / (waves * resident), compared as a fraction.
+  int64_t best = 1;
+  int64_t best_blocks = units;
+  int64_t best_capacity = (units + resident - 1) / resident * resident;
+  for (int64_t splits = 2; splits <= limit; ++splits) {
+    const int64_t blocks = units * splits;
+    const int64_t capacity = (blocks + resident - 1) / resident * resident;
+    if (blocks * best_capacity > best_blocks * capacity) {
+      best = splits;
+      best_blocks = blocks;
+      best_capacity = capacity;
+    }
+  }
+  return static_cast<int32_t>(best);
+}
+
+absl::StatusOr<int32_t> DecodeAttentionBlocksPerSm(int32_t head_dim) {
+  switch (head_dim) {
+    case 64:
+      return BlocksPerSm<64>();
+    case 128:
+      return BlocksPerSm<128>();
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrFormat("decode attention has no kernel for head_dim %d", head_dim));
+  }
 }
 
 int64_t DecodeAttentionScratchFloats(const PagedKvBatch& kv, int32_t num_heads, int32_t splits) {

@@ -9,6 +9,7 @@
 
 #include "core/backend/paged_kv.h"
 #include "core/backend/sampling.h"
+#include "core/base/status.h"
 
 namespace pulse::cuda {
 
@@ -35,10 +36,16 @@ cudaError_t LaunchGatherRows(const void* x, int64_t cols, const int32_t* rows, i
 cudaError_t LaunchAppendKv(const float* k, const float* v, int64_t row_stride,
                            const PagedKvBatch& kv, cudaStream_t stream);
 
-// Decode attention (every sequence has one query row) split along the sequence: the number of
-// splits for this batch (aiming at `target_blocks` thread blocks in all), and the fp32 scratch
-// (floats) a launch with that many needs.
-int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int64_t target_blocks);
+// Decode attention (every sequence has one query row) split along the sequence. The number of
+// splits for this batch, when `resident_blocks` thread blocks run at once on the device and the
+// launch may have at most `max_blocks`: the one that fills the last wave of blocks best, the
+// fewest splits among equals (longer splits cost less to set up and merge), none shorter than
+// 256 tokens. Host arithmetic only.
+int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int64_t resident_blocks,
+                              int64_t max_blocks);
+// Thread blocks of decode attention for `head_dim` that fit one SM at once (the occupancy
+// calculator's answer for the kernel, its threads and shared memory).
+absl::StatusOr<int32_t> DecodeAttentionBlocksPerSm(int32_t head_dim);
 int64_t DecodeAttentionScratchFloats(const PagedKvBatch& kv, int32_t num_heads, int32_t splits);
 cudaError_t LaunchDecodeAttention(const float* q, int64_t q_stride, int32_t num_heads,
                                   const PagedKvBatch& kv, float scale, int32_t splits,
