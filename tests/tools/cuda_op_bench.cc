@@ -226,8 +226,8 @@ struct Cache {
   PagedKvBatch batch;
 };
 
-absl::StatusOr<Cache> MakeCache(Backend& backend, Bench& bench, int32_t seqs, int32_t context,
-                                int32_t q_len, bool shuffle = true) {
+absl::StatusOr<Cache> MakeCache(Bench& bench, int32_t seqs, int32_t context, int32_t q_len,
+                                bool shuffle = true) {
   const PagedKvLayout layout{
       .block_tokens = 32, .num_kv_heads = kKvHeads, .head_dim = kHeadDim, .type = DType::kBF16};
   const int32_t per_seq = (context + 31) / 32;
@@ -259,7 +259,7 @@ absl::Status BenchDecodeAttention(Backend& backend, Bench& bench, const std::str
   const float scale = 1.0f / std::sqrt(float{kHeadDim});
   for (const auto& [seqs, context] :
        {std::pair{1, 4096}, std::pair{8, 16384}, std::pair{32, 8192}, std::pair{16, 32768}}) {
-    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(backend, bench, seqs, context, 1));
+    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(bench, seqs, context, 1));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(seqs * kQkv, false, 9));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(seqs * kHeads * kHeadDim * 2));
     const double kv_bytes = double(seqs) * context * kKvHeads * kHeadDim * 2 * 2;
@@ -275,7 +275,7 @@ absl::Status BenchAttention(Backend& backend, Bench& bench) {
   const float scale = 1.0f / std::sqrt(float{kHeadDim});
   PULSE_RETURN_IF_ERROR(BenchDecodeAttention(backend, bench, ""));
   {
-    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(backend, bench, 8, 16384, 1, false));
+    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(bench, 8, 16384, 1, false));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(8 * kQkv, false, 9));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(8 * kHeads * kHeadDim * 2));
     PULSE_RETURN_IF_ERROR(bench.Time("decode attention 8x16384 in order",
@@ -284,13 +284,13 @@ absl::Status BenchAttention(Backend& backend, Bench& bench) {
                                                          scale, out.data());
                                      }));
   }
-  for (const auto [q_len, context] : {std::pair{8192, 8192}, std::pair{8192, 32768}}) {
-    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(backend, bench, 1, context, q_len));
+  for (const auto& [q_len, context] : {std::pair{8192, 8192}, std::pair{8192, 32768}}) {
+    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(bench, 1, context, q_len));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(int64_t{q_len} * kQkv, false, 9));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer out,
                            backend.Allocate(int64_t{q_len} * kHeads * kHeadDim * 2));
     // Causal: row i of the chunk sees context - q_len + i + 1 keys; QK^T and PV, 2 FLOPs a MAC.
-    const double keys = double{q_len} * (context - q_len) + double{q_len} * (q_len + 1) / 2;
+    const double keys = double(q_len) * (context - q_len) + double(q_len) * (q_len + 1) / 2;
     PULSE_RETURN_IF_ERROR(bench.Time(
         absl::StrFormat("prefill attention %d over %d", q_len, context), 0,
         4.0 * kHeads * kHeadDim * keys,
