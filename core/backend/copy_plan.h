@@ -49,7 +49,7 @@ struct CopyPlan {
   CopyDirection direction = CopyDirection::kHostToDevice;
   // Read by EnqueueCopy only: the list may be reused when it returns; the memory the chunks name
   // must stay allocated until the plan's event completes.
-  std::span<const CopyChunk> chunks;
+  std::span<const CopyChunk> chunks = {};
   CopyExecutor executor = CopyExecutor::kAuto;
   // Starts after the compute ops enqueued before the plan have completed: set it to write back
   // blocks that compute just filled, or to recall into slots that compute may still be reading.

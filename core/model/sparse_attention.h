@@ -89,7 +89,7 @@ class SparseAttention {
   struct RowSelection {
     int32_t seq = 0;
     int32_t first_candidate = 0;  // its candidates' column in the layer's bounds
-    BlockPartition partition;
+    BlockPartition partition = {};
   };
 
   SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_blocks,

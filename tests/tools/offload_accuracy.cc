@@ -112,9 +112,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
 // One way of attending, fed the same tokens as the others.
 struct Config {
   std::string mode;  // "dense", "headwise", "solohead"
-  std::string aggregate;
+  std::string aggregate = {};
   int32_t budget = 0;
-  std::optional<SparseSelection> sparse;
+  std::optional<SparseSelection> sparse = std::nullopt;
   // Over every window of one size:
   double nll = 0;
   int64_t predictions = 0;
