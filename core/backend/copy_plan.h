@@ -30,8 +30,10 @@ enum class CopyDirection : uint8_t {
 
 // How the CUDA backend moves a plan (the CPU backend memcpys every plan on its copy thread).
 enum class CopyExecutor : uint8_t {
-  // kGather below kAutoGatherMaxMeanChunkBytes a chunk on average, else kBatchDma: the kernel
-  // matches DMA up to 256 KiB chunks (FACTS.md) but takes SMs from compute; DMA takes none.
+  // kGather below kAutoGatherMaxMeanChunkBytes a chunk on average, else kBatchDma. Measured in one
+  // run on the H200 (samples/bench/results/h200-recall-6df1feb.jsonl): from 64 KiB chunks DMA
+  // reaches 99% of the link against the kernel's 91%, and it takes no SMs from compute (beside
+  // an HBM-bound kernel the gather slowed it by 40%); at 4-8 KiB DMA manages 4-19%.
   kAuto,
   // One kernel on a few SMs copying 16-byte words through mapped host memory (zero-copy); the
   // same kernel scatters device->host for write-back.
@@ -40,7 +42,7 @@ enum class CopyExecutor : uint8_t {
   kPerChunk,  // one cudaMemcpyAsync per chunk: the baseline
 };
 
-inline constexpr size_t kAutoGatherMaxMeanChunkBytes = size_t{256} << 10;
+inline constexpr size_t kAutoGatherMaxMeanChunkBytes = size_t{64} << 10;
 
 // "auto", "gather", "batch-dma", "per-chunk".
 std::string_view CopyExecutorName(CopyExecutor executor);

@@ -243,7 +243,7 @@ enum pulse_offload_mode_code {
 /* How recalled blocks move from the host tier to the device (the CPU backend copies on a thread
  * whatever is chosen). */
 enum pulse_copy_executor_code {
-  PULSE_COPY_AUTO = 0,      /* gather below 256 KiB a chunk on average, batch DMA above */
+  PULSE_COPY_AUTO = 0,      /* gather below 64 KiB a chunk on average, batch DMA above */
   PULSE_COPY_GATHER = 1,    /* a kernel on a few SMs reading mapped host memory */
   PULSE_COPY_BATCH_DMA = 2, /* one cudaMemcpyBatchAsync */
   PULSE_COPY_PER_CHUNK = 3  /* one cudaMemcpyAsync a chunk (the baseline) */

@@ -144,7 +144,7 @@ pub enum OffloadMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
 pub enum CopyExecutor {
-    /// Gather below 256 KiB a chunk on average, batch DMA above.
+    /// Gather below 64 KiB a chunk on average, batch DMA above.
     Auto = sys::PULSE_COPY_AUTO as i32,
     /// A kernel on a few SMs reading mapped host memory.
     Gather = sys::PULSE_COPY_GATHER as i32,
