@@ -25,6 +25,11 @@ constexpr int32_t kGraphWidthTokens = 1024;
 // Graphs a runner keeps; the least recently used goes first.
 constexpr size_t kMaxStepGraphs = 32;
 
+// A decode step graphs may replay: one token a sequence, every sequence dense.
+bool IsDenseDecode(int32_t max_q_len, const StepBatch& batch) {
+  return max_q_len == 1 && !batch.has_sparse();
+}
+
 // Ints of the packed step inputs for the given sizes: tokens and positions [tokens], kv_lens
 // [seqs], q_offsets [seqs + 1], block tables [seqs][blocks_per_seq], logit rows [rows].
 int64_t InputInts(int64_t tokens, int64_t seqs, int64_t blocks_per_seq, int64_t rows) {
@@ -134,7 +139,8 @@ absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
 }
 
 absl::Status ModelRunner::RunStep() {
-  if (decode_step_ && options_.decode_graphs && model_->backend().SupportsGraphs()) {
+  if (IsDenseDecode(step_.max_q_len, *batch_) && options_.decode_graphs &&
+      model_->backend().SupportsGraphs()) {
     PULSE_ASSIGN_OR_RETURN(const bool replayed, ReplayGraph());
     if (replayed) return absl::OkStatus();
   }
@@ -318,8 +324,7 @@ absl::Status ModelRunner::Upload(const StepBatch& batch) {
   // A dense decode step's shapes move in steps of kGraphWidthTokens (graphs or not, so that a
   // replayed graph computes exactly what the ops would): the attention kernels size their
   // launches by max_kv_len and read the true lengths.
-  decode_step_ = step.max_q_len == 1 && !batch.has_sparse();
-  if (decode_step_) {
+  if (IsDenseDecode(step.max_q_len, batch)) {
     const int32_t block_tokens = cache_.layout().block_tokens;
     const int32_t granule = std::max(1, kGraphWidthTokens / block_tokens);
     step.max_blocks_per_seq = std::min((step.max_blocks_per_seq + granule - 1) / granule * granule,

@@ -166,7 +166,6 @@ class ModelRunner {
   std::unique_ptr<OffloadedKv> offloaded_;   // with options.offload
   std::unique_ptr<SparseAttention> sparse_;  // made by the first step with a sparse sequence
   bool step_open_ = false;                   // from Prepare to the end of the step
-  bool decode_step_ = false;  // the uploaded step is a dense decode step (graphs may replay it)
   std::map<StepShape, StepGraphEntry> graphs_;
   int64_t graph_clock_ = 0;  // for StepGraphEntry::last_used
   GraphStats graph_stats_;

@@ -10,13 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "core/backend/cpu/cpu_backend.h"
-#include "core/backend/cuda/cuda_backend.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
 #include "core/model/model.h"
-#include "core/model/tensor_source.h"
 #include "gtest/gtest.h"
+#include "tests/unit/backend/backend_model.h"
 #include "tests/unit/bitwise_logits.h"
 
 namespace pulse {
@@ -28,42 +26,9 @@ constexpr int32_t kBlockTokens = 16;
 constexpr int32_t kBlocksPerSeq = 24;  // 384 tokens
 constexpr int32_t kDenseBlocks = kBlocksPerSeq;
 
-ModelConfig Config() {
-  ModelConfig config;
-  config.hidden_size = 256;
-  config.intermediate_size = 512;
-  config.num_layers = 2;
-  config.num_heads = 4;
-  config.num_kv_heads = 2;
-  config.head_dim = 64;
-  config.vocab_size = 512;
-  config.max_position = 512;
-  config.rope_theta = 10000.0f;
-  config.tie_word_embeddings = false;
-  return config;
-}
-
-class OffloadBackendTest : public ::testing::TestWithParam<std::string> {
+class OffloadBackendTest : public ::pulse::testing::BackendModelTest {
  protected:
-  void SetUp() override {
-    std::shared_ptr<Backend> backend;
-    if (GetParam() == "cuda") {
-      if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-      absl::StatusOr<std::shared_ptr<Backend>> cuda = CreateCudaBackend({});
-      ASSERT_TRUE(cuda.ok()) << cuda.status();
-      backend = *cuda;
-    } else {
-      absl::StatusOr<std::shared_ptr<Backend>> cpu = CreateCpuBackend({.threads = 2});
-      ASSERT_TRUE(cpu.ok()) << cpu.status();
-      backend = *cpu;
-    }
-    absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenRandomSource(Config(), 3);
-    ASSERT_TRUE(source.ok()) << source.status();
-    absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(
-        backend, **source, {.weight_type = GetParam() == "cuda" ? DType::kBF16 : DType::kF32});
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = *model;
-  }
+  void SetUp() override { LoadOnBackend(::pulse::testing::SmallConfig(512), 3); }
 
   ModelRunner MakeRunner(std::optional<OffloadOptions> offload) {
     const ModelConfig& config = model_->config();
@@ -126,8 +91,6 @@ class OffloadBackendTest : public ::testing::TestWithParam<std::string> {
     }
     return logits;
   }
-
-  std::shared_ptr<const Model> model_;
 };
 
 SparseSelection Selection(SelectionMode mode, int32_t budget) {
