@@ -96,6 +96,13 @@ absl::StatusOr<BlockSelector> BlockSelector::Create(const PagedKvLayout& layout,
   return BlockSelector(layout, num_query_heads, options, logit_scale);
 }
 
+BlockRange NonResidentBlocks(int32_t position, int32_t block_tokens,
+                             const SelectionOptions& options) {
+  const BlockPartition partition = PartitionBlocks(position + 1, block_tokens, options);
+  return {.begin = partition.sink_end,
+          .end = std::min(partition.window_begin, position / block_tokens)};
+}
+
 BlockPartition PartitionBlocks(int32_t num_tokens, int32_t block_tokens,
                                const SelectionOptions& options) {
   BlockPartition partition;

@@ -70,6 +70,15 @@ struct BlockPartition {
 BlockPartition PartitionBlocks(int32_t num_tokens, int32_t block_tokens,
                                const SelectionOptions& options);
 
+// The logical blocks [begin, end) that an offloaded sequence decoding the token at `position`
+// need not keep resident: past its sinks, before its window and before the block it writes.
+struct BlockRange {
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+BlockRange NonResidentBlocks(int32_t position, int32_t block_tokens,
+                             const SelectionOptions& options);
+
 // The blocks one step attends to: one set (solohead) or one per KV head (headwise) of
 // partition.blocks_per_set() increasing logical blocks each, and the score each set gave each
 // candidate (for score-aware eviction).

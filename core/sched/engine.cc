@@ -352,10 +352,9 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
       if (sequence.decode) {
         // Only the sinks, the window and the block written stay resident; the blocks that left
         // the window were written back when they filled.
-        const BlockPartition partition =
-            PartitionBlocks(end, options_.block_tokens, *request.offload);
-        blocks.Evict(partition.sink_end,
-                     std::min(partition.window_begin, sequence.begin / options_.block_tokens));
+        const BlockRange evicted =
+            NonResidentBlocks(sequence.begin, options_.block_tokens, *request.offload);
+        blocks.Evict(evicted.begin, evicted.end);
         blocks.LimitDevice(scheduler_.ResidentLimit(request));
       }
       const absl::Status grown = blocks.Grow(end);

@@ -76,11 +76,8 @@ class OffloadBackendTest : public ::pulse::testing::BackendModelTest {
     std::vector<std::vector<float>> logits;
     for (int32_t i = 300; i < 300 + decode; ++i) {
       if (offloaded) {
-        const BlockPartition partition = PartitionBlocks(i + 1, kBlockTokens, sparse->options);
-        for (int32_t j = partition.sink_end; j < std::min(partition.window_begin, i / kBlockTokens);
-             ++j) {
-          blocks[static_cast<size_t>(j)] = -1;
-        }
+        const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, sparse->options);
+        for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[static_cast<size_t>(j)] = -1;
       }
       batch.Clear();
       batch.AddSequence(std::span<const int32_t>(tokens).subspan(i, 1), i, blocks, LogitRows::kLast,

@@ -146,6 +146,22 @@ TEST(BlockSelectorTest, EmptyAndShortSequences) {
   EXPECT_THAT(SelectOne(selector, 8, {}), ElementsAre(0, 1));
 }
 
+TEST(BlockSelectorTest, NonResidentBlocksLieBetweenSinksAndWindowBeforeTheWrittenBlock) {
+  const SelectionOptions options{.budget_tokens = 64, .sink_tokens = 16, .window_tokens = 32};
+  // Writing token 300 (block 18): sinks are block 0, the window starts at token 269 (block 16).
+  const BlockRange far = NonResidentBlocks(300, 16, options);
+  EXPECT_EQ(far.begin, 1);
+  EXPECT_EQ(far.end, 16);
+  // A short sequence: its window reaches the sinks, so every block stays.
+  const BlockRange near = NonResidentBlocks(20, 16, options);
+  EXPECT_EQ(near.begin, near.end);
+  // A window shorter than a block: the block written still stays.
+  const BlockRange tight =
+      NonResidentBlocks(47, 16, {.budget_tokens = 64, .sink_tokens = 16, .window_tokens = 1});
+  EXPECT_EQ(tight.begin, 1);
+  EXPECT_EQ(tight.end, 2);
+}
+
 TEST(BlockSelectorTest, PicksTheBestScoresAndReturnsThemInOrder) {
   const SelectionOptions options{
       .budget_tokens = 4 + 3 * 4 + 4, .sink_tokens = 1, .window_tokens = 1, .logit_scale = 1.0f};

@@ -84,18 +84,11 @@ std::vector<std::vector<float>> Decode(ModelRunner& runner, const std::vector<in
   std::vector<float> none;
   const absl::Status prefilled = runner.Forward(batch, none);
   EXPECT_TRUE(prefilled.ok()) << prefilled;
-  const BlockSelector selector = *BlockSelector::Create({.block_tokens = kBlockTokens,
-                                                         .num_kv_heads = TinyConfig().num_kv_heads,
-                                                         .head_dim = TinyConfig().head_dim},
-                                                        TinyConfig().num_heads, sparse.options);
   std::vector<std::vector<float>> logits;
   for (int32_t i = prompt; i < static_cast<int32_t>(tokens.size()); ++i) {
     if (first_host) {
-      const BlockPartition partition = *selector.Partition(i + 1);
-      for (int32_t j = partition.sink_end; j < std::min(partition.window_begin, i / kBlockTokens);
-           ++j) {
-        blocks[static_cast<size_t>(j)] = -1;
-      }
+      const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, sparse.options);
+      for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[static_cast<size_t>(j)] = -1;
     }
     batch.Clear();
     batch.AddSequence(std::span<const int32_t>(tokens).subspan(i, 1), i, blocks, LogitRows::kLast,
