@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/backend/block_scores.h"
 #include "core/backend/copy_plan.h"
 #include "core/backend/dtype.h"
 #include "core/backend/paged_kv.h"
@@ -268,6 +269,15 @@ class Backend {
                            const PagedKvLayout& layout, const float* summaries,
                            const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
                            float* bounds) = 0;
+  // Each segment's scores from a step's bounds ([num_heads][bound_stride], as ScoreBlocks writes
+  // them): for segment s of `segments` (num_segments of them) and set k < s.num_sets,
+  // scores[s.scores_first + k * s.count + i] aggregates (s.aggregate) the bounds on candidate
+  // s.first + i of query heads [k * g, (k + 1) * g), g = num_heads / s.num_sets, as
+  // cpu::AggregateHeadBounds does. `max_sets` bounds every segment's num_sets. The segments must
+  // fit the bounds and the scores (cpu::AggregateScores checks what the CPU backend is given).
+  virtual void AggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
+                               const ScoreSegment* segments, int32_t num_segments,
+                               int32_t max_sets, float* scores) = 0;
   // tokens[r] = the token drawn from row r of logits [rows][vocab] with params[r], as
   // core/backend/sampling.h says (the same token on every backend), or -1 when the row cannot be
   // sampled. `history` holds the rows' distinct penalised ids (see TokenSampling).

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_format.h"
+#include "core/backend/cpu/block_summary.h"
 #include "core/kv/block_table.h"
 
 namespace pulse {
@@ -17,41 +18,6 @@ int32_t TokensInBlocks(int32_t begin, int32_t end, int32_t block_tokens, int32_t
     return static_cast<int32_t>(std::min<int64_t>(int64_t{block} * block_tokens, num_tokens));
   };
   return tokens_before(end) - tokens_before(begin);
-}
-
-// One score per candidate from `bounds`, [heads][scores.size()].
-void AggregateHeads(HeadAggregate aggregate, float logit_scale, std::span<const float> bounds,
-                    std::span<float> scores) {
-  const size_t num_candidates = scores.size();
-  const size_t num_heads = bounds.size() / num_candidates;
-  switch (aggregate) {
-    case HeadAggregate::kMax:
-      std::fill(scores.begin(), scores.end(), -std::numeric_limits<float>::infinity());
-      for (size_t head = 0; head < num_heads; ++head) {
-        for (size_t i = 0; i < num_candidates; ++i) {
-          const float bound = bounds[head * num_candidates + i];
-          // A NaN bound, once met, stays the score.
-          if (!std::isnan(scores[i]) && !(bound <= scores[i])) scores[i] = bound;
-        }
-      }
-      return;
-    case HeadAggregate::kSoftmaxSum: {
-      std::vector<double> sums(num_candidates, 0.0);
-      std::vector<double> weights(num_candidates);
-      for (size_t head = 0; head < num_heads; ++head) {
-        const std::span<const float> row = bounds.subspan(head * num_candidates, num_candidates);
-        const double max_logit = double{logit_scale} * *std::max_element(row.begin(), row.end());
-        double total = 0.0;
-        for (size_t i = 0; i < num_candidates; ++i) {
-          weights[i] = std::exp(double{logit_scale} * row[i] - max_logit);
-          total += weights[i];
-        }
-        for (size_t i = 0; i < num_candidates; ++i) sums[i] += weights[i] / total;
-      }
-      std::copy(sums.begin(), sums.end(), scores.begin());
-      return;
-    }
-  }
 }
 
 // True when candidate `a` ranks before candidate `b`: the higher score first, NaN after every
@@ -129,34 +95,55 @@ absl::StatusOr<BlockPartition> BlockSelector::Partition(int32_t num_tokens) cons
   return PartitionBlocks(num_tokens, layout_.block_tokens, options_);
 }
 
+int32_t BlockSelector::num_sets() const {
+  return options_.mode == SelectionMode::kSoloHead ? 1 : layout_.num_kv_heads;
+}
+
+ScoreSegment BlockSelector::Segment(int32_t first, int32_t count, int32_t scores_first) const {
+  return ScoreSegment{.first = first,
+                      .count = count,
+                      .num_sets = num_sets(),
+                      .aggregate = options_.aggregate,
+                      .logit_scale = logit_scale_,
+                      .scores_first = scores_first};
+}
+
 absl::StatusOr<BlockSelection> BlockSelector::Select(int32_t num_tokens,
                                                      std::span<const float> bounds) const {
   PULSE_ASSIGN_OR_RETURN(const BlockPartition partition, Partition(num_tokens));
-  const size_t num_candidates = static_cast<size_t>(partition.num_candidates());
+  const auto num_candidates = static_cast<size_t>(partition.num_candidates());
   if (bounds.size() != static_cast<size_t>(num_query_heads_) * num_candidates) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%d bounds for %d query heads x %d candidate blocks", bounds.size(),
                         num_query_heads_, num_candidates));
   }
-  const size_t num_sets =
-      options_.mode == SelectionMode::kSoloHead ? 1 : static_cast<size_t>(layout_.num_kv_heads);
-  const size_t bounds_per_set = bounds.size() / num_sets;
+  std::vector<float> scores(static_cast<size_t>(num_sets()) * num_candidates);
+  const ScoreSegment segment = Segment(0, partition.num_candidates(), 0);
+  PULSE_RETURN_IF_ERROR(
+      cpu::AggregateScores(bounds, num_query_heads_, std::span(&segment, 1), scores));
+  return SelectScored(num_tokens, std::move(scores));
+}
 
-  BlockSelection selection{.partition = partition, .num_sets = static_cast<int32_t>(num_sets)};
-  selection.scores.resize(num_sets * num_candidates);
-  selection.blocks.reserve(num_sets * static_cast<size_t>(partition.blocks_per_set()));
+absl::StatusOr<BlockSelection> BlockSelector::SelectScored(int32_t num_tokens,
+                                                           std::vector<float> scores) const {
+  PULSE_ASSIGN_OR_RETURN(const BlockPartition partition, Partition(num_tokens));
+  const auto num_candidates = static_cast<size_t>(partition.num_candidates());
+  const auto sets = static_cast<size_t>(num_sets());
+  if (scores.size() != sets * num_candidates) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d scores for %d sets x %d candidate blocks",
+                                                      scores.size(), sets, num_candidates));
+  }
+  BlockSelection selection{
+      .partition = partition, .num_sets = static_cast<int32_t>(sets), .scores = std::move(scores)};
+  selection.blocks.reserve(sets * static_cast<size_t>(partition.blocks_per_set()));
   std::vector<int32_t> ranked(num_candidates);
-  for (size_t set = 0; set < num_sets; ++set) {
-    const std::span<float> scores =
-        std::span<float>(selection.scores).subspan(set * num_candidates, num_candidates);
-    if (num_candidates > 0) {
-      AggregateHeads(options_.aggregate, logit_scale_,
-                     bounds.subspan(set * bounds_per_set, bounds_per_set), scores);
-    }
+  for (size_t set = 0; set < sets; ++set) {
+    const std::span<const float> set_scores =
+        std::span<const float>(selection.scores).subspan(set * num_candidates, num_candidates);
     std::iota(ranked.begin(), ranked.end(), 0);
     const auto best_end = ranked.begin() + partition.picks;
     std::nth_element(ranked.begin(), best_end, ranked.end(),
-                     [&](int32_t a, int32_t b) { return RanksBefore(scores, a, b); });
+                     [&](int32_t a, int32_t b) { return RanksBefore(set_scores, a, b); });
     std::sort(ranked.begin(), best_end);
 
     for (int32_t block = 0; block < partition.sink_end; ++block) selection.blocks.push_back(block);

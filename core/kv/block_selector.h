@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "core/backend/block_scores.h"
 #include "core/backend/paged_kv.h"
 #include "core/base/status.h"
 
@@ -20,22 +21,6 @@ enum class SelectionMode : uint8_t {
   // Each KV head picks its own blocks from its query heads' bounds: recall moves per-head
   // fragments. The baseline to compare accuracy and I/O against.
   kHeadWise,
-};
-
-// How the bounds of several query heads become one score per candidate block: over the query
-// heads of a KV head's group (headwise), or over every query head of the layer (solohead).
-enum class HeadAggregate : uint8_t {
-  // Sum over heads of each head's softmax, over the candidates, of logit_scale * bound. The bound
-  // estimates a block's largest attention logit, so a head's softmax estimates the share of its
-  // attention each block would take, and the sum ranks blocks by the attention they give back
-  // across heads. Softmax, like attention, ignores a head's logit offset; dividing by a head's
-  // max |bound| instead would not (a head whose bounds sit near 100 would come out nearly flat,
-  // one whose bounds straddle 0 steep), and would ignore the temperature that makes one head's
-  // preference sharper than another's.
-  kSoftmaxSum,
-  // Max over heads of the raw bound: a block that any one head may attend strongly to is kept;
-  // heads whose logits run larger dominate.
-  kMax,
 };
 
 struct SelectionOptions {
@@ -111,6 +96,15 @@ class BlockSelector {
   // its `picks` best-scoring candidates: the higher score first, the lower block among equals,
   // NaN after every number. InvalidArgument when `bounds` has the wrong size.
   absl::StatusOr<BlockSelection> Select(int32_t num_tokens, std::span<const float> bounds) const;
+  // As Select, from the scores the bounds aggregate to, [num_sets()][candidates] (computed by
+  // Backend::AggregateScores over Segment()). InvalidArgument when `scores` has the wrong size.
+  absl::StatusOr<BlockSelection> SelectScored(int32_t num_tokens, std::vector<float> scores) const;
+
+  // Score rows a selection has: 1 (solohead) or one a KV head (headwise).
+  int32_t num_sets() const;
+  // The ScoreSegment of a sequence whose `count` candidates are columns [first, first + count) of
+  // a step's bounds, its scores going to scores_first onwards.
+  ScoreSegment Segment(int32_t first, int32_t count, int32_t scores_first) const;
 
   const SelectionOptions& options() const { return options_; }
   int32_t num_query_heads() const { return num_query_heads_; }

@@ -24,9 +24,12 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
   const auto blocks = static_cast<size_t>(int64_t{max_seqs} * max_blocks_per_seq);
   const int64_t input_ints = int64_t{max_seqs} * layout.num_kv_heads * (max_blocks_per_seq + 1) +
                              2 * int64_t{max_seqs} + 2;
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer score_inputs, backend.Allocate(2 * blocks * sizeof(int32_t)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer score_inputs,
+                         backend.Allocate(2 * blocks * sizeof(int32_t) +
+                                          static_cast<size_t>(max_seqs) * sizeof(ScoreSegment)));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer bounds,
-                         backend.Allocate(static_cast<size_t>(num_heads) * blocks * sizeof(float)));
+                         backend.Allocate(static_cast<size_t>(num_heads + layout.num_kv_heads) *
+                                          blocks * sizeof(float)));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer inputs, backend.Allocate(input_ints * sizeof(int32_t)));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer filled, backend.Allocate(2 * blocks * sizeof(int32_t)));
   return std::unique_ptr<SparseAttention>(new SparseAttention(
@@ -110,31 +113,46 @@ absl::Status SparseAttention::Score(int32_t layer, const StepBatch& batch, const
   rows.clear();
   staging_.clear();
   std::vector<int32_t> query_rows;
+  std::vector<ScoreSegment> segments;
+  int32_t num_scores = 0;
+  int32_t max_sets = 1;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     const int32_t first_row = batch.q_offsets()[s];
     if (!batch.sparse(s) || batch.q_offsets()[s + 1] - first_row != 1) continue;
     PULSE_ASSIGN_OR_RETURN(const BlockSelector selector,
                            BlockSelector::Create(layout_, num_heads_, batch.sparse(s)->options));
-    RowSelection row{.seq = s, .first_candidate = static_cast<int32_t>(staging_.size())};
+    RowSelection row{.seq = s, .first_score = num_scores};
     PULSE_ASSIGN_OR_RETURN(row.partition, selector.Partition(batch.kv_lens()[s]));
+    const auto first_candidate = static_cast<int32_t>(staging_.size());
     for (int32_t logical = row.partition.sink_end; logical < row.partition.window_begin;
          ++logical) {
       staging_.push_back(SummaryId(batch, s, logical));
       query_rows.push_back(first_row);
     }
+    const int32_t count = row.partition.num_candidates();
+    segments.push_back(selector.Segment(first_candidate, count, num_scores));
+    num_scores += selector.num_sets() * count;
+    max_sets = std::max(max_sets, selector.num_sets());
     rows.push_back(row);
   }
   const auto count = static_cast<int32_t>(staging_.size());
-  host_bounds_.resize(static_cast<size_t>(num_heads_) * staging_.size());
+  host_scores_.resize(static_cast<size_t>(num_scores));
   if (count == 0) return absl::OkStatus();
   int32_t* ids = score_inputs_.as<int32_t>();
+  const size_t max_candidates =
+      bounds_.bytes() / sizeof(float) / static_cast<size_t>(num_heads_ + layout_.num_kv_heads);
+  auto* device_segments = reinterpret_cast<ScoreSegment*>(ids + 2 * max_candidates);
   backend_.CopyToDevice(ids, staging_.data(), staging_.size() * sizeof(int32_t));
   backend_.CopyToDevice(ids + count, query_rows.data(), query_rows.size() * sizeof(int32_t));
+  backend_.CopyToDevice(device_segments, segments.data(), segments.size() * sizeof(ScoreSegment));
+  float* bounds = bounds_.as<float>();
+  float* scores = bounds + static_cast<size_t>(num_heads_) * max_candidates;
   backend_.ScoreBlocks(q, q_stride, num_heads_, layout_,
                        summaries_[static_cast<size_t>(layer)].as<float>(), ids, ids + count, count,
-                       bounds_.as<float>());
-  return backend_.CopyToHost(host_bounds_.data(), bounds_.data(),
-                             host_bounds_.size() * sizeof(float));
+                       bounds);
+  backend_.AggregateScores(bounds, num_heads_, count, device_segments,
+                           static_cast<int32_t>(segments.size()), max_sets, scores);
+  return backend_.CopyToHost(host_scores_.data(), scores, host_scores_.size() * sizeof(float));
 }
 
 absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, const RowSelection& row,
@@ -145,16 +163,12 @@ absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, cons
                          BlockSelector::Create(layout_, num_heads_, sparse.options));
   const BlockPartition& partition = row.partition;
   const auto count = static_cast<size_t>(partition.num_candidates());
-  const size_t total = host_bounds_.size() / static_cast<size_t>(num_heads_);
-  std::vector<float> bounds(static_cast<size_t>(num_heads_) * count);
-  for (size_t h = 0; h < static_cast<size_t>(num_heads_); ++h) {
-    const auto from =
-        host_bounds_.begin() +
-        static_cast<std::ptrdiff_t>(h * total + static_cast<size_t>(row.first_candidate));
-    std::copy(from, from + static_cast<std::ptrdiff_t>(count), bounds.begin() + h * count);
-  }
+  const auto first = host_scores_.begin() + row.first_score;
+  std::vector<float> scores(
+      first, first + static_cast<std::ptrdiff_t>(static_cast<size_t>(selector.num_sets()) * count));
   const int32_t num_tokens = batch.kv_lens()[seq];
-  PULSE_ASSIGN_OR_RETURN(const BlockSelection selection, selector.Select(num_tokens, bounds));
+  PULSE_ASSIGN_OR_RETURN(const BlockSelection selection,
+                         selector.SelectScored(num_tokens, std::move(scores)));
 
   const std::span<const int32_t> blocks = batch.blocks(seq);
   SparseAttentionStats step;

@@ -11,9 +11,10 @@
 // through OffloadedKv (recalled into device slots when they miss), and its filled blocks are
 // written back to the host tier.
 //
-// Selection runs on the host: one ScoreBlocks a layer scores every candidate of every sparse row,
-// and one small device-to-host copy brings the bounds back. Not thread-safe; the ModelRunner's
-// step serializes it.
+// Scoring runs on the backend: one ScoreBlocks a layer bounds every candidate of every sparse
+// row for every query head, one AggregateScores turns those into each row's scores, and one small
+// device-to-host copy brings the scores back; the host picks the best blocks from them. Not
+// thread-safe; the ModelRunner's step serializes it.
 #pragma once
 
 #include <cstdint>
@@ -88,7 +89,7 @@ class SparseAttention {
   // One sparse decode row's selection in the current layer.
   struct RowSelection {
     int32_t seq = 0;
-    int32_t first_candidate = 0;  // its candidates' column in the layer's bounds
+    int32_t first_score = 0;  // where its scores ([sets][candidates]) start in host_scores_
     BlockPartition partition = {};
   };
 
@@ -113,15 +114,16 @@ class SparseAttention {
   const int32_t num_heads_;
   // A layer: [num_blocks + host blocks][summary elements] fp32.
   std::vector<DeviceBuffer> summaries_;
-  DeviceBuffer score_inputs_;  // int32 [2][max candidates]: summary ids, then query rows
-  DeviceBuffer bounds_;        // [num_heads][max candidates]
-  DeviceBuffer inputs_;        // int32: the runs' tables, lengths and offsets
-  DeviceBuffer filled_;        // int32 [2][max filled]: blocks the step fills, their summary ids
+  // int32 [2][max candidates]: summary ids, then query rows; then [max seqs] ScoreSegment.
+  DeviceBuffer score_inputs_;
+  DeviceBuffer bounds_;  // [num_heads][max candidates] bounds, then [kv heads][max] scores
+  DeviceBuffer inputs_;  // int32: the runs' tables, lengths and offsets
+  DeviceBuffer filled_;  // int32 [2][max filled]: blocks the step fills, their summary ids
   OffloadedKv* const offloaded_;
   int32_t filled_count_ = 0;
   std::vector<BlockWriteBack> writebacks_;  // the filled blocks of offloaded sequences
   std::vector<int32_t> staging_;
-  std::vector<float> host_bounds_;
+  std::vector<float> host_scores_;  // the layer's scores, each sparse row's [sets][candidates]
   // (key, layer * sets + set) -> the blocks picked the step before, sorted.
   absl::flat_hash_map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> previous_;
   SparseAttentionStats stats_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 
@@ -105,6 +107,71 @@ absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> que
       bounds[head * block_ids.size() + i] =
           KeyDotUpperBound(query.subspan(head * head_dim, head_dim),
                            summary.subspan(2 * (head / group) * head_dim, 2 * head_dim));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void AggregateHeadBounds(HeadAggregate aggregate, float logit_scale, const float* bounds,
+                         int64_t stride, int32_t num_heads, std::span<float> scores) {
+  const size_t count = scores.size();
+  switch (aggregate) {
+    case HeadAggregate::kMax:
+      std::fill(scores.begin(), scores.end(), -std::numeric_limits<float>::infinity());
+      for (int32_t head = 0; head < num_heads; ++head) {
+        const float* row = bounds + head * stride;
+        for (size_t i = 0; i < count; ++i) {
+          // A NaN bound, once met, stays the score.
+          if (!std::isnan(scores[i]) && !(row[i] <= scores[i])) scores[i] = row[i];
+        }
+      }
+      return;
+    case HeadAggregate::kSoftmaxSum: {
+      if (count == 0) return;
+      std::vector<double> sums(count, 0.0);
+      std::vector<double> weights(count);
+      for (int32_t head = 0; head < num_heads; ++head) {
+        const float* row = bounds + head * stride;
+        const double max_logit = double{logit_scale} * *std::max_element(row, row + count);
+        double total = 0.0;
+        for (size_t i = 0; i < count; ++i) {
+          weights[i] = std::exp(double{logit_scale} * row[i] - max_logit);
+          total += weights[i];
+        }
+        for (size_t i = 0; i < count; ++i) sums[i] += weights[i] / total;
+      }
+      std::copy(sums.begin(), sums.end(), scores.begin());
+      return;
+    }
+  }
+}
+
+absl::Status AggregateScores(std::span<const float> bounds, int32_t num_heads,
+                             std::span<const ScoreSegment> segments, std::span<float> scores) {
+  if (num_heads <= 0 || bounds.size() % static_cast<size_t>(num_heads) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d bounds are not rows of %d heads", bounds.size(), num_heads));
+  }
+  const auto stride = static_cast<int64_t>(bounds.size()) / num_heads;
+  for (const ScoreSegment& segment : segments) {
+    if (segment.first < 0 || segment.count < 0 || segment.first + segment.count > stride ||
+        segment.num_sets <= 0 || num_heads % segment.num_sets != 0 || segment.scores_first < 0 ||
+        segment.scores_first + int64_t{segment.num_sets} * segment.count >
+            static_cast<int64_t>(scores.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "score segment of %d candidates from %d in %d sets, to %d: outside %d bounds a head "
+          "of %d heads or %d scores",
+          segment.count, segment.first, segment.num_sets, segment.scores_first, stride, num_heads,
+          scores.size()));
+    }
+    const int32_t heads_per_set = num_heads / segment.num_sets;
+    for (int32_t set = 0; set < segment.num_sets; ++set) {
+      AggregateHeadBounds(
+          segment.aggregate, segment.logit_scale,
+          bounds.data() + int64_t{set} * heads_per_set * stride + segment.first, stride,
+          heads_per_set,
+          scores.subspan(segment.scores_first + static_cast<size_t>(set) * segment.count,
+                         segment.count));
     }
   }
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "core/backend/block_scores.h"
 #include "core/backend/paged_kv.h"
 #include "core/base/status.h"
 
@@ -36,5 +37,17 @@ float KeyDotUpperBound(std::span<const float> query, std::span<const float> head
 absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> query,
                          std::span<const float> summaries, std::span<const int32_t> block_ids,
                          std::span<float> bounds);
+
+// scores[i] for i < scores.size(): `aggregate` (with `logit_scale`, block_scores.h) over
+// num_heads heads of their bounds on candidate i, head h's at bounds[h * stride + i]. Softmax sums
+// are taken in double, head by head.
+void AggregateHeadBounds(HeadAggregate aggregate, float logit_scale, const float* bounds,
+                         int64_t stride, int32_t num_heads, std::span<float> scores);
+
+// Every segment's scores (ScoreSegment) from a step's bounds, [num_heads][bound_stride].
+// InvalidArgument for a segment outside the bounds or the scores, or whose num_sets does not
+// divide num_heads.
+absl::Status AggregateScores(std::span<const float> bounds, int32_t num_heads,
+                             std::span<const ScoreSegment> segments, std::span<float> scores);
 
 }  // namespace pulse::cpu

@@ -217,6 +217,25 @@ class CpuBackend final : public Backend {
       }
     });
   }
+  void AggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
+                       const ScoreSegment* segments, int32_t num_segments, int32_t max_sets,
+                       float* scores) override {
+    int64_t scores_end = 0;
+    for (const ScoreSegment& segment : std::span(segments, static_cast<size_t>(num_segments))) {
+      if (segment.num_sets > max_sets) {
+        Record(absl::InvalidArgumentError(absl::StrFormat(
+            "AggregateScores: a segment of %d sets, at most %d", segment.num_sets, max_sets)));
+        return;
+      }
+      scores_end = std::max(scores_end, segment.scores_first +
+                                            int64_t{segment.num_sets} * segment.count);
+    }
+    const absl::Status status = cpu::AggregateScores(
+        std::span(bounds, static_cast<size_t>(num_heads * bound_stride)), num_heads,
+        std::span(segments, static_cast<size_t>(num_segments)),
+        std::span(scores, static_cast<size_t>(scores_end)));
+    Record(status);
+  }
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {
     pool_.ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {

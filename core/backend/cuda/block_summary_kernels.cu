@@ -314,4 +314,115 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
   return cudaGetLastError();
 }
 
+// --- AggregateScores ---------------------------------------------------------------------------
+// A block a (segment, set): for each head of the set, its max and its softmax total over the
+// segment's candidates; then each thread sums, head by head, the softmax shares of its
+// candidates. The work is a few reads of each bound (the step's bounds are a few hundred KB).
+namespace {
+
+__device__ __forceinline__ float BlockMax(float value, float* shared) {
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  float total = lane < kWarpsPerBlock ? shared[lane] : -INFINITY;
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    total = fmaxf(total, __shfl_xor_sync(0xffffffffu, total, offset));
+  }
+  __syncthreads();
+  return total;
+}
+
+__device__ __forceinline__ double BlockSumDouble(double value, double* shared) {
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  double total = lane < kWarpsPerBlock ? shared[lane] : 0.0;
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    total += __shfl_xor_sync(0xffffffffu, total, offset);
+  }
+  __syncthreads();
+  return total;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    AggregateScoresKernel(const float* __restrict__ bounds, int32_t num_heads, int64_t stride,
+                          const ScoreSegment* __restrict__ segments, float* __restrict__ scores) {
+  __shared__ double head_max[kAggregateMaxHeads];
+  __shared__ double head_total[kAggregateMaxHeads];
+  __shared__ float reduce_float[kWarpsPerBlock];
+  __shared__ double reduce_double[kWarpsPerBlock];
+  const ScoreSegment segment = segments[blockIdx.x];
+  const int32_t set = static_cast<int32_t>(blockIdx.y);
+  if (set >= segment.num_sets || segment.count <= 0) return;
+  const int32_t heads = num_heads / segment.num_sets;
+  const float* set_bounds = bounds + int64_t{set} * heads * stride + segment.first;
+  float* out = scores + segment.scores_first + int64_t{set} * segment.count;
+  const double scale = segment.logit_scale;
+
+  if (segment.aggregate == HeadAggregate::kMax) {
+    for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
+      float score = -INFINITY;
+      for (int32_t h = 0; h < heads; ++h) {
+        const float bound = set_bounds[h * stride + i];
+        if (!isnan(score) && !(bound <= score)) score = bound;  // a NaN, once met, stays
+      }
+      out[i] = score;
+    }
+    return;
+  }
+  for (int32_t h = 0; h < heads; ++h) {
+    const float* row = set_bounds + h * stride;
+    float local_max = -INFINITY;
+    for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
+      local_max = fmaxf(local_max, row[i]);
+    }
+    const double max_logit = scale * BlockMax(local_max, reduce_float);
+    double local_total = 0.0;
+    for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
+      local_total += exp(scale * row[i] - max_logit);
+    }
+    const double total = BlockSumDouble(local_total, reduce_double);
+    if (threadIdx.x == 0) {
+      head_max[h] = max_logit;
+      head_total[h] = total;
+    }
+  }
+  __syncthreads();
+  for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
+    double sum = 0.0;
+    for (int32_t h = 0; h < heads; ++h) {
+      sum += exp(scale * set_bounds[h * stride + i] - head_max[h]) / head_total[h];
+    }
+    out[i] = static_cast<float>(sum);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
+                                  const ScoreSegment* segments, int32_t num_segments,
+                                  int32_t max_sets, float* scores, cudaStream_t stream) {
+  if (num_heads <= 0 || num_heads > kAggregateMaxHeads || max_sets <= 0 || max_sets > 65535 ||
+      num_segments < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_segments == 0) return cudaSuccess;
+  AggregateScoresKernel<<<dim3(static_cast<unsigned>(num_segments),
+                               static_cast<unsigned>(max_sets)),
+                          kThreads, 0, stream>>>(bounds, num_heads, bound_stride, segments, scores);
+  return cudaGetLastError();
+}
+
 }  // namespace pulse::cuda

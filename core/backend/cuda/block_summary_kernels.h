@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "core/backend/block_scores.h"
 #include "core/backend/paged_kv.h"
 
 namespace pulse::cuda {
@@ -34,5 +35,16 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
                               const PagedKvLayout& layout, const float* summaries,
                               const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
                               float* bounds, cudaStream_t stream);
+
+// For each of the `num_segments` segments (device memory) and each of its sets: its scores from
+// `bounds` ([num_heads][bound_stride]) as cpu::AggregateHeadBounds computes them (softmax sums in
+// double; the per-head totals are summed in another order, so a score may differ in its last
+// bits). The segments must be valid as cpu::AggregateScores checks; `max_sets`: at least every
+// segment's num_sets. cudaErrorInvalidValue for num_heads outside [1, 128], max_sets outside
+// [1, 65535], or a negative segment count.
+inline constexpr int32_t kAggregateMaxHeads = 128;
+cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
+                                  const ScoreSegment* segments, int32_t num_segments,
+                                  int32_t max_sets, float* scores, cudaStream_t stream);
 
 }  // namespace pulse::cuda

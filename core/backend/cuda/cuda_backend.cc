@@ -310,6 +310,10 @@ class CudaBackend final : public Backend {
   void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {
     absl::MutexLock lock(&mu_);
     if (!CheckBf16(w, "Gemm")) return;
+    if (skinny_gemm_ && cuda::PreferSkinnyGemm(x, m, w.data, w.rows, w.cols, sm_count_)) {
+      Record(cuda::LaunchSkinnyGemm(x, m, w.data, w.rows, w.cols, bias, y, stream()), "Gemm");
+      return;
+    }
     const absl::Status status = gemm_->Run(x, m, w.data, w.rows, w.cols, bias, y, stream());
     RecordStatus(status);
   }
@@ -389,6 +393,22 @@ class CudaBackend final : public Backend {
            "ScoreBlocks");
   }
 
+  void AggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
+                       const ScoreSegment* segments, int32_t num_segments, int32_t max_sets,
+                       float* scores) override {
+    absl::MutexLock lock(&mu_);
+    if (num_heads < 1 || num_heads > cuda::kAggregateMaxHeads || max_sets < 1 ||
+        max_sets > 65535 || num_segments < 0) {
+      RecordStatus(absl::InvalidArgumentError(absl::StrFormat(
+          "CUDA backend: AggregateScores of %d heads (at most %d), %d segments of at most %d sets",
+          num_heads, cuda::kAggregateMaxHeads, num_segments, max_sets)));
+      return;
+    }
+    Record(cuda::LaunchAggregateScores(bounds, num_heads, bound_stride, segments, num_segments,
+                                       max_sets, scores, stream()),
+           "AggregateScores");
+  }
+
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {
     absl::MutexLock lock(&mu_);
@@ -418,7 +438,8 @@ class CudaBackend final : public Backend {
         memory_limit_(options.memory_limit_bytes),
         copy_gather_blocks_(options.copy_gather_blocks),
         decode_blocks_per_sm_(options.decode_blocks_per_sm),
-        gemm_tune_max_rows_(options.gemm_tune_max_rows) {}
+        gemm_tune_max_rows_(options.gemm_tune_max_rows),
+        skinny_gemm_(options.skinny_gemm) {}
 
   absl::Status Init() {
     const int32_t count = CudaDeviceCount();
@@ -539,6 +560,7 @@ class CudaBackend final : public Backend {
   const int32_t copy_gather_blocks_;
   const int32_t decode_blocks_per_sm_;
   const int32_t gemm_tune_max_rows_;
+  const bool skinny_gemm_;
   ThreadPool host_pool_;  // converts weights to bf16 before upload
   int sm_count_ = 0;
   int32_t decode_resident_64_ = 1;  // decode attention blocks an SM holds at once, by head_dim

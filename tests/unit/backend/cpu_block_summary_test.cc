@@ -1,11 +1,10 @@
-#include "core/backend/cpu/block_summary.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "core/backend/cpu/block_summary.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -226,6 +225,50 @@ TEST(BlockSummaryTest, RejectsShapesThatDoNotFit) {
   const std::vector<float> torn_summaries(23);
   EXPECT_EQ(ScoreBlocks(layout, query, torn_summaries, ids, bounds).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Two segments of a step's bounds (3 heads x 5 candidates): the first takes candidates 0-2 of
+// every head as one set, by max; the second candidates 3-4 as three one-head sets, by softmax.
+TEST(AggregateScoresTest, EachSegmentItsHeadsAndCandidates) {
+  const std::vector<float> bounds = {1, 5, 2,    0, 2,  //
+                                     4, 1, kNan, 1, 1,  //
+                                     0, 3, 3,    3, 0};
+  const std::vector<ScoreSegment> segments = {
+      {.first = 0, .count = 3, .num_sets = 1, .aggregate = HeadAggregate::kMax},
+      {.first = 3,
+       .count = 2,
+       .num_sets = 3,
+       .aggregate = HeadAggregate::kSoftmaxSum,
+       .logit_scale = 0.5f,
+       .scores_first = 4}};
+  std::vector<float> scores(10, -1.0f);
+  ASSERT_TRUE(AggregateScores(bounds, 3, segments, scores).ok());
+  EXPECT_EQ(scores[0], 4.0f);
+  EXPECT_EQ(scores[1], 5.0f);
+  EXPECT_TRUE(std::isnan(scores[2]));  // a NaN bound stays the score
+  EXPECT_EQ(scores[3], -1.0f);         // no segment writes it
+  // Head 0: softmax of 0.5 * {0, 2}; head 1: of {0.5, 0.5}; head 2: of {1.5, 0}.
+  const double e = std::exp(1.0);
+  EXPECT_FLOAT_EQ(scores[4], static_cast<float>(1 / (1 + e)));
+  EXPECT_FLOAT_EQ(scores[5], static_cast<float>(e / (1 + e)));
+  EXPECT_FLOAT_EQ(scores[6], 0.5f);
+  EXPECT_FLOAT_EQ(scores[7], 0.5f);
+  EXPECT_FLOAT_EQ(scores[8], static_cast<float>(std::exp(1.5) / (1 + std::exp(1.5))));
+  EXPECT_FLOAT_EQ(scores[9], static_cast<float>(1 / (1 + std::exp(1.5))));
+}
+
+TEST(AggregateScoresTest, RejectsSegmentsOutsideTheBoundsOrScores) {
+  const std::vector<float> bounds(4 * 6, 0.0f);
+  std::vector<float> scores(12);
+  for (const ScoreSegment& segment :
+       {ScoreSegment{.first = 4, .count = 3}, ScoreSegment{.first = -1, .count = 2},
+        ScoreSegment{.count = 2, .num_sets = 3}, ScoreSegment{.count = 2, .num_sets = 0},
+        ScoreSegment{.count = 4, .num_sets = 4}, ScoreSegment{.count = 2, .scores_first = 11}}) {
+    EXPECT_EQ(AggregateScores(bounds, 4, std::span(&segment, 1), scores).code(),
+              absl::StatusCode::kInvalidArgument)
+        << segment.first << " " << segment.count << " " << segment.num_sets;
+  }
+  EXPECT_EQ(AggregateScores(bounds, 5, {}, scores).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -377,6 +377,44 @@ TEST_F(CudaBlockSummaryFixture, LlamaShapeSummarizesAndScoresAStep) {
       ScoreOnCpu(q, q_stride, num_heads, layout, expected, candidate_ids, query_rows));
 }
 
+// A step of rows of either mode and aggregate, at Llama-3.1-8B's 32 query heads: the device's
+// scores are the reference's up to the last bits of the softmax totals' summation order.
+TEST_F(CudaBlockSummaryFixture, AggregateScoresMatchesTheReference) {
+  constexpr int32_t kHeads = 32;
+  const std::vector<int32_t> counts = {507, 1, 0, 300, 1200, 64};
+  std::vector<ScoreSegment> segments;
+  int32_t first = 0;
+  int32_t scores_first = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const ScoreSegment segment{
+        .first = first,
+        .count = counts[r],
+        .num_sets = r % 2 == 0 ? 1 : 8,
+        .aggregate = r % 3 == 2 ? HeadAggregate::kMax : HeadAggregate::kSoftmaxSum,
+        .logit_scale = 0.0884f,
+        .scores_first = scores_first};
+    segments.push_back(segment);
+    first += segment.count;
+    scores_first += segment.num_sets * segment.count;
+  }
+  // Bounds spread like q.k upper bounds of real heads: tens, some heads far larger.
+  std::vector<float> bounds = RandomValues(static_cast<size_t>(kHeads) * first, 31, -40.0f, 40.0f);
+  for (int32_t i = 0; i < first; ++i) bounds[5 * static_cast<size_t>(first) + i] *= 20.0f;
+  std::vector<float> expected(static_cast<size_t>(scores_first));
+  ASSERT_TRUE(cpu::AggregateScores(bounds, kHeads, segments, expected).ok());
+
+  DeviceBuffer bound_buffer = Upload(bounds);
+  DeviceBuffer segment_buffer = Upload(segments);
+  DeviceBuffer scores = Upload(Poisoned(expected.size()));
+  cuda_->AggregateScores(bound_buffer.as<float>(), kHeads, first,
+                         segment_buffer.as<ScoreSegment>(), static_cast<int32_t>(segments.size()),
+                         8, scores.as<float>());
+  const std::vector<float> actual = Download(scores, expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_NEAR(actual[i], expected[i], 1e-6 * std::abs(expected[i]) + 1e-30) << i;
+  }
+}
+
 TEST_F(CudaBlockSummaryFixture, NoBlocksIsNothingToDo) {
   const PagedKvLayout layout = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
   DeviceBuffer summaries = Upload(std::vector<float>(8, kUntouched));
@@ -396,6 +434,8 @@ TEST_F(CudaBlockSummaryFixture, RefusesWhatItCannotRun) {
                      scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
   cuda_->SummarizeBlocks(scratch.data(), bf16, nullptr, nullptr, -1, scratch.as<float>());
+  EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+  cuda_->AggregateScores(scratch.as<float>(), 129, 1, nullptr, 1, 1, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(cuda_->Synchronize().ok());
 }

@@ -343,6 +343,12 @@ TEST(BlockSelectorTest, RandomSelectionsMatchTheModel) {
 
     const bool solo = options.mode == SelectionMode::kSoloHead;
     const int32_t num_sets = solo ? 1 : num_kv_heads;
+    EXPECT_EQ(selector.num_sets(), num_sets);
+    // From the scores the bounds aggregate to (what a backend's AggregateScores gives), the same.
+    const absl::StatusOr<BlockSelection> scored =
+        selector.SelectScored(num_tokens, selection->scores);
+    ASSERT_TRUE(scored.ok());
+    EXPECT_EQ(scored->blocks, selection->blocks);
     const int32_t heads_per_set = num_query_heads / num_sets;
     ASSERT_EQ(selection->num_sets, num_sets);
     ASSERT_EQ(selection->scores.size(), static_cast<size_t>(num_sets) * candidates);
@@ -422,6 +428,10 @@ TEST(BlockSelectorTest, RejectsBadArguments) {
   EXPECT_EQ(selector->Select(16, std::vector<float>(15)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(selector->Select(16, std::vector<float>(4)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // One score a candidate (solohead: one set).
+  EXPECT_TRUE(selector->SelectScored(16, std::vector<float>(4)).ok());
+  EXPECT_EQ(selector->SelectScored(16, std::vector<float>(16)).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
