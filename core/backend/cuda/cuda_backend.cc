@@ -310,10 +310,6 @@ class CudaBackend final : public Backend {
   void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {
     absl::MutexLock lock(&mu_);
     if (!CheckBf16(w, "Gemm")) return;
-    if (skinny_gemm_ && cuda::PreferSkinnyGemm(x, m, w.data, w.rows, w.cols, sm_count_)) {
-      Record(cuda::LaunchSkinnyGemm(x, m, w.data, w.rows, w.cols, bias, y, stream()), "Gemm");
-      return;
-    }
     const absl::Status status = gemm_->Run(x, m, w.data, w.rows, w.cols, bias, y, stream());
     RecordStatus(status);
   }
@@ -438,8 +434,7 @@ class CudaBackend final : public Backend {
         memory_limit_(options.memory_limit_bytes),
         copy_gather_blocks_(options.copy_gather_blocks),
         decode_blocks_per_sm_(options.decode_blocks_per_sm),
-        gemm_tune_max_rows_(options.gemm_tune_max_rows),
-        skinny_gemm_(options.skinny_gemm) {}
+        gemm_tune_max_rows_(options.gemm_tune_max_rows) {}
 
   absl::Status Init() {
     const int32_t count = CudaDeviceCount();
@@ -560,7 +555,6 @@ class CudaBackend final : public Backend {
   const int32_t copy_gather_blocks_;
   const int32_t decode_blocks_per_sm_;
   const int32_t gemm_tune_max_rows_;
-  const bool skinny_gemm_;
   ThreadPool host_pool_;  // converts weights to bf16 before upload
   int sm_count_ = 0;
   int32_t decode_resident_64_ = 1;  // decode attention blocks an SM holds at once, by head_dim

@@ -30,10 +30,6 @@ struct CudaBackendOptions {
   // first. Off by default because the timed choice can differ from one process to the next, and
   // with it the low bits of the logits: greedy outputs would no longer repeat run to run.
   int32_t gemm_tune_max_rows = 0;
-  // GEMMs of at most 8 rows on weights of few output features (decode steps' qkv, o and down
-  // projections) run on the backend's own kernel (cuda::LaunchSkinnyGemm), measured faster than
-  // cuBLASLt there; false: every GEMM through cuBLASLt.
-  bool skinny_gemm = true;
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);

@@ -36,17 +36,6 @@ cudaError_t LaunchGatherRows(const void* x, int64_t cols, const int32_t* rows, i
 cudaError_t LaunchAppendKv(const float* k, const float* v, int64_t row_stride,
                            const PagedKvBatch& kv, cudaStream_t stream);
 
-// y[m][n] = x[m][k] * w[n][k]^T (+ bias[n]) for the few rows of a decode step (bf16 x and w,
-// fp32 y and accumulation), streaming w once with k split among 16 warps a block of 16 output
-// features; the sum's order is fixed. Runs 1 <= m <= 8, n a multiple of 16, k of 32, x and w
-// 16-byte aligned (else cudaErrorInvalidValue). PreferSkinnyGemm: whether the shape runs and has
-// few enough output features (for `sm_count` SMs) that the kernel was measured faster than
-// cuBLASLt there.
-bool PreferSkinnyGemm(const void* x, int64_t m, const void* w, int64_t n, int64_t k,
-                      int32_t sm_count);
-cudaError_t LaunchSkinnyGemm(const void* x, int64_t m, const void* w, int64_t n, int64_t k,
-                             const float* bias, float* y, cudaStream_t stream);
-
 // Decode attention (every sequence has one query row) split along the sequence. The number of
 // splits for this batch, when `resident_blocks` thread blocks run at once on the device and the
 // launch may have at most `max_blocks`: the one that fills the last wave of blocks best, the

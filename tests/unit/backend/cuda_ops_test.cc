@@ -132,37 +132,23 @@ void PrintTo(const GemmShape& s, std::ostream* os) {
   *os << s.m << "x" << s.n << "x" << s.k << (s.bias ? "_bias" : "");
 }
 
-class CudaGemmTest : public CudaOpsTest, public ::testing::WithParamInterface<GemmShape> {
- protected:
-  // GetParam()'s GEMM on `cuda` (this fixture's backend or another) against the CPU backend.
-  void ExpectMatchesCpu(Backend& cuda) {
-    const auto [m, n, k, with_bias] = GetParam();
-    const std::vector<float> w = RandomValues(n * k, 11);
-    const std::vector<float> x = RoundToBf16(RandomValues(m * k, 12));
-    const std::vector<float> bias = RandomValues(n, 13);
-    Weight cuda_w = *cuda.UploadWeight(w, n, k, DType::kBF16);
-    Weight cpu_w = *cpu_->UploadWeight(w, n, k, DType::kBF16);
-    DeviceBuffer cuda_x = UploadBf16(x);
-    DeviceBuffer cuda_bias = UploadF32(bias);
-    DeviceBuffer y = PoisonedF32(m * n);
-    ASSERT_TRUE(cuda_->Synchronize().ok());  // the buffers above were filled on cuda_'s stream
-    cuda.Gemm(cuda_x.data(), m, cuda_w.view(), with_bias ? cuda_bias.as<float>() : nullptr,
+class CudaGemmTest : public CudaOpsTest, public ::testing::WithParamInterface<GemmShape> {};
+
+TEST_P(CudaGemmTest, MatchesCpu) {
+  const auto [m, n, k, with_bias] = GetParam();
+  const std::vector<float> w = RandomValues(n * k, 11);
+  const std::vector<float> x = RoundToBf16(RandomValues(m * k, 12));
+  const std::vector<float> bias = RandomValues(n, 13);
+  Weight cuda_w = *cuda_->UploadWeight(w, n, k, DType::kBF16);
+  Weight cpu_w = *cpu_->UploadWeight(w, n, k, DType::kBF16);
+  DeviceBuffer cuda_x = UploadBf16(x);
+  DeviceBuffer cuda_bias = UploadF32(bias);
+  DeviceBuffer y = PoisonedF32(m * n);
+  cuda_->Gemm(cuda_x.data(), m, cuda_w.view(), with_bias ? cuda_bias.as<float>() : nullptr,
               y.as<float>());
-    ASSERT_TRUE(cuda.Synchronize().ok());
-    std::vector<float> expected(m * n);
-    cpu_->Gemm(x.data(), m, cpu_w.view(), with_bias ? bias.data() : nullptr, expected.data());
-    EXPECT_LT(RelativeError(DownloadF32(y, expected.size()), expected), 1e-5);
-  }
-};
-
-// Shapes of at most 8 rows, n a multiple of 16 (and at most 4 blocks of 16 an SM) and k of 32
-// take the backend's own decode GEMM kernel by default; the others, cuBLASLt.
-TEST_P(CudaGemmTest, MatchesCpu) { ExpectMatchesCpu(*cuda_); }
-
-TEST_P(CudaGemmTest, MatchesCpuThroughCublasLtOnly) {
-  absl::StatusOr<std::shared_ptr<Backend>> cublas_lt = CreateCudaBackend({.skinny_gemm = false});
-  ASSERT_TRUE(cublas_lt.ok()) << cublas_lt.status();
-  ExpectMatchesCpu(**cublas_lt);
+  std::vector<float> expected(m * n);
+  cpu_->Gemm(x.data(), m, cpu_w.view(), with_bias ? bias.data() : nullptr, expected.data());
+  EXPECT_LT(RelativeError(DownloadF32(y, expected.size()), expected), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(
