@@ -33,18 +33,20 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer inputs, backend.Allocate(input_ints * sizeof(int32_t)));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer filled, backend.Allocate(2 * blocks * sizeof(int32_t)));
   return std::unique_ptr<SparseAttention>(new SparseAttention(
-      backend, layout, num_blocks, num_heads, std::move(summaries), std::move(score_inputs),
+      backend, layout, num_blocks, num_heads, blocks, std::move(summaries), std::move(score_inputs),
       std::move(bounds), std::move(inputs), std::move(filled), offloaded));
 }
 
 SparseAttention::SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_blocks,
-                                 int32_t num_heads, std::vector<DeviceBuffer> summaries,
-                                 DeviceBuffer score_inputs, DeviceBuffer bounds,
-                                 DeviceBuffer inputs, DeviceBuffer filled, OffloadedKv* offloaded)
+                                 int32_t num_heads, size_t max_candidates,
+                                 std::vector<DeviceBuffer> summaries, DeviceBuffer score_inputs,
+                                 DeviceBuffer bounds, DeviceBuffer inputs, DeviceBuffer filled,
+                                 OffloadedKv* offloaded)
     : backend_(backend),
       layout_(layout),
       num_blocks_(num_blocks),
       num_heads_(num_heads),
+      max_candidates_(max_candidates),
       summaries_(std::move(summaries)),
       score_inputs_(std::move(score_inputs)),
       bounds_(std::move(bounds)),
@@ -139,14 +141,12 @@ absl::Status SparseAttention::Score(int32_t layer, const StepBatch& batch, const
   host_scores_.resize(static_cast<size_t>(num_scores));
   if (count == 0) return absl::OkStatus();
   int32_t* ids = score_inputs_.as<int32_t>();
-  const size_t max_candidates =
-      bounds_.bytes() / sizeof(float) / static_cast<size_t>(num_heads_ + layout_.num_kv_heads);
-  auto* device_segments = reinterpret_cast<ScoreSegment*>(ids + 2 * max_candidates);
+  auto* device_segments = reinterpret_cast<ScoreSegment*>(ids + 2 * max_candidates_);
   backend_.CopyToDevice(ids, staging_.data(), staging_.size() * sizeof(int32_t));
   backend_.CopyToDevice(ids + count, query_rows.data(), query_rows.size() * sizeof(int32_t));
   backend_.CopyToDevice(device_segments, segments.data(), segments.size() * sizeof(ScoreSegment));
   float* bounds = bounds_.as<float>();
-  float* scores = bounds + static_cast<size_t>(num_heads_) * max_candidates;
+  float* scores = bounds + static_cast<size_t>(num_heads_) * max_candidates_;
   backend_.ScoreBlocks(q, q_stride, num_heads_, layout_,
                        summaries_[static_cast<size_t>(layer)].as<float>(), ids, ids + count, count,
                        bounds);

@@ -94,9 +94,9 @@ class SparseAttention {
   };
 
   SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_blocks,
-                  int32_t num_heads, std::vector<DeviceBuffer> summaries, DeviceBuffer score_inputs,
-                  DeviceBuffer bounds, DeviceBuffer inputs, DeviceBuffer filled,
-                  OffloadedKv* offloaded);
+                  int32_t num_heads, size_t max_candidates, std::vector<DeviceBuffer> summaries,
+                  DeviceBuffer score_inputs, DeviceBuffer bounds, DeviceBuffer inputs,
+                  DeviceBuffer filled, OffloadedKv* offloaded);
   // The summary of logical block `logical` of sequence `seq`: its device block's, or its host
   // block's after the device blocks when the sequence is offloaded.
   int32_t SummaryId(const StepBatch& batch, int32_t seq, int32_t logical) const;
@@ -112,6 +112,7 @@ class SparseAttention {
   const PagedKvLayout layout_;
   const int32_t num_blocks_;
   const int32_t num_heads_;
+  const size_t max_candidates_;  // blocks one step may score: max seqs x max blocks a sequence
   // A layer: [num_blocks + host blocks][summary elements] fp32.
   std::vector<DeviceBuffer> summaries_;
   // int32 [2][max candidates]: summary ids, then query rows; then [max seqs] ScoreSegment.
