@@ -48,28 +48,17 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
-// A two-layer Llama with random weights and no tokenizer (tests/unit/capi/tiny_model.cc).
-const tinyConfig = `{
-  "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-  "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300,
-  "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-  "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
-  "torch_dtype": "float32"
-}`
+// A two-layer Llama with random weights and no tokenizer, shared with the C, Python and Rust tests.
+const tinyConfig = "../../tests/data/tiny-llama.json"
 
 // loadTinyModel loads the tiny Llama with the weights of seed 7; the caller closes it.
 func loadTinyModel(t *testing.T) *pulseinfer.Model {
 	t.Helper()
-	config := filepath.Join(t.TempDir(), "config.json")
-	if err := os.WriteFile(config, []byte(tinyConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	params := pulseinfer.DefaultModelParams()
 	params.RandomWeights = true
 	params.RandomSeed = 7
 	params.Threads = 1
-	tiny, err := pulseinfer.LoadModel(config, &params)
+	tiny, err := pulseinfer.LoadModel(tinyConfig, &params)
 	if err != nil {
 		t.Fatal(err)
 	}

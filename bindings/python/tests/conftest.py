@@ -2,7 +2,6 @@
 model for what needs no text. The pulseinfer package is the installed one (PYTHONPATH)."""
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 
@@ -11,26 +10,8 @@ import pytest
 import pulseinfer
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
-# The architecture of tests/unit/capi/tiny_model.cc.
-TINY_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 160,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 300,
-    "max_position_embeddings": 256,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "hidden_act": "silu",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "torch_dtype": "float32",
-}
+# A two-layer Llama with random weights and no tokenizer, shared with the C, Rust and Go tests.
+TINY_CONFIG = REPO / "tests" / "data" / "tiny-llama.json"
 
 
 @pytest.fixture(scope="session")
@@ -65,10 +46,8 @@ def engine(model: pulseinfer.Model):
 
 
 @pytest.fixture(scope="session")
-def tiny_config(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    path = tmp_path_factory.mktemp("tiny") / "config.json"
-    path.write_text(json.dumps(TINY_CONFIG))
-    return path
+def tiny_config() -> pathlib.Path:
+    return TINY_CONFIG
 
 
 @pytest.fixture

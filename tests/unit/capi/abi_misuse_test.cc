@@ -19,7 +19,7 @@ using pulse::capi_test::kTinyVocab;
 using pulse::capi_test::LoadTinyModel;
 using pulse::capi_test::TinyPrompt;
 using pulse::capi_test::WriteTempFile;
-using pulse::capi_test::WriteTinyConfig;
+using pulse::capi_test::TinyConfigPath;
 
 std::string LastError() { return pulse_last_error(); }
 
@@ -220,7 +220,7 @@ pulse_status LoadWith(const std::string& path, const char* backend, const char* 
 }
 
 TEST(AbiModelFiles, BadModelParams) {
-  const std::string config = WriteTinyConfig();
+  const std::string config = TinyConfigPath();
   pulse_model* model = nullptr;
   EXPECT_FAILS_WITH(LoadWith(config, "cpu", "int3", 1, &model), PULSE_INVALID_ARGUMENT,
                     "weight_type is 'int3'");
@@ -242,7 +242,7 @@ TEST(AbiModelFiles, CudaIsUnsupportedWithoutACudaDevice) {
   if ((pulse_features() & PULSE_FEATURE_CUDA_DEVICE) != 0)
     GTEST_SKIP() << "a CUDA device is present";
   pulse_model* model = nullptr;
-  EXPECT_FAILS_WITH(LoadWith(WriteTinyConfig(), "cuda", "auto", 1, &model), PULSE_UNSUPPORTED,
+  EXPECT_FAILS_WITH(LoadWith(TinyConfigPath(), "cuda", "auto", 1, &model), PULSE_UNSUPPORTED,
                     "CUDA");
   EXPECT_EQ(model, nullptr);
 }
@@ -271,7 +271,7 @@ TEST(AbiModelFiles, FileThatIsNotAModelIsInvalidModel) {
 }
 
 TEST(AbiModelFiles, MemoryLimitGivesOutOfMemory) {
-  const std::string config = WriteTinyConfig();
+  const std::string config = TinyConfigPath();
   pulse_model_params params;
   ASSERT_EQ(pulse_model_params_init(&params, sizeof(params)), PULSE_OK);
   params.random_weights = 1;

@@ -4,31 +4,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 namespace pulse::capi_test {
 namespace {
-
-constexpr char kTinyConfig[] = R"({
-  "architectures": ["LlamaForCausalLM"],
-  "model_type": "llama",
-  "hidden_size": 64,
-  "intermediate_size": 160,
-  "num_hidden_layers": 2,
-  "num_attention_heads": 4,
-  "num_key_value_heads": 2,
-  "head_dim": 16,
-  "vocab_size": 300,
-  "max_position_embeddings": 256,
-  "rms_norm_eps": 1e-5,
-  "rope_theta": 10000.0,
-  "tie_word_embeddings": false,
-  "hidden_act": "silu",
-  "bos_token_id": 1,
-  "eos_token_id": 2,
-  "torch_dtype": "float32"
-})";
 
 std::filesystem::path FreshDirectory() {
   static std::atomic<int> counter{0};
@@ -47,7 +28,11 @@ std::string WriteTempFile(const std::string& name, const std::string& content) {
   return path.string();
 }
 
-std::string WriteTinyConfig() { return WriteTempFile("config.json", kTinyConfig); }
+std::string TinyConfigPath() {
+  const char* root = std::getenv("PULSE_SOURCE_DIR");
+  EXPECT_NE(root, nullptr) << "PULSE_SOURCE_DIR is not set (ctest sets it)";
+  return std::string(root == nullptr ? "." : root) + "/tests/data/tiny-llama.json";
+}
 
 pulse_model* LoadTinyModel() {
   pulse_model_params params;
@@ -56,7 +41,7 @@ pulse_model* LoadTinyModel() {
   params.random_seed = 7;
   params.threads = 1;
   pulse_model* model = nullptr;
-  const std::string config = WriteTinyConfig();
+  const std::string config = TinyConfigPath();
   EXPECT_EQ(pulse_model_load(config.c_str(), &params, &model), PULSE_OK) << pulse_last_error();
   return model;
 }

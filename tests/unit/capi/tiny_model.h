@@ -12,9 +12,9 @@ namespace pulse::capi_test {
 inline constexpr int kTinyVocab = 300;
 inline constexpr int kTinyContext = 256;
 
-// Writes the tiny model's config.json into a fresh directory under the test temp dir; returns
-// the file's path.
-std::string WriteTinyConfig();
+// The tiny model's config, tests/data/tiny-llama.json (shared with the bindings' tests), found
+// through PULSE_SOURCE_DIR as ctest sets it.
+std::string TinyConfigPath();
 
 // A file path under the test temp dir holding `content`.
 std::string WriteTempFile(const std::string& name, const std::string& content);

@@ -1,44 +1,17 @@
 //! A tiny Llama with seeded random weights and no tokenizer: token prompts work, text does not.
 
-use std::sync::OnceLock;
-
 use pulseinfer::{
     ChatMessage, CopyExecutor, DetokenizeFlags, Engine, EngineParams, EngineStats, Error, Eviction,
     FinishReason, Model, ModelParams, OffloadMode, SamplingParams, TokenizeFlags,
 };
 
-const CONFIG: &str = r#"{
-  "architectures": ["LlamaForCausalLM"],
-  "model_type": "llama",
-  "hidden_size": 64,
-  "intermediate_size": 160,
-  "num_hidden_layers": 2,
-  "num_attention_heads": 4,
-  "num_key_value_heads": 2,
-  "head_dim": 16,
-  "vocab_size": 300,
-  "max_position_embeddings": 256,
-  "rms_norm_eps": 1e-5,
-  "rope_theta": 10000.0,
-  "tie_word_embeddings": false,
-  "hidden_act": "silu",
-  "bos_token_id": 1,
-  "eos_token_id": 2,
-  "torch_dtype": "float32"
-}"#;
-
-fn config_path() -> &'static str {
-    static PATH: OnceLock<String> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let path = format!("{}/tiny-llama-config.json", env!("CARGO_TARGET_TMPDIR"));
-        std::fs::write(&path, CONFIG).expect("the config is written");
-        path
-    })
-}
+/// A two-layer Llama with random weights and no tokenizer, shared with the C, Python and Go tests.
+const CONFIG_PATH: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../tests/data/tiny-llama.json");
 
 fn load(seed: u64) -> Model {
     let params = ModelParams::default().random_weights(seed).threads(1).backend("cpu");
-    Model::load(config_path(), &params).expect("the random model loads")
+    Model::load(CONFIG_PATH, &params).expect("the random model loads")
 }
 
 fn generate(model: &Model, sampling: &SamplingParams) -> Vec<i32> {
@@ -65,9 +38,9 @@ fn random_weights_load_at_the_config_shapes() {
 #[test]
 fn model_params_reach_the_library() {
     let f32 = ModelParams::default().random_weights(7).weight_type("f32").backend("cpu");
-    assert_eq!(Model::load(config_path(), &f32).unwrap().info().unwrap().weight_type, "f32");
+    assert_eq!(Model::load(CONFIG_PATH, &f32).unwrap().info().unwrap().weight_type, "f32");
     let tiny = ModelParams::default().random_weights(7).memory_limit_bytes(1024);
-    let error = Model::load(config_path(), &tiny).unwrap_err();
+    let error = Model::load(CONFIG_PATH, &tiny).unwrap_err();
     assert!(matches!(error, Error::OutOfMemory(_)), "{error:?}");
 }
 
