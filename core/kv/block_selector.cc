@@ -1,9 +1,9 @@
 #include "core/kv/block_selector.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <limits>
-#include <numeric>
+#include <functional>
 
 #include "absl/strings/str_format.h"
 #include "core/backend/cpu/block_summary.h"
@@ -20,16 +20,16 @@ int32_t TokensInBlocks(int32_t begin, int32_t end, int32_t block_tokens, int32_t
   return tokens_before(end) - tokens_before(begin);
 }
 
-// True when candidate `a` ranks before candidate `b`: the higher score first, NaN after every
-// number, the lower block first among equals.
-bool RanksBefore(std::span<const float> scores, int32_t a, int32_t b) {
-  const float score_a = scores[static_cast<size_t>(a)];
-  const float score_b = scores[static_cast<size_t>(b)];
-  const bool nan_a = std::isnan(score_a);
-  const bool nan_b = std::isnan(score_b);
-  if (nan_a != nan_b) return nan_b;
-  if (!nan_a && score_a != score_b) return score_a > score_b;
-  return a < b;
+// A key that orders candidates as selection ranks them, the first the largest: the higher score
+// first, NaN after every number, the lower candidate first among equals (-0 equals +0). The
+// score's bits, made to order as unsigned integers, above the inverted candidate index.
+uint64_t RankKey(float score, uint32_t candidate) {
+  uint64_t ordered = 0;  // NaN: below every number
+  if (!std::isnan(score)) {
+    const auto bits = std::bit_cast<uint32_t>(score + 0.0f);  // -0 becomes +0
+    ordered = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+  }
+  return ordered << 32 | static_cast<uint32_t>(~candidate);
 }
 
 }  // namespace
@@ -136,20 +136,22 @@ absl::StatusOr<BlockSelection> BlockSelector::SelectScored(int32_t num_tokens,
   BlockSelection selection{
       .partition = partition, .num_sets = static_cast<int32_t>(sets), .scores = std::move(scores)};
   selection.blocks.reserve(sets * static_cast<size_t>(partition.blocks_per_set()));
-  std::vector<int32_t> ranked(num_candidates);
+  std::vector<uint64_t> keys(num_candidates);
+  std::vector<int32_t> picked(static_cast<size_t>(partition.picks));
   for (size_t set = 0; set < sets; ++set) {
-    const std::span<const float> set_scores =
-        std::span<const float>(selection.scores).subspan(set * num_candidates, num_candidates);
-    std::iota(ranked.begin(), ranked.end(), 0);
-    const auto best_end = ranked.begin() + partition.picks;
-    std::nth_element(ranked.begin(), best_end, ranked.end(),
-                     [&](int32_t a, int32_t b) { return RanksBefore(set_scores, a, b); });
-    std::sort(ranked.begin(), best_end);
+    const float* set_scores = selection.scores.data() + set * num_candidates;
+    for (size_t i = 0; i < num_candidates; ++i) {
+      keys[i] = RankKey(set_scores[i], static_cast<uint32_t>(i));
+    }
+    const auto best_end = keys.begin() + partition.picks;
+    std::nth_element(keys.begin(), best_end, keys.end(), std::greater<>());
+    std::transform(keys.begin(), best_end, picked.begin(),
+                   [](uint64_t key) { return static_cast<int32_t>(~static_cast<uint32_t>(key)); });
+    std::sort(picked.begin(), picked.end());
 
     for (int32_t block = 0; block < partition.sink_end; ++block) selection.blocks.push_back(block);
-    for (auto it = ranked.begin(); it != best_end; ++it) {
-      selection.blocks.push_back(partition.sink_end + *it);
-    }
+    for (const int32_t candidate : picked)
+      selection.blocks.push_back(partition.sink_end + candidate);
     for (int32_t block = partition.window_begin; block < partition.num_blocks; ++block) {
       selection.blocks.push_back(block);
     }

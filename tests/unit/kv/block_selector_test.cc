@@ -181,6 +181,8 @@ TEST(BlockSelectorTest, TiesGoToTheLowerBlockAndNanRanksLast) {
   EXPECT_THAT(SelectOne(selector, 24, {kNan, kNan, 3, kNan, kNan, kNan}), ElementsAre(0, 1, 2));
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_THAT(SelectOne(selector, 24, {-inf, 0, inf, kNan, -inf, -inf}), ElementsAre(0, 1, 2));
+  // -0 and +0 are equal scores: the lower blocks win.
+  EXPECT_THAT(SelectOne(selector, 24, {-1, -0.0f, -2, 0.0f, -0.0f, 0.0f}), ElementsAre(1, 3, 4));
 }
 
 TEST(BlockSelectorTest, BudgetCoveringTheContextSelectsEveryBlock) {
