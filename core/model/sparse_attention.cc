@@ -123,7 +123,7 @@ absl::Status SparseAttention::Score(int32_t layer, const StepBatch& batch, const
     if (!batch.sparse(s) || batch.q_offsets()[s + 1] - first_row != 1) continue;
     PULSE_ASSIGN_OR_RETURN(const BlockSelector selector,
                            BlockSelector::Create(layout_, num_heads_, batch.sparse(s)->options));
-    RowSelection row{.seq = s, .first_score = num_scores};
+    RowSelection row{.selector = selector, .seq = s, .first_score = num_scores};
     PULSE_ASSIGN_OR_RETURN(row.partition, selector.Partition(batch.kv_lens()[s]));
     const auto first_candidate = static_cast<int32_t>(staging_.size());
     for (int32_t logical = row.partition.sink_end; logical < row.partition.window_begin;
@@ -159,8 +159,7 @@ absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, cons
                                      std::vector<std::vector<int32_t>>& tables, int32_t& kv_len) {
   const int32_t seq = row.seq;
   const SparseSelection& sparse = *batch.sparse(seq);
-  PULSE_ASSIGN_OR_RETURN(const BlockSelector selector,
-                         BlockSelector::Create(layout_, num_heads_, sparse.options));
+  const BlockSelector& selector = row.selector;
   const BlockPartition& partition = row.partition;
   const auto count = static_cast<size_t>(partition.num_candidates());
   const auto first = host_scores_.begin() + row.first_score;

@@ -25,6 +25,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/backend/backend.h"
 #include "core/base/status.h"
+#include "core/kv/block_selector.h"
 #include "core/model/offloaded_kv.h"
 #include "core/model/step_batch.h"
 
@@ -88,6 +89,7 @@ class SparseAttention {
 
   // One sparse decode row's selection in the current layer.
   struct RowSelection {
+    BlockSelector selector;  // for the row's sequence's options
     int32_t seq = 0;
     int32_t first_score = 0;  // where its scores ([sets][candidates]) start in host_scores_
     BlockPartition partition = {};
