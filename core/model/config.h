@@ -41,14 +41,14 @@ struct ModelConfig {
   int32_t max_position = 0;
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
-  RopeScaling rope_scaling;
+  RopeScaling rope_scaling = {};
   // Per-pair divisors of the inverse frequencies [head_dim / 2], or empty: a GGUF file's
   // rope_freqs.weight tensor (how llama.cpp stores llama3 scaling).
-  std::vector<float> rope_freq_factors;
+  std::vector<float> rope_freq_factors = {};
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)
   int32_t bos_token_id = -1;
-  std::vector<int32_t> eos_token_ids;
+  std::vector<int32_t> eos_token_ids = {};
 
   // Checks that every size is positive, bounded and consistent (heads divide, head_dim even,
   // token ids inside the vocabulary...); InvalidArgument naming the field otherwise.

@@ -16,18 +16,14 @@ namespace pulse::testing {
 
 // 2 layers of 4 query heads over 2 KV heads of 64 dims (a head size the CUDA kernels take).
 inline ModelConfig SmallConfig(int32_t max_position) {
-  ModelConfig config;
-  config.hidden_size = 256;
-  config.intermediate_size = 512;
-  config.num_layers = 2;
-  config.num_heads = 4;
-  config.num_kv_heads = 2;
-  config.head_dim = 64;
-  config.vocab_size = 512;
-  config.max_position = max_position;
-  config.rope_theta = 10000.0f;
-  config.tie_word_embeddings = false;
-  return config;
+  return {.hidden_size = 256,
+          .intermediate_size = 512,
+          .num_layers = 2,
+          .num_heads = 4,
+          .num_kv_heads = 2,
+          .head_dim = 64,
+          .vocab_size = 512,
+          .max_position = max_position};
 }
 
 // A parameterized test over backend names whose SetUp loads `config`'s random weights (`seed`)
