@@ -320,42 +320,6 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
 // candidates. The work is a few reads of each bound (the step's bounds are a few hundred KB).
 namespace {
 
-__device__ __forceinline__ float BlockMax(float value, float* shared) {
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  }
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  float total = lane < kWarpsPerBlock ? shared[lane] : -INFINITY;
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    total = fmaxf(total, __shfl_xor_sync(0xffffffffu, total, offset));
-  }
-  __syncthreads();
-  return total;
-}
-
-__device__ __forceinline__ double BlockSumDouble(double value, double* shared) {
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  double total = lane < kWarpsPerBlock ? shared[lane] : 0.0;
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    total += __shfl_xor_sync(0xffffffffu, total, offset);
-  }
-  __syncthreads();
-  return total;
-}
-
 __global__ void __launch_bounds__(kThreads)
     AggregateScoresKernel(const float* __restrict__ bounds, int32_t num_heads, int64_t stride,
                           const ScoreSegment* __restrict__ segments, float* __restrict__ scores) {
@@ -388,12 +352,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
       local_max = fmaxf(local_max, row[i]);
     }
-    const double max_logit = scale * BlockMax(local_max, reduce_float);
+    const double max_logit = scale * BlockReduce(local_max, -INFINITY, MaxFloat{}, reduce_float);
     double local_total = 0.0;
     for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
       local_total += exp(scale * row[i] - max_logit);
     }
-    const double total = BlockSumDouble(local_total, reduce_double);
+    const double total = BlockReduce(local_total, 0.0, Add{}, reduce_double);
     if (threadIdx.x == 0) {
       head_max[h] = max_logit;
       head_total[h] = total;

@@ -12,27 +12,49 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarp = 32;
 
-__device__ __forceinline__ float WarpSum(float value) {
+struct Add {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+
+// fmaxf: a NaN operand is skipped.
+struct MaxFloat {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// `op` over a warp's values (butterfly order); every lane gets it.
+template <typename T, typename Op>
+__device__ __forceinline__ T WarpReduce(T value, Op op) {
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
+    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
   }
   return value;
 }
 
-// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets it.
-// `shared` holds 32 floats. Ends with a barrier, so `shared` may be reused at once.
-__device__ __forceinline__ float BlockSum(float value, float* shared) {
+__device__ __forceinline__ float WarpSum(float value) { return WarpReduce(value, Add{}); }
+
+// `op` over a block of blockDim.x threads (a multiple of 32, at most 1024), `identity` its
+// neutral value; every thread gets it. `shared` holds a value a warp. Ends with a barrier, so
+// `shared` may be reused at once.
+template <typename T, typename Op>
+__device__ __forceinline__ T BlockReduce(T value, T identity, Op op, T* shared) {
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
-  value = WarpSum(value);
+  value = WarpReduce(value, op);
   if (lane == 0) shared[warp] = value;
   __syncthreads();
   const int warps = blockDim.x / kWarp;
-  float total = lane < warps ? shared[lane] : 0.0f;
-  total = WarpSum(total);
+  T total = lane < warps ? shared[lane] : identity;
+  total = WarpReduce(total, op);
   __syncthreads();
   return total;
+}
+
+__device__ __forceinline__ float BlockSum(float value, float* shared) {
+  return BlockReduce(value, 0.0f, Add{}, shared);
 }
 
 // Eight bf16 values in one 16-byte word.

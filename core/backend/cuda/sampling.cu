@@ -37,19 +37,6 @@ struct Row {
   }
 };
 
-__device__ u64 BlockSumU64(u64 value, u64* shared) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  const int warp = threadIdx.x / kWarp;
-  if (threadIdx.x % kWarp == 0) shared[warp] = value;
-  __syncthreads();
-  u64 total = 0;
-  for (int w = 0; w < kWarps; ++w) total += shared[w];
-  __syncthreads();
-  return total;
-}
-
 // Mass (or count) of the candidates.
 __device__ u64 CandidateMass(const Row& row, u64 key_floor, uint32_t weight_floor, u64* shared) {
   u64 mass = 0;
@@ -57,7 +44,7 @@ __device__ u64 CandidateMass(const Row& row, u64 key_floor, uint32_t weight_floo
     const uint32_t weight = row.weights[i];
     if (weight >= weight_floor && SampleKey(row.Logit(i), i) >= key_floor) mass += weight;
   }
-  return BlockSumU64(mass, shared);
+  return BlockReduce(mass, u64{0}, Add{}, shared);
 }
 
 // The largest candidate key K with Mass(>= K) >= threshold (counts instead of weights when
