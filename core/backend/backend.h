@@ -248,6 +248,18 @@ class Backend {
   // [num_kv_heads][head_dim]) into its slot of the paged cache.
   virtual void AppendKv(const float* k, const float* v, int64_t row_stride,
                         const PagedKvBatch& kv) = 0;
+  // Rope of the queries and keys of QKV rows (row r at qkv + r * row_stride: num_heads query
+  // heads, then kv.layout.num_kv_heads keys, then as many values, each head_dim wide), then
+  // AppendKv of the rotated keys and the values: the same results, one kernel on CUDA.
+  virtual void RopeAppendKv(float* qkv, int64_t rows, int64_t row_stride, int32_t num_heads,
+                            const int32_t* positions, const float* inv_freq,
+                            const PagedKvBatch& kv) {
+    const int32_t kv_heads = kv.layout.num_kv_heads;
+    const int32_t head_dim = kv.layout.head_dim;
+    Rope(qkv, rows, row_stride, num_heads + kv_heads, head_dim, positions, inv_freq);
+    const float* keys = qkv + int64_t{num_heads} * head_dim;
+    AppendKv(keys, keys + int64_t{kv_heads} * head_dim, row_stride, kv);
+  }
   // Causal GQA attention: q rows as PagedKvBatch describes, each [num_heads][head_dim] at
   // q + r*q_stride; out (act) rows [num_heads][head_dim] contiguous. Softmax scale `scale`.
   virtual void Attention(const float* q, int64_t q_stride, int32_t num_heads,
@@ -276,8 +288,8 @@ class Backend {
   // cpu::AggregateHeadBounds does. `max_sets` bounds every segment's num_sets. The segments must
   // fit the bounds and the scores (cpu::AggregateScores checks what the CPU backend is given).
   virtual void AggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
-                               const ScoreSegment* segments, int32_t num_segments,
-                               int32_t max_sets, float* scores) = 0;
+                               const ScoreSegment* segments, int32_t num_segments, int32_t max_sets,
+                               float* scores) = 0;
   // tokens[r] = the token drawn from row r of logits [rows][vocab] with params[r], as
   // core/backend/sampling.h says (the same token on every backend), or -1 when the row cannot be
   // sampled. `history` holds the rows' distinct penalised ids (see TokenSampling).

@@ -417,10 +417,8 @@ absl::Status ModelRunner::PreAttention(int32_t layer) {
   backend.Gemm(normed, rows, w.qkv.view(), w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<float>(),
                qkv);
   const float* inv_freq = model_->weights().rope_inv_freq.as<float>();
-  // The keys follow the queries in each row: one call rotates both.
-  backend.Rope(qkv, rows, qkv_dim_, config.num_heads + config.num_kv_heads, config.head_dim,
-               step_.positions, inv_freq);
-  backend.AppendKv(qkv + q_dim_, qkv + q_dim_ + kv_dim_, qkv_dim_, KvBatch(layer));
+  backend.RopeAppendKv(qkv, rows, qkv_dim_, config.num_heads, step_.positions, inv_freq,
+                       KvBatch(layer));
   return batch_->has_sparse() ? sparse_->Summarize(layer, cache_.layer(layer)) : absl::OkStatus();
 }
 

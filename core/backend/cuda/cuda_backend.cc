@@ -345,6 +345,19 @@ class CudaBackend final : public Backend {
     Record(cuda::LaunchAppendKv(k, v, row_stride, kv, stream()), "AppendKv");
   }
 
+  void RopeAppendKv(float* qkv, int64_t rows, int64_t row_stride, int32_t num_heads,
+                    const int32_t* positions, const float* inv_freq,
+                    const PagedKvBatch& kv) override {
+    absl::MutexLock lock(&mu_);
+    if (rows != kv.num_rows) {
+      RecordStatus(absl::InvalidArgumentError(absl::StrFormat(
+          "CUDA backend: RopeAppendKv of %d rows for a batch of %d", rows, kv.num_rows)));
+      return;
+    }
+    Record(cuda::LaunchRopeAppendKv(qkv, row_stride, num_heads, positions, inv_freq, kv, stream()),
+           "RopeAppendKv");
+  }
+
   void Attention(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
                  float scale, void* out) override {
     absl::MutexLock lock(&mu_);
@@ -393,8 +406,8 @@ class CudaBackend final : public Backend {
                        const ScoreSegment* segments, int32_t num_segments, int32_t max_sets,
                        float* scores) override {
     absl::MutexLock lock(&mu_);
-    if (num_heads < 1 || num_heads > cuda::kAggregateMaxHeads || max_sets < 1 ||
-        max_sets > 65535 || num_segments < 0) {
+    if (num_heads < 1 || num_heads > cuda::kAggregateMaxHeads || max_sets < 1 || max_sets > 65535 ||
+        num_segments < 0) {
       RecordStatus(absl::InvalidArgumentError(absl::StrFormat(
           "CUDA backend: AggregateScores of %d heads (at most %d), %d segments of at most %d sets",
           num_heads, cuda::kAggregateMaxHeads, num_segments, max_sets)));

@@ -35,6 +35,12 @@ cudaError_t LaunchGatherRows(const void* x, int64_t cols, const int32_t* rows, i
 // Writes each query row's key and value (fp32 at k / v + row * row_stride) into its bf16 slot.
 cudaError_t LaunchAppendKv(const float* k, const float* v, int64_t row_stride,
                            const PagedKvBatch& kv, cudaStream_t stream);
+// LaunchRope over the queries and keys of QKV rows ([num_heads][head_dim] queries, then
+// kv.layout's keys and values) followed by LaunchAppendKv of the rotated keys and the values, in
+// one kernel, with the same results bit for bit.
+cudaError_t LaunchRopeAppendKv(float* qkv, int64_t row_stride, int32_t num_heads,
+                               const int32_t* positions, const float* inv_freq,
+                               const PagedKvBatch& kv, cudaStream_t stream);
 
 // Decode attention (every sequence has one query row) split along the sequence. The number of
 // splits for this batch, when `resident_blocks` thread blocks run at once on the device and the

@@ -2,15 +2,17 @@
 // in the paged cache: one block per query row, threads over heads x head_dim.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/rope.cuh"
 
 namespace pulse::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRopeThreads = 128;
 
-__global__ void AppendKvKernel(const float* __restrict__ k, const float* __restrict__ v,
-                               int64_t row_stride, PagedKvBatch kv) {
-  const int32_t row = blockIdx.x;
+// Where query row `row`'s key goes: its sequence's slot for the row's position (head 0, channel
+// 0); its value lies layout.value_offset() elements further.
+__device__ __forceinline__ bf16* KeySlot(const PagedKvBatch& kv, int32_t row) {
   // The sequence owning this row: the last s with q_offsets[s] <= row.
   int32_t seq = 0;
   while (seq + 1 < kv.num_seqs && kv.q_offsets[seq + 1] <= row) ++seq;
@@ -19,8 +21,15 @@ __global__ void AppendKvKernel(const float* __restrict__ k, const float* __restr
   const PagedKvLayout& layout = kv.layout;
   const int32_t block =
       kv.block_tables[int64_t{seq} * kv.max_blocks_per_seq + position / layout.block_tokens];
-  bf16* keys = static_cast<bf16*>(kv.blocks) + block * layout.block_elems() +
-               (position % layout.block_tokens) * layout.head_dim;
+  return static_cast<bf16*>(kv.blocks) + block * layout.block_elems() +
+         (position % layout.block_tokens) * layout.head_dim;
+}
+
+__global__ void AppendKvKernel(const float* __restrict__ k, const float* __restrict__ v,
+                               int64_t row_stride, PagedKvBatch kv) {
+  const int32_t row = blockIdx.x;
+  bf16* keys = KeySlot(kv, row);
+  const PagedKvLayout& layout = kv.layout;
   const int32_t width = layout.num_kv_heads * layout.head_dim;
   for (int32_t i = threadIdx.x; i < width; i += blockDim.x) {
     const int32_t head = i / layout.head_dim;
@@ -31,12 +40,58 @@ __global__ void AppendKvKernel(const float* __restrict__ k, const float* __restr
   }
 }
 
+// One block a QKV row [num_heads q heads][kv heads k][kv heads v]: rotates the queries and keys in
+// place as RopeKernel does and writes the rotated keys and the values into the row's slot.
+__global__ void RopeAppendKvKernel(float* __restrict__ qkv, int64_t row_stride, int32_t num_heads,
+                                   const int32_t* __restrict__ positions,
+                                   const float* __restrict__ inv_freq, PagedKvBatch kv) {
+  __shared__ float cos_table[kRopeMaxHalf];
+  __shared__ float sin_table[kRopeMaxHalf];
+  const int32_t row = blockIdx.x;
+  const PagedKvLayout& layout = kv.layout;
+  const int32_t head_dim = layout.head_dim;
+  const int32_t half = head_dim / 2;
+  RopeTables(positions[row], inv_freq, half, cos_table, sin_table);
+  float* base = qkv + row * row_stride;
+  const int32_t kv_heads = layout.num_kv_heads;
+  bf16* keys = KeySlot(kv, row);
+  for (int32_t item = threadIdx.x; item < (num_heads + kv_heads) * half; item += blockDim.x) {
+    const int32_t head = item / half;
+    const int32_t i = item % half;
+    float* x1 = base + int64_t{head} * head_dim + i;
+    float* x2 = x1 + half;
+    const float2 rotated = RotatePair(*x1, *x2, cos_table, sin_table, i);
+    *x1 = rotated.x;
+    *x2 = rotated.y;
+    if (head < num_heads) continue;
+    const int32_t kv_head = head - num_heads;
+    bf16* slot = keys + kv_head * layout.head_elems() + i;
+    const float* value = base + int64_t{num_heads + kv_heads + kv_head} * head_dim + i;
+    slot[0] = __float2bfloat16_rn(rotated.x);
+    slot[half] = __float2bfloat16_rn(rotated.y);
+    slot[layout.value_offset()] = __float2bfloat16_rn(value[0]);
+    slot[layout.value_offset() + half] = __float2bfloat16_rn(value[half]);
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchAppendKv(const float* k, const float* v, int64_t row_stride,
                            const PagedKvBatch& kv, cudaStream_t stream) {
   if (kv.num_rows == 0) return cudaSuccess;
   AppendKvKernel<<<static_cast<unsigned>(kv.num_rows), kThreads, 0, stream>>>(k, v, row_stride, kv);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeAppendKv(float* qkv, int64_t row_stride, int32_t num_heads,
+                               const int32_t* positions, const float* inv_freq,
+                               const PagedKvBatch& kv, cudaStream_t stream) {
+  if (kv.num_rows == 0) return cudaSuccess;
+  if (kv.layout.head_dim / 2 > kRopeMaxHalf || kv.layout.head_dim % 2 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  RopeAppendKvKernel<<<static_cast<unsigned>(kv.num_rows), kRopeThreads, 0, stream>>>(
+      qkv, row_stride, num_heads, positions, inv_freq, kv);
   return cudaGetLastError();
 }
 
