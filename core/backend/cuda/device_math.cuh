@@ -34,6 +34,14 @@ __device__ __forceinline__ T WarpReduce(T value, Op op) {
   return value;
 }
 
+// 2^x by the special-function unit alone (ex2.approx.ftz: about 2 ulp, subnormal results flushed
+// to zero), where exp2f adds range handling around it.
+__device__ __forceinline__ float FastExp2(float x) {
+  float result;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(x));
+  return result;
+}
+
 __device__ __forceinline__ float WarpSum(float value) { return WarpReduce(value, Add{}); }
 
 // `op` over a block of blockDim.x threads (a multiple of 32, at most 1024), `identity` its

@@ -1,14 +1,14 @@
 // Causal attention over the paged cache on tensor cores, in the flash-attention style: for
 // chunked prefill and for batches that mix prompt chunks with decode rows.
 //
-// A block computes kBlockM query rows of one sequence and one query head. Its 4 warps own 32
-// rows each, as two m16 tiles that share every K and V fragment a warp loads from shared memory
-// (shared-memory reads, not the tensor cores, bound this kernel). Key/value tiles of BlockKeys()
-// tokens are gathered from their paged blocks into shared memory by cp.async, double-buffered,
-// so the next tile's copy overlaps this tile's math. S = Q K^T and O += P V run as mma.sync
-// m16n8k16 (bf16 in, fp32 accumulate); the softmax is online, in the log2 domain, with P kept in
-// registers between the two products. Shared tiles are rows of head_dim bf16 whose 16-byte chunks
-// are XOR-swizzled by the row, so ldmatrix reads of 8 rows at one column hit 8 bank groups.
+// A block computes kBlockM query rows of one sequence and one query head. Its warps own two m16
+// row tiles each, which share every K and V fragment a warp loads from shared memory. Key/value
+// tiles of kBlockN tokens are gathered from their paged blocks into shared memory by cp.async,
+// double-buffered, so the next tile's copy overlaps this tile's math. S = Q K^T and O += P V run as
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate); the softmax is online, in the log2 domain, with P
+// kept in registers between the two products, and O rescaled only in tiles that raise a row's
+// maximum. Shared tiles are rows of head_dim bf16 whose 16-byte chunks are XOR-swizzled by the row,
+// so ldmatrix reads of 8 rows at one column hit 8 bank groups.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/mma.cuh"
@@ -16,24 +16,24 @@
 namespace pulse::cuda {
 namespace {
 
-constexpr int kBlockM = 128;
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarp;
-constexpr int kWarpRows = kBlockM / kWarps;
-constexpr int kRowTiles = kWarpRows / 16;  // m16 tiles a warp
+// A kernel's shape: kWarps warps of kRowTiles m16 row tiles each (two tiles share every K and V
+// fragment a warp loads), key tiles of kBlockN keys. For 128-dim heads the S accumulators of 32
+// keys are what fits beside O's in registers (64 keys spill; 8 warps or single row tiles were
+// slower on the H200: samples/bench/results/h200-prefill-attention-shapes.txt).
+template <int kHeadDim_, int kWarps_, int kRowTiles_, int kBlockN_>
+struct Shape {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kRowTiles = kRowTiles_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kThreads = kWarps * kWarp;
+  static constexpr int kWarpRows = kRowTiles * 16;
+  static constexpr int kBlockM = kWarps * kWarpRows;
+  static constexpr int kSharedBytes = (kBlockM + 4 * kBlockN) * kHeadDim * 2;
+};
+
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -__builtin_huge_valf();
-
-// Keys of one shared tile: the S accumulators of 128-dim heads must leave registers for O.
-template <int kHeadDim>
-__host__ __device__ constexpr int BlockKeys() {
-  return kHeadDim >= 128 ? 32 : 64;
-}
-
-template <int kHeadDim>
-constexpr int SharedBytes() {
-  return (kBlockM + 4 * BlockKeys<kHeadDim>()) * kHeadDim * 2;  // Q, then K and V of two stages
-}
 
 // The query tile of this block: its sequence and first row, or seq -1 when there is none. Tiles
 // of a sequence are numbered last-first, so the tiles with the most keys start first.
@@ -44,6 +44,7 @@ struct QueryTile {
   int32_t first_position = 0;
 };
 
+template <int kBlockM>
 __device__ QueryTile FindTile(const PagedKvBatch& kv, int32_t tile) {
   QueryTile found;
   for (int32_t s = 0; s < kv.num_seqs; ++s) {
@@ -62,11 +63,16 @@ __device__ QueryTile FindTile(const PagedKvBatch& kv, int32_t tile) {
   return found;
 }
 
-template <int kHeadDim>
-__global__ void __launch_bounds__(kThreads)
+template <typename S>
+__global__ void __launch_bounds__(S::kThreads, 1)
     PrefillAttentionKernel(const float* __restrict__ q, int64_t q_stride, int32_t num_heads,
                            PagedKvBatch kv, float scale_log2, bf16* __restrict__ out) {
-  constexpr int kBlockN = BlockKeys<kHeadDim>();
+  constexpr int kHeadDim = S::kHeadDim;
+  constexpr int kBlockN = S::kBlockN;
+  constexpr int kBlockM = S::kBlockM;
+  constexpr int kThreads = S::kThreads;
+  constexpr int kWarpRows = S::kWarpRows;
+  constexpr int kRowTiles = S::kRowTiles;
   constexpr int kChunks = kHeadDim / 8;     // 16-byte chunks of a row
   constexpr int kDimTiles = kHeadDim / 8;   // n-tiles of O
   constexpr int kDimSteps = kHeadDim / 16;  // k-steps of S = Q K^T
@@ -77,7 +83,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* k_tiles = q_tile + kBlockM * kHeadDim;       // [2][kBlockN][kHeadDim]
   bf16* v_tiles = k_tiles + 2 * kBlockN * kHeadDim;  // [2][kBlockN][kHeadDim]
 
-  const QueryTile tile = FindTile(kv, blockIdx.x);
+  const QueryTile tile = FindTile<kBlockM>(kv, blockIdx.x);
   if (tile.seq < 0) return;
   const int32_t head = blockIdx.y;
   const PagedKvLayout& layout = kv.layout;
@@ -92,6 +98,9 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* blocks = static_cast<const bf16*>(kv.blocks);
   const int32_t* table = kv.block_tables + int64_t{tile.seq} * kv.max_blocks_per_seq;
   const int64_t head_offset = int64_t{kv_head} * layout.head_elems();
+  // A power-of-two block size (the usual case) divides keys by a shift.
+  const int block_shift =
+      (layout.block_tokens & (layout.block_tokens - 1)) == 0 ? __ffs(layout.block_tokens) - 1 : -1;
   const auto load_kv_tile = [&](int32_t key_tile, int stage) {
     bf16* k_dst = k_tiles + stage * kBlockN * kHeadDim;
     bf16* v_dst = v_tiles + stage * kBlockN * kHeadDim;
@@ -103,8 +112,10 @@ __global__ void __launch_bounds__(kThreads)
       const bool valid = key < keys;
       const bf16* src = blocks;
       if (valid) {
-        src = blocks + table[key / layout.block_tokens] * layout.block_elems() + head_offset +
-              int64_t{key % layout.block_tokens} * kHeadDim + chunk * 8;
+        const int32_t block = block_shift >= 0 ? key >> block_shift : key / layout.block_tokens;
+        const int32_t slot = key - block * layout.block_tokens;
+        src = blocks + table[block] * layout.block_elems() + head_offset +
+              int64_t{slot} * kHeadDim + chunk * 8;
       }
       const int offset = SwizzledOffset<kHeadDim>(row, chunk);
       CopyAsync16(SharedAddress(k_dst + offset), src, valid);
@@ -198,7 +209,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    // Scale, mask (causal and past the keys), and the online softmax of this warp's rows.
+    // Mask (causal and past the keys), and the online softmax of this warp's rows. The scale is
+    // positive, so the maxima are taken of the unscaled products and scaled once; each
+    // probability is then one fma and one ex2.
     const int32_t first_key = key_tile * kBlockN;
     const bool needs_mask =
         first_key + kBlockN > tile.first_position + warp * kWarpRows || first_key + kBlockN > keys;
@@ -210,13 +223,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r = i / 2;
-          float value = s[m][n][i] * scale_log2;
           if (needs_mask) {
             const int32_t key = first_key + n * 8 + (lane % 4) * 2 + i % 2;
-            if (key > first_row_position + m * 16 + r * 8 || key >= keys) value = kNegInf;
+            if (key > first_row_position + m * 16 + r * 8 || key >= keys) s[m][n][i] = kNegInf;
           }
-          s[m][n][i] = value;
-          tile_max[r] = fmaxf(tile_max[r], value);
+          tile_max[r] = fmaxf(tile_max[r], s[m][n][i]);
         }
       }
       float rescale[2];
@@ -225,8 +236,8 @@ __global__ void __launch_bounds__(kThreads)
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
         // Key 0 is visible to every row, so after the first tile no row's maximum is -inf.
-        const float new_max = fmaxf(row_max[m][r], tile_max[r]);
-        rescale[r] = exp2f(row_max[m][r] - new_max);
+        const float new_max = fmaxf(row_max[m][r], tile_max[r] * scale_log2);
+        rescale[r] = FastExp2(row_max[m][r] - new_max);
         row_max[m][r] = new_max;
         row_sum[m][r] *= rescale[r];
       }
@@ -234,14 +245,17 @@ __global__ void __launch_bounds__(kThreads)
       for (int n = 0; n < kKeyTiles; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          s[m][n][i] = exp2f(s[m][n][i] - row_max[m][i / 2]);
+          s[m][n][i] = FastExp2(fmaf(s[m][n][i], scale_log2, -row_max[m][i / 2]));
           row_sum[m][i / 2] += s[m][n][i];
         }
       }
+      // Once the maxima settle, most tiles leave them unchanged: skip the multiply then.
+      if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
 #pragma unroll
-      for (int n = 0; n < kDimTiles; ++n) {
+        for (int n = 0; n < kDimTiles; ++n) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) o_acc[m][n][i] *= rescale[i / 2];
+          for (int i = 0; i < 4; ++i) o_acc[m][n][i] *= rescale[i / 2];
+        }
       }
     }
 
@@ -293,18 +307,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kHeadDim>
+template <typename S>
 cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
                    float scale, bf16* out, cudaStream_t stream) {
-  constexpr int kShared = SharedBytes<kHeadDim>();
   static const cudaError_t configured = cudaFuncSetAttribute(
-      PrefillAttentionKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+      PrefillAttentionKernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSharedBytes);
   if (configured != cudaSuccess) return configured;
   // An upper bound of the query tiles; blocks past the last tile return at once.
-  const int64_t tiles = (int64_t{kv.num_rows} + kBlockM - 1) / kBlockM + kv.num_seqs;
+  const int64_t tiles = (int64_t{kv.num_rows} + S::kBlockM - 1) / S::kBlockM + kv.num_seqs;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(num_heads));
-  PrefillAttentionKernel<kHeadDim>
-      <<<grid, kThreads, kShared, stream>>>(q, q_stride, num_heads, kv, scale * kLog2e, out);
+  PrefillAttentionKernel<S><<<grid, S::kThreads, S::kSharedBytes, stream>>>(
+      q, q_stride, num_heads, kv, scale * kLog2e, out);
   return cudaGetLastError();
 }
 
@@ -317,9 +330,9 @@ cudaError_t LaunchPrefillAttention(const float* q, int64_t q_stride, int32_t num
   bf16* output = static_cast<bf16*>(out);
   switch (kv.layout.head_dim) {
     case 64:
-      return Launch<64>(q, q_stride, num_heads, kv, scale, output, stream);
+      return Launch<Shape<64, 4, 2, 64>>(q, q_stride, num_heads, kv, scale, output, stream);
     case 128:
-      return Launch<128>(q, q_stride, num_heads, kv, scale, output, stream);
+      return Launch<Shape<128, 4, 2, 32>>(q, q_stride, num_heads, kv, scale, output, stream);
     default:
       return cudaErrorInvalidValue;
   }
