@@ -20,6 +20,7 @@
 
 #include "core/backend/cuda/block_summary_kernels.h"
 #include "core/backend/cuda/device_math.cuh"
+#include "core/backend/cuda/launch.cuh"
 
 namespace pulse::cuda {
 namespace {
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(kThreads)
                           const int32_t* __restrict__ block_ids,
                           const int32_t* __restrict__ summary_ids, int64_t tasks,
                           float* __restrict__ summaries) {
+  WaitForPriorGrids();
   const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
   if (task >= tasks) return;  // the whole warp
   const int lane = threadIdx.x % kWarp;
@@ -162,6 +164,7 @@ __global__ void __launch_bounds__(kThreads)
                       const int32_t* __restrict__ summary_ids,
                       const int32_t* __restrict__ query_rows, int32_t count,
                       float* __restrict__ bounds) {
+  WaitForPriorGrids();
   extern __shared__ float tile_bounds[];  // [group][kScoreTile]
   const int32_t kv_head = blockIdx.y;
   const int lane = threadIdx.x % kWarp;
@@ -227,6 +230,7 @@ __global__ void __launch_bounds__(kThreads) ScoreBlocksScalarKernel(
     const float* __restrict__ q, int64_t q_stride, int32_t group, int32_t num_kv_heads,
     int32_t head_dim, const float* __restrict__ summaries, const int32_t* __restrict__ summary_ids,
     const int32_t* __restrict__ query_rows, int32_t count, float* __restrict__ bounds) {
+  WaitForPriorGrids();
   const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
   if (task >= int64_t{count} * num_kv_heads) return;  // the whole warp
   const int lane = threadIdx.x % kWarp;
@@ -250,10 +254,9 @@ cudaError_t LaunchTiledScore(dim3 grid, size_t shared_bytes, cudaStream_t stream
                              int64_t q_stride, int32_t group, const PagedKvLayout& layout,
                              const float* summaries, const int32_t* summary_ids,
                              const int32_t* query_rows, int32_t count, float* bounds) {
-  ScoreBlocksKernel<kVectors><<<grid, kThreads, shared_bytes, stream>>>(
-      q, q_stride, group, layout.num_kv_heads, layout.head_dim, summaries, summary_ids, query_rows,
-      count, bounds);
-  return cudaGetLastError();
+  return LaunchKernel(ScoreBlocksKernel<kVectors>, grid, kThreads, shared_bytes, stream, q,
+                      q_stride, group, layout.num_kv_heads, layout.head_dim, summaries, summary_ids,
+                      query_rows, count, bounds);
 }
 
 }  // namespace
@@ -268,13 +271,11 @@ cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layou
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   const bf16* keys = static_cast<const bf16*>(blocks);
   if (layout.head_dim % 8 == 0 && Aligned(blocks, 16) && Aligned(summaries, 16)) {
-    SummarizeBlocksKernel<8><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-        keys, layout, block_ids, summary_ids, tasks, summaries);
-  } else {
-    SummarizeBlocksKernel<1><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-        keys, layout, block_ids, summary_ids, tasks, summaries);
+    return LaunchKernel(SummarizeBlocksKernel<8>, static_cast<unsigned>(grid), kThreads, 0, stream,
+                        keys, layout, block_ids, summary_ids, tasks, summaries);
   }
-  return cudaGetLastError();
+  return LaunchKernel(SummarizeBlocksKernel<1>, static_cast<unsigned>(grid), kThreads, 0, stream,
+                      keys, layout, block_ids, summary_ids, tasks, summaries);
 }
 
 cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
@@ -308,10 +309,9 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
   }
   const int64_t grid = CeilDiv(int64_t{count} * layout.num_kv_heads, kWarpsPerBlock);
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
-  ScoreBlocksScalarKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-      q, q_stride, group, layout.num_kv_heads, dim, summaries, summary_ids, query_rows, count,
-      bounds);
-  return cudaGetLastError();
+  return LaunchKernel(ScoreBlocksScalarKernel, static_cast<unsigned>(grid), kThreads, 0, stream, q,
+                      q_stride, group, layout.num_kv_heads, dim, summaries, summary_ids, query_rows,
+                      count, bounds);
 }
 
 // --- AggregateScores ---------------------------------------------------------------------------
@@ -323,6 +323,7 @@ namespace {
 __global__ void __launch_bounds__(kThreads)
     AggregateScoresKernel(const float* __restrict__ bounds, int32_t num_heads, int64_t stride,
                           const ScoreSegment* __restrict__ segments, float* __restrict__ scores) {
+  WaitForPriorGrids();
   __shared__ double head_max[kAggregateMaxHeads];
   __shared__ double head_total[kAggregateMaxHeads];
   __shared__ float reduce_float[kWarpsPerBlock];
@@ -383,10 +384,9 @@ cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_
     return cudaErrorInvalidValue;
   }
   if (num_segments == 0) return cudaSuccess;
-  AggregateScoresKernel<<<dim3(static_cast<unsigned>(num_segments),
-                               static_cast<unsigned>(max_sets)),
-                          kThreads, 0, stream>>>(bounds, num_heads, bound_stride, segments, scores);
-  return cudaGetLastError();
+  return LaunchKernel(AggregateScoresKernel,
+                      dim3(static_cast<unsigned>(num_segments), static_cast<unsigned>(max_sets)),
+                      kThreads, 0, stream, bounds, num_heads, bound_stride, segments, scores);
 }
 
 }  // namespace pulse::cuda

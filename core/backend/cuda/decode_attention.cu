@@ -17,6 +17,7 @@
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/launch.cuh"
 #include "core/backend/cuda/mma.cuh"
 
 namespace pulse::cuda {
@@ -44,6 +45,7 @@ __global__ void __launch_bounds__(kThreads)
                           PagedKvBatch kv, float scale_log2, int32_t split_tokens,
                           float* __restrict__ partial_o, float* __restrict__ partial_lse,
                           bf16* __restrict__ out) {
+  WaitForPriorGrids();
   constexpr int kChunks = kHeadDim / 8;
   constexpr int kDimSteps = kHeadDim / 16;  // k-steps of S^T, m-tiles of O^T
   constexpr int kTileElems = kTileKeys * kHeadDim;
@@ -256,6 +258,7 @@ __global__ void CombineSplitsKernel(PagedKvBatch kv, int32_t num_heads, int32_t 
                                     int32_t splits, int32_t split_tokens,
                                     const float* __restrict__ partial_o,
                                     const float* __restrict__ partial_lse, bf16* __restrict__ out) {
+  WaitForPriorGrids();
   const int32_t seq = blockIdx.x;
   const int32_t head = blockIdx.y;
   const int32_t row = kv.q_offsets[seq];
@@ -317,13 +320,12 @@ cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const Pa
   float* partial_lse = scratch + int64_t{kv.num_seqs} * num_heads * used_splits * kHeadDim;
   const dim3 grid(used_splits, kv.layout.num_kv_heads * HeadTiles(num_heads, kv.layout),
                   kv.num_seqs);
-  DecodeAttentionKernel<kHeadDim><<<grid, kThreads, kShared, stream>>>(
-      q, q_stride, num_heads, kv, scale * kLog2e, split_tokens, partial_o, partial_lse, out);
-  if (used_splits == 1) return cudaGetLastError();
-  if (const cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
-  CombineSplitsKernel<<<dim3(kv.num_seqs, num_heads), kHeadDim, 0, stream>>>(
-      kv, num_heads, kHeadDim, used_splits, split_tokens, partial_o, partial_lse, out);
-  return cudaGetLastError();
+  const cudaError_t launched =
+      LaunchKernel(DecodeAttentionKernel<kHeadDim>, grid, kThreads, kShared, stream, q, q_stride,
+                   num_heads, kv, scale * kLog2e, split_tokens, partial_o, partial_lse, out);
+  if (used_splits == 1 || launched != cudaSuccess) return launched;
+  return LaunchKernel(CombineSplitsKernel, dim3(kv.num_seqs, num_heads), kHeadDim, 0, stream, kv,
+                      num_heads, kHeadDim, used_splits, split_tokens, partial_o, partial_lse, out);
 }
 
 }  // namespace

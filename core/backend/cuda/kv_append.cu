@@ -2,6 +2,7 @@
 // in the paged cache: one block per query row, threads over heads x head_dim.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/launch.cuh"
 #include "core/backend/cuda/rope.cuh"
 
 namespace pulse::cuda {
@@ -27,6 +28,7 @@ __device__ __forceinline__ bf16* KeySlot(const PagedKvBatch& kv, int32_t row) {
 
 __global__ void AppendKvKernel(const float* __restrict__ k, const float* __restrict__ v,
                                int64_t row_stride, PagedKvBatch kv) {
+  WaitForPriorGrids();
   const int32_t row = blockIdx.x;
   bf16* keys = KeySlot(kv, row);
   const PagedKvLayout& layout = kv.layout;
@@ -45,6 +47,7 @@ __global__ void AppendKvKernel(const float* __restrict__ k, const float* __restr
 __global__ void RopeAppendKvKernel(float* __restrict__ qkv, int64_t row_stride, int32_t num_heads,
                                    const int32_t* __restrict__ positions,
                                    const float* __restrict__ inv_freq, PagedKvBatch kv) {
+  WaitForPriorGrids();
   __shared__ float cos_table[kRopeMaxHalf];
   __shared__ float sin_table[kRopeMaxHalf];
   const int32_t row = blockIdx.x;
@@ -79,8 +82,8 @@ __global__ void RopeAppendKvKernel(float* __restrict__ qkv, int64_t row_stride, 
 cudaError_t LaunchAppendKv(const float* k, const float* v, int64_t row_stride,
                            const PagedKvBatch& kv, cudaStream_t stream) {
   if (kv.num_rows == 0) return cudaSuccess;
-  AppendKvKernel<<<static_cast<unsigned>(kv.num_rows), kThreads, 0, stream>>>(k, v, row_stride, kv);
-  return cudaGetLastError();
+  return LaunchKernel(AppendKvKernel, static_cast<unsigned>(kv.num_rows), kThreads, 0, stream, k, v,
+                      row_stride, kv);
 }
 
 cudaError_t LaunchRopeAppendKv(float* qkv, int64_t row_stride, int32_t num_heads,
@@ -90,9 +93,8 @@ cudaError_t LaunchRopeAppendKv(float* qkv, int64_t row_stride, int32_t num_heads
   if (kv.layout.head_dim / 2 > kRopeMaxHalf || kv.layout.head_dim % 2 != 0) {
     return cudaErrorInvalidValue;
   }
-  RopeAppendKvKernel<<<static_cast<unsigned>(kv.num_rows), kRopeThreads, 0, stream>>>(
-      qkv, row_stride, num_heads, positions, inv_freq, kv);
-  return cudaGetLastError();
+  return LaunchKernel(RopeAppendKvKernel, static_cast<unsigned>(kv.num_rows), kRopeThreads, 0,
+                      stream, qkv, row_stride, num_heads, positions, inv_freq, kv);
 }
 
 }  // namespace pulse::cuda

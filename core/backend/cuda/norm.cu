@@ -1,6 +1,7 @@
 // RMSNorm, alone and fused with the residual add: one block per row, fp32 math, bf16 output.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/launch.cuh"
 
 namespace pulse::cuda {
 namespace {
@@ -12,6 +13,7 @@ template <bool kAddResidual>
 __global__ void RmsNormKernel(float* __restrict__ residual, const float* __restrict__ x,
                               const float* __restrict__ weight, int64_t cols, float eps,
                               bf16* __restrict__ y) {
+  WaitForPriorGrids();
   __shared__ float partial[kWarp];
   const int64_t row = blockIdx.x;
   const float* in = x + row * cols;
@@ -40,17 +42,15 @@ __global__ void RmsNormKernel(float* __restrict__ residual, const float* __restr
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols,
                           float eps, void* y, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  RmsNormKernel<false><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      nullptr, x, weight, cols, eps, static_cast<bf16*>(y));
-  return cudaGetLastError();
+  return LaunchKernel(RmsNormKernel<false>, static_cast<unsigned>(rows), kThreads, 0, stream,
+                      nullptr, x, weight, cols, eps, static_cast<bf16*>(y));
 }
 
 cudaError_t LaunchAddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows,
                              int64_t cols, float eps, void* y, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  RmsNormKernel<true><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      residual, x, weight, cols, eps, static_cast<bf16*>(y));
-  return cudaGetLastError();
+  return LaunchKernel(RmsNormKernel<true>, static_cast<unsigned>(rows), kThreads, 0, stream,
+                      residual, x, weight, cols, eps, static_cast<bf16*>(y));
 }
 
 }  // namespace pulse::cuda

@@ -1,6 +1,7 @@
 // Elementwise and row-copy kernels: embedding, SwiGLU, row gather.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/launch.cuh"
 
 namespace pulse::cuda {
 namespace {
@@ -15,6 +16,7 @@ dim3 RowGrid(int64_t rows, int64_t cols) {
 
 __global__ void EmbedKernel(const bf16* __restrict__ table, int64_t hidden,
                             const int32_t* __restrict__ tokens, float* __restrict__ out) {
+  WaitForPriorGrids();
   const int64_t row = blockIdx.y;
   const bf16* src = table + tokens[row] * hidden;
   float* dst = out + row * hidden;
@@ -26,6 +28,7 @@ __global__ void EmbedKernel(const bf16* __restrict__ table, int64_t hidden,
 
 __global__ void SwiGluKernel(const float* __restrict__ gate_up, int64_t inter,
                              bf16* __restrict__ out) {
+  WaitForPriorGrids();
   const int64_t row = blockIdx.y;
   const float* gate = gate_up + row * 2 * inter;
   const float* up = gate + inter;
@@ -39,6 +42,7 @@ __global__ void SwiGluKernel(const float* __restrict__ gate_up, int64_t inter,
 
 __global__ void GatherRowsKernel(const bf16* __restrict__ x, int64_t cols,
                                  const int32_t* __restrict__ rows, bf16* __restrict__ out) {
+  WaitForPriorGrids();
   const int64_t row = blockIdx.y;
   const bf16* src = x + rows[row] * cols;
   bf16* dst = out + row * cols;
@@ -53,24 +57,22 @@ __global__ void GatherRowsKernel(const bf16* __restrict__ x, int64_t cols,
 cudaError_t LaunchEmbed(const void* table, int64_t hidden, const int32_t* tokens, int64_t count,
                         float* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  EmbedKernel<<<RowGrid(count, hidden), kThreads, 0, stream>>>(static_cast<const bf16*>(table),
-                                                               hidden, tokens, out);
-  return cudaGetLastError();
+  return LaunchKernel(EmbedKernel, RowGrid(count, hidden), kThreads, 0, stream,
+                      static_cast<const bf16*>(table), hidden, tokens, out);
 }
 
 cudaError_t LaunchSwiGlu(const float* gate_up, int64_t m, int64_t inter, void* out,
                          cudaStream_t stream) {
   if (m == 0) return cudaSuccess;
-  SwiGluKernel<<<RowGrid(m, inter), kThreads, 0, stream>>>(gate_up, inter, static_cast<bf16*>(out));
-  return cudaGetLastError();
+  return LaunchKernel(SwiGluKernel, RowGrid(m, inter), kThreads, 0, stream, gate_up, inter,
+                      static_cast<bf16*>(out));
 }
 
 cudaError_t LaunchGatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
                              void* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  GatherRowsKernel<<<RowGrid(count, cols), kThreads, 0, stream>>>(static_cast<const bf16*>(x), cols,
-                                                                  rows, static_cast<bf16*>(out));
-  return cudaGetLastError();
+  return LaunchKernel(GatherRowsKernel, RowGrid(count, cols), kThreads, 0, stream,
+                      static_cast<const bf16*>(x), cols, rows, static_cast<bf16*>(out));
 }
 
 }  // namespace pulse::cuda

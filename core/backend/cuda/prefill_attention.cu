@@ -11,6 +11,7 @@
 // so ldmatrix reads of 8 rows at one column hit 8 bank groups.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/launch.cuh"
 #include "core/backend/cuda/mma.cuh"
 
 namespace pulse::cuda {
@@ -67,6 +68,7 @@ template <typename S>
 __global__ void __launch_bounds__(S::kThreads, 1)
     PrefillAttentionKernel(const float* __restrict__ q, int64_t q_stride, int32_t num_heads,
                            PagedKvBatch kv, float scale_log2, bf16* __restrict__ out) {
+  WaitForPriorGrids();
   constexpr int kHeadDim = S::kHeadDim;
   constexpr int kBlockN = S::kBlockN;
   constexpr int kBlockM = S::kBlockM;
@@ -316,9 +318,8 @@ cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const Pa
   // An upper bound of the query tiles; blocks past the last tile return at once.
   const int64_t tiles = (int64_t{kv.num_rows} + S::kBlockM - 1) / S::kBlockM + kv.num_seqs;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(num_heads));
-  PrefillAttentionKernel<S><<<grid, S::kThreads, S::kSharedBytes, stream>>>(
-      q, q_stride, num_heads, kv, scale * kLog2e, out);
-  return cudaGetLastError();
+  return LaunchKernel(PrefillAttentionKernel<S>, grid, S::kThreads, S::kSharedBytes, stream, q,
+                      q_stride, num_heads, kv, scale * kLog2e, out);
 }
 
 }  // namespace

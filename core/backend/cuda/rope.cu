@@ -2,6 +2,7 @@
 // computed once in shared memory from a double-precision angle, then applied to every head.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/launch.cuh"
 #include "core/backend/cuda/rope.cuh"
 
 namespace pulse::cuda {
@@ -12,6 +13,7 @@ constexpr int kThreads = 128;
 __global__ void RopeKernel(float* __restrict__ x, int64_t row_stride, int32_t num_heads,
                            int32_t head_dim, const int32_t* __restrict__ positions,
                            const float* __restrict__ inv_freq) {
+  WaitForPriorGrids();
   __shared__ float cos_table[kRopeMaxHalf];
   __shared__ float sin_table[kRopeMaxHalf];
   const int64_t row = blockIdx.x;
@@ -36,9 +38,8 @@ cudaError_t LaunchRope(float* x, int64_t rows, int64_t row_stride, int32_t num_h
                        cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (head_dim / 2 > kRopeMaxHalf || head_dim % 2 != 0) return cudaErrorInvalidValue;
-  RopeKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, row_stride, num_heads,
-                                                                   head_dim, positions, inv_freq);
-  return cudaGetLastError();
+  return LaunchKernel(RopeKernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, row_stride,
+                      num_heads, head_dim, positions, inv_freq);
 }
 
 }  // namespace pulse::cuda

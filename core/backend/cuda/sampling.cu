@@ -8,6 +8,7 @@
 // bitmap in shared memory.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/launch.cuh"
 #include "core/backend/sampling.h"
 
 namespace pulse::cuda {
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(kThreads)
                        const TokenSampling* __restrict__ params,
                        const int32_t* __restrict__ history, uint32_t* __restrict__ weights,
                        int32_t* __restrict__ tokens) {
+  WaitForPriorGrids();
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   u64* histograms = reinterpret_cast<u64*>(shared_bytes);  // [kWarps][kBins]
   uint32_t* bitmap = reinterpret_cast<uint32_t*>(histograms + kWarps * kBins);
@@ -205,9 +207,8 @@ cudaError_t LaunchSampleTokens(const float* logits, int64_t rows, int64_t vocab,
       error != cudaSuccess) {
     return error;
   }
-  SampleTokensKernel<<<static_cast<unsigned>(rows), kThreads, shared, stream>>>(
-      logits, static_cast<int32_t>(vocab), params, history, scratch, tokens);
-  return cudaGetLastError();
+  return LaunchKernel(SampleTokensKernel, static_cast<unsigned>(rows), kThreads, shared, stream,
+                      logits, static_cast<int32_t>(vocab), params, history, scratch, tokens);
 }
 
 }  // namespace pulse::cuda
