@@ -44,6 +44,10 @@ type EngineParams struct {
 	// NoDecodeGraphs launches every op of every decode step instead of replaying each step as a
 	// CUDA graph (the zero value, as the library's default: the same results, fewer launches).
 	NoDecodeGraphs bool
+	// OffloadSummaryRadius is how a block's key summary scores against a query, in [0, 1]: 1
+	// Quest's upper bound of q.k, 0 (the zero value, as the library's default) the q.k of the key
+	// range's center.
+	OffloadSummaryRadius float64
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -80,21 +84,22 @@ func DefaultEngineParams() EngineParams {
 	var params C.pulse_engine_params
 	C.pulse_engine_params_init(&params, C.sizeof_pulse_engine_params) // cannot fail: the header's own size
 	return EngineParams{
-		MaxBatch:            int32(params.max_batch),
-		PrefillChunk:        int32(params.prefill_chunk),
-		MaxStepTokens:       int32(params.max_step_tokens),
-		BlockTokens:         int32(params.block_tokens),
-		MaxContext:          int32(params.max_context),
-		KVCapacityTokens:    int64(params.kv_capacity_tokens),
-		OffloadMode:         OffloadMode(params.offload_mode),
-		OffloadBudgetTokens: int32(params.offload_budget_tokens),
-		OffloadSinkTokens:   int32(params.offload_sink_tokens),
-		OffloadWindowTokens: int32(params.offload_window_tokens),
-		OffloadExecutor:     CopyExecutor(params.offload_executor),
-		OffloadEviction:     Eviction(params.offload_eviction),
-		OffloadHostTokens:   int64(params.offload_host_tokens),
-		OffloadSlotTokens:   int64(params.offload_slot_tokens),
-		NoDecodeGraphs:      params.decode_graphs == 0,
+		MaxBatch:             int32(params.max_batch),
+		PrefillChunk:         int32(params.prefill_chunk),
+		MaxStepTokens:        int32(params.max_step_tokens),
+		BlockTokens:          int32(params.block_tokens),
+		MaxContext:           int32(params.max_context),
+		KVCapacityTokens:     int64(params.kv_capacity_tokens),
+		OffloadMode:          OffloadMode(params.offload_mode),
+		OffloadBudgetTokens:  int32(params.offload_budget_tokens),
+		OffloadSinkTokens:    int32(params.offload_sink_tokens),
+		OffloadWindowTokens:  int32(params.offload_window_tokens),
+		OffloadExecutor:      CopyExecutor(params.offload_executor),
+		OffloadEviction:      Eviction(params.offload_eviction),
+		OffloadHostTokens:    int64(params.offload_host_tokens),
+		OffloadSlotTokens:    int64(params.offload_slot_tokens),
+		NoDecodeGraphs:       params.decode_graphs == 0,
+		OffloadSummaryRadius: float64(params.offload_summary_radius),
 	}
 }
 
@@ -118,6 +123,7 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	if p.NoDecodeGraphs {
 		params.decode_graphs = 0
 	}
+	params.offload_summary_radius = C.double(p.OffloadSummaryRadius)
 	return params
 }
 

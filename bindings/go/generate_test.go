@@ -434,6 +434,7 @@ func TestBadOffloadSettingsAreRefusedByName(t *testing.T) {
 		{"offload_executor", func(p *pulseinfer.EngineParams) { p.OffloadExecutor = 9 }},
 		{"offload_eviction", func(p *pulseinfer.EngineParams) { p.OffloadEviction = -1 }},
 		{"offload_host_tokens", func(p *pulseinfer.EngineParams) { p.OffloadHostTokens = -5 }},
+		{"offload_summary_radius", func(p *pulseinfer.EngineParams) { p.OffloadSummaryRadius = 1.5 }},
 	} {
 		params := offloadedParams()
 		test.set(&params)

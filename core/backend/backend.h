@@ -269,10 +269,11 @@ class Backend {
                           void* out) = 0;
   // Quest summaries of whole blocks (core/backend/cpu/block_summary.h): for i < count, the
   // per-KV-head channel minimum and maximum of every key of block block_ids[i] of `blocks` (one
-  // layer's cache of `layout`), written as fp32 at summaries + summary_ids[i] * summary elements.
+  // layer's cache of `layout`), shrunk around their midpoints to `radius` (in [0, 1]) as
+  // cpu::SummarizeBlock does, written as fp32 at summaries + summary_ids[i] * summary elements.
   virtual void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                                const int32_t* block_ids, const int32_t* summary_ids, int32_t count,
-                               float* summaries) = 0;
+                               float radius, float* summaries) = 0;
   // For i < count and every query head h: bounds[h * count + i] = head h's upper bound of q.k over
   // the summary at summaries + summary_ids[i] * summary elements, for the query row
   // q + query_rows[i] * q_stride ([num_heads][head_dim]). One call scores every candidate of every

@@ -371,7 +371,7 @@ absl::Status ModelRunner::Upload(const StepBatch& batch) {
           sparse_, SparseAttention::Create(backend, cache_.layout(), cache_.num_layers(),
                                            cache_.num_blocks(), model_->config().num_heads,
                                            options_.max_seqs, options_.max_blocks_per_seq,
-                                           offloaded_.get()));
+                                           options_.summary_radius, offloaded_.get()));
     }
     PULSE_RETURN_IF_ERROR(sparse_->Prepare(batch));
   }

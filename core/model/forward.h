@@ -30,6 +30,10 @@ struct ModelRunnerOptions {
   // The two-tier KV of offloaded sequences (offloaded_kv.h): the cache's last
   // offload->slot_blocks blocks become the device tier's slots, which no block table may name.
   std::optional<OffloadOptions> offload = std::nullopt;
+  // How much of each key channel's range a block summary keeps around its midpoint
+  // (Backend::SummarizeBlocks): 1 scores blocks by Quest's upper bound of q.k, 0 (the default)
+  // by the q.k of the box's center, which the accuracy report found to pick better blocks.
+  float summary_radius = 0.0f;
   // Replay decode steps (one token a sequence, dense attention) as graphs on backends that have
   // them (Backend::SupportsGraphs): one graph per shape (sequences, block-table width), captured
   // the second time the shape runs. The same ops as without, so the same results.

@@ -10,7 +10,12 @@ namespace pulse {
 
 absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
     Backend& backend, const PagedKvLayout& layout, int32_t num_layers, int32_t num_blocks,
-    int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq, OffloadedKv* offloaded) {
+    int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq, float summary_radius,
+    OffloadedKv* offloaded) {
+  if (!(summary_radius >= 0.0f && summary_radius <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a summary radius must be in [0, 1], not %g", summary_radius));
+  }
   const int64_t summary_elems = cpu::BlockSummaryElems(layout);
   const int64_t host_blocks = offloaded == nullptr ? 0 : offloaded->options().host_blocks;
   std::vector<DeviceBuffer> summaries;
@@ -33,12 +38,12 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer inputs, backend.Allocate(input_ints * sizeof(int32_t)));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer filled, backend.Allocate(2 * blocks * sizeof(int32_t)));
   return std::unique_ptr<SparseAttention>(new SparseAttention(
-      backend, layout, num_blocks, num_heads, blocks, std::move(summaries), std::move(score_inputs),
-      std::move(bounds), std::move(inputs), std::move(filled), offloaded));
+      backend, layout, num_blocks, num_heads, blocks, summary_radius, std::move(summaries),
+      std::move(score_inputs), std::move(bounds), std::move(inputs), std::move(filled), offloaded));
 }
 
 SparseAttention::SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_blocks,
-                                 int32_t num_heads, size_t max_candidates,
+                                 int32_t num_heads, size_t max_candidates, float summary_radius,
                                  std::vector<DeviceBuffer> summaries, DeviceBuffer score_inputs,
                                  DeviceBuffer bounds, DeviceBuffer inputs, DeviceBuffer filled,
                                  OffloadedKv* offloaded)
@@ -47,6 +52,7 @@ SparseAttention::SparseAttention(Backend& backend, const PagedKvLayout& layout, 
       num_blocks_(num_blocks),
       num_heads_(num_heads),
       max_candidates_(max_candidates),
+      summary_radius_(summary_radius),
       summaries_(std::move(summaries)),
       score_inputs_(std::move(score_inputs)),
       bounds_(std::move(bounds)),
@@ -98,7 +104,7 @@ absl::Status SparseAttention::Summarize(int32_t layer, const void* layer_blocks)
   if (filled_count_ == 0) return absl::OkStatus();
   const int32_t* filled = filled_.as<int32_t>();
   backend_.SummarizeBlocks(layer_blocks, layout_, filled, filled + filled_count_, filled_count_,
-                           summaries_[static_cast<size_t>(layer)].as<float>());
+                           summary_radius_, summaries_[static_cast<size_t>(layer)].as<float>());
   if (writebacks_.empty()) return absl::OkStatus();
   return offloaded_->WriteBack(layer, writebacks_);
 }

@@ -45,10 +45,12 @@ class SparseAttention {
  public:
   // Scratch for `num_layers` layers of caches of `num_blocks` blocks of `layout`, steps of up to
   // `max_seqs` sequences with block tables of up to `max_blocks_per_seq`, and `num_heads` query
-  // heads. `offloaded` (may be null: no sequence may be offloaded) must outlive this object.
+  // heads, summarizing blocks at `summary_radius` (Backend::SummarizeBlocks). `offloaded` (may be
+  // null: no sequence may be offloaded) must outlive this object.
   static absl::StatusOr<std::unique_ptr<SparseAttention>> Create(
       Backend& backend, const PagedKvLayout& layout, int32_t num_layers, int32_t num_blocks,
-      int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq, OffloadedKv* offloaded);
+      int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq, float summary_radius,
+      OffloadedKv* offloaded);
 
   // Takes note of the blocks this step fills (of sparse sequences), whose summaries Summarize
   // then writes in every layer. InvalidArgument for an offloaded sequence whose selection does
@@ -96,9 +98,10 @@ class SparseAttention {
   };
 
   SparseAttention(Backend& backend, const PagedKvLayout& layout, int32_t num_blocks,
-                  int32_t num_heads, size_t max_candidates, std::vector<DeviceBuffer> summaries,
-                  DeviceBuffer score_inputs, DeviceBuffer bounds, DeviceBuffer inputs,
-                  DeviceBuffer filled, OffloadedKv* offloaded);
+                  int32_t num_heads, size_t max_candidates, float summary_radius,
+                  std::vector<DeviceBuffer> summaries, DeviceBuffer score_inputs,
+                  DeviceBuffer bounds, DeviceBuffer inputs, DeviceBuffer filled,
+                  OffloadedKv* offloaded);
   // The summary of logical block `logical` of sequence `seq`: its device block's, or its host
   // block's after the device blocks when the sequence is offloaded.
   int32_t SummaryId(const StepBatch& batch, int32_t seq, int32_t logical) const;
@@ -115,6 +118,7 @@ class SparseAttention {
   const int32_t num_blocks_;
   const int32_t num_heads_;
   const size_t max_candidates_;  // blocks one step may score: max seqs x max blocks a sequence
+  const float summary_radius_;
   // A layer: [num_blocks + host blocks][summary elements] fp32.
   std::vector<DeviceBuffer> summaries_;
   // int32 [2][max candidates]: summary ids, then query rows; then [max seqs] ScoreSegment.

@@ -534,6 +534,10 @@ absl::Status EngineOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_context = %d must be >= 0", max_context));
   }
+  if (!(offload_summary_radius >= 0.0f && offload_summary_radius <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("offload_summary_radius = %g is outside [0, 1]", offload_summary_radius));
+  }
   for (const auto& [name, tokens] : {std::pair{"offload_host_tokens", offload_host_tokens},
                                      std::pair{"offload_slot_tokens", offload_slot_tokens}}) {
     if (tokens < 0 || tokens > std::numeric_limits<int32_t>::max()) {
@@ -618,6 +622,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
       .max_seqs = resolved.max_batch,
       .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens),
       .offload = offload,
+      .summary_radius = resolved.offload_summary_radius,
       .decode_graphs = resolved.decode_graphs};
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(model, std::move(cache), runner_options));

@@ -66,6 +66,10 @@ struct EngineOptions {
   // capped at 1 GiB of KV.
   int64_t offload_slot_tokens = 0;
   EvictionKind offload_eviction = EvictionKind::kLru;
+  // With sparse_attention: how a block's key summary scores against a query
+  // (ModelRunnerOptions::summary_radius), in [0, 1]: 1 Quest's upper bound of q.k, 0 (the
+  // default) the q.k of the summary box's center.
+  float offload_summary_radius = 0.0f;
   CopyExecutor offload_executor = CopyExecutor::kAuto;
   // Replay decode steps as graphs where the backend has them (ModelRunnerOptions::decode_graphs).
   bool decode_graphs = true;

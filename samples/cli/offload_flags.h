@@ -16,9 +16,10 @@ typedef struct offload_flags {
   const char* evict; /* "lru" or "score" */
   int32_t host_tokens;
   int32_t slot_tokens;
+  float summary_radius;
 } offload_flags;
 
-enum { kOffloadFlagCount = 8 };
+enum { kOffloadFlagCount = 9 };
 
 #define OFFLOAD_FLAGS_HELP                                                                      \
   "  --offload MODE        sparse decode attention: off (default), solohead (one block set a\n" \
@@ -30,7 +31,9 @@ enum { kOffloadFlagCount = 8 };
   "                        per-chunk\n"                                                         \
   "  --evict POLICY        which cached block a recall displaces: lru (default) or score\n"     \
   "  --host-tokens N       host-tier capacity in tokens (default: the context)\n"               \
-  "  --slot-tokens N       device-tier slots in tokens (default: the budget)\n"
+  "  --slot-tokens N       device-tier slots in tokens (default: the budget)\n"                 \
+  "  --summary-radius R    how blocks score, in [0, 1]: 1 Quest's upper bound of q.k, 0\n"      \
+  "                        (default) the q.k of the key range's center\n"
 
 /* Sets the defaults (the library's) and writes the kOffloadFlagCount specs to `specs`. */
 void offload_flags_init(offload_flags* flags, flag_spec* specs);

@@ -4,7 +4,7 @@
 //
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
 //       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128]
-//       [--block 32]
+//       [--block 32] [--summary-radius 0]
 //       [--out FILE.jsonl]
 //
 // The text is tokenized with the model's tokenizer and cut into windows of each size, spread
@@ -15,7 +15,9 @@
 // the same context), each with blocks of its own for the tokens it appends. Each step scores the
 // next token of the text: ppl = exp(mean of -log p); agreement = the share of steps whose argmax
 // equals dense attention's; reuse = the share of picked blocks that the same (layer, set) picked
-// the step before. Records are JSON Lines, "bench": "accuracy"; a table is printed.
+// the step before. Blocks are summarized at --summary-radius (ModelRunnerOptions::summary_radius:
+// 1 ranks them by Quest's upper bound of q.k, 0 by the q.k of the key box's center). Records are
+// JSON Lines, "bench": "accuracy"; a table is printed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -43,7 +45,7 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
     "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128] "
-    "[--block 32] "
+    "[--block 32] [--summary-radius 0] "
     "[--out FILE.jsonl]";
 
 struct Args {
@@ -56,6 +58,7 @@ struct Args {
   int32_t sink = 32;
   int32_t window = 128;
   int32_t block = 32;
+  float summary_radius = 0.0f;
   std::string out;
 };
 
@@ -96,6 +99,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &args.window) && args.window >= 0;
     } else if (flag == "--block") {
       ok = absl::SimpleAtoi(value, &args.block) && args.block > 0;
+    } else if (flag == "--summary-radius") {
+      ok = absl::SimpleAtof(value, &args.summary_radius) && args.summary_radius >= 0.0f &&
+           args.summary_radius <= 1.0f;
     } else if (flag == "--out") {
       args.out = std::string(value);
     } else {
@@ -240,7 +246,8 @@ absl::Status Run(const Args& args) {
                                                {.max_step_tokens = std::max(size, rows),
                                                 .max_seqs = rows,
                                                 .max_blocks_per_seq = size / block_tokens + 2,
-                                                .max_logit_rows = rows}));
+                                                .max_logit_rows = rows,
+                                                .summary_radius = args.summary_radius}));
     const int64_t stride = (static_cast<int64_t>(tokens.size()) - size) / args.per_window;
     for (int32_t w = 0; w < args.per_window; ++w) {
       PULSE_RETURN_IF_ERROR(EvaluateWindow(
@@ -267,14 +274,14 @@ absl::Status Run(const Args& args) {
                      "{\"bench\": \"accuracy\", \"model\": \"%s\", \"mode\": \"%s\", "
                      "\"aggregate\": %s, \"budget\": %s, \"window_tokens\": %d, \"windows\": %d, "
                      "\"eval_tokens\": %d, \"sink_tokens\": %d, \"recent_window_tokens\": %d, "
-                     "\"block_tokens\": %d, "
+                     "\"block_tokens\": %d, \"summary_radius\": %g, "
                      "\"ppl\": %.6f, \"ppl_dense\": %.6f, \"agreement\": %.6f, \"reuse\": %.6f, "
                      "\"attended_fraction\": %.6f}\n",
                      args.model.substr(args.model.find_last_of('/') + 1).c_str(), c.mode.c_str(),
                      c.aggregate.empty() ? "null" : absl::StrCat("\"", c.aggregate, "\"").c_str(),
                      c.budget == 0 ? "null" : std::to_string(c.budget).c_str(), size,
-                     args.per_window, args.eval, args.sink, args.window, args.block, ppl, dense_ppl,
-                     agreement, reuse, attended);
+                     args.per_window, args.eval, args.sink, args.window, args.block,
+                     args.summary_radius, ppl, dense_ppl, agreement, reuse, attended);
         std::fflush(out);
       }
     }

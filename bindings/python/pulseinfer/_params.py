@@ -51,6 +51,9 @@ class EngineParams:
     offload_slot_tokens: int = _ENGINE.offload_slot_tokens
     # Replay decode steps as CUDA graphs (the same results, fewer launches); no effect on the CPU.
     decode_graphs: bool = bool(_ENGINE.decode_graphs)
+    # How a block's key summary scores against a query, in [0, 1]: 1 Quest's upper bound of q.k,
+    # 0 (the default) the q.k of the key range's center.
+    offload_summary_radius: float = _ENGINE.offload_summary_radius
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

@@ -223,6 +223,6 @@ def test_a_request_chooses_its_offloading_within_its_engine_s(tiny_model):
 
 def test_bad_offload_settings_are_refused_by_name(tiny_model):
     for field, value in (("offload_executor", 9), ("offload_eviction", -1),
-                         ("offload_host_tokens", -5)):
+                         ("offload_host_tokens", -5), ("offload_summary_radius", 1.5)):
         with pytest.raises(pulseinfer.InvalidArgumentError, match=field):
             Engine(tiny_model, dataclasses.replace(OFFLOADED, **{field: value}))

@@ -208,8 +208,8 @@ typedef struct pulse_engine_params {
   /* Offloaded sparse decode attention (fields appended after version 0). With
    * PULSE_OFFLOAD_HEADWISE or PULSE_OFFLOAD_SOLOHEAD, every decode step attends, in each layer,
    * only to the attention-sink blocks, the recent window and the blocks whose key summaries
-   * (per-channel min/max) bound q.k highest, within offload_budget_tokens; prompt chunks stay
-   * dense. SoloHead picks one block set a layer for all KV heads (a recalled block is one
+   * (per-channel min/max) score highest against the query (offload_summary_radius), within
+   * offload_budget_tokens; prompt chunks stay dense. SoloHead picks one block set a layer for all KV heads (a recalled block is one
    * contiguous copy), HeadWise one a KV head (per-head fragments). Every full block is written
    * once to the host tier; a decoding request keeps only its sinks, window and the block being
    * written in the KV cache (kv_capacity_tokens), and the blocks a step selects are recalled into
@@ -231,6 +231,13 @@ typedef struct pulse_engine_params {
    * dense attention) as one graph launch per batch shape, captured the second time the shape
    * runs; the results are the same. 0: launch every op of every step. */
   int32_t decode_graphs;
+  /* Fields appended after version 3. */
+  /* How a block's key summary scores against a query, in [0, 1]: with each channel's key range
+   * shrunk to this fraction of its half-width around its midpoint, the sum over channels of the
+   * larger of q*min and q*max. 1 is Quest's upper bound of q.k over the block; 0 (default) the
+   * q.k of the range's center, which picks blocks closer to dense attention's (the accuracy
+   * report in samples/bench/results). */
+  double offload_summary_radius;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {

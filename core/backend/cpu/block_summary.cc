@@ -36,13 +36,17 @@ int64_t BlockSummaryElems(const PagedKvLayout& layout) {
 }
 
 absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> block,
-                            int32_t tokens, std::span<float> summary) {
+                            int32_t tokens, float radius, std::span<float> summary) {
   PULSE_RETURN_IF_ERROR(CheckLayout(layout));
   PULSE_RETURN_IF_ERROR(CheckSize("the block", block.size(), layout.block_elems()));
   PULSE_RETURN_IF_ERROR(CheckSize("the summary", summary.size(), BlockSummaryElems(layout)));
   if (tokens < 1 || tokens > layout.block_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat("cannot summarize %d tokens of a block of %d",
                                                       tokens, layout.block_tokens));
+  }
+  if (!(radius >= 0.0f && radius <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a summary radius must be in [0, 1], not %g", radius));
   }
   const size_t head_dim = static_cast<size_t>(layout.head_dim);
   for (int32_t head = 0; head < layout.num_kv_heads; ++head) {
@@ -58,6 +62,13 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> 
         min[d] = std::fmin(min[d], key[d]);
         max[d] = std::fmax(max[d], key[d]);
       }
+    }
+    if (radius == 1.0f) continue;
+    for (size_t d = 0; d < head_dim; ++d) {
+      const float mid = 0.5f * min[d] + 0.5f * max[d];
+      const float half = 0.5f * max[d] - 0.5f * min[d];
+      min[d] = std::fma(-radius, half, mid);
+      max[d] = std::fma(radius, half, mid);
     }
   }
   return absl::OkStatus();

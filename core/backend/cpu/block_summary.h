@@ -1,7 +1,10 @@
 // Quest's summary of a paged KV block: per KV head, the per-channel minimum and maximum of the
 // block's keys, from which an upper bound of any query's dot product with any key of the block
-// follows. Selection ranks blocks by that bound. The CPU reference; the CUDA kernels are tested
-// against these functions.
+// follows. Selection ranks blocks by that bound. A summary may also keep a narrower box around
+// each channel's midpoint (the summary radius): its "bound" is then an estimate of q.k, the
+// box's center's q.k at radius 0, which picks better blocks than the bound (the accuracy report,
+// samples/bench/results/cpu-smollm2-offload-accuracy.md). The CPU reference; the CUDA kernels
+// are tested against these functions.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +22,13 @@ int64_t BlockSummaryElems(const PagedKvLayout& layout);
 
 // Writes into `summary` the summary of the keys of the first `tokens` tokens of `block`, one fp32
 // block of `layout` (the tokens after them are not read). A NaN key channel is skipped, as fminf
-// and fmaxf skip it. InvalidArgument for a layout that is not fp32 or not positive, spans whose
-// sizes do not match the layout, or `tokens` outside [1, block_tokens].
+// and fmaxf skip it. With `radius` 1 the rows are the channels' minimum and maximum; otherwise
+// each channel's box shrinks around its midpoint m = min/2 + max/2 to m -/+ radius * h, with
+// h = max/2 - min/2 (each a fused multiply-add, so every backend rounds alike). InvalidArgument
+// for a layout that is not fp32 or not positive, spans whose sizes do not match the layout,
+// `tokens` outside [1, block_tokens], or a radius outside [0, 1].
 absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> block,
-                            int32_t tokens, std::span<float> summary);
+                            int32_t tokens, float radius, std::span<float> summary);
 
 // Upper bound of q.k over every key k that one KV head's summary rows (`head_summary`:
 // [2][head_dim], min then max) cover: sum over d of max(q[d] * min[d], q[d] * max[d]).

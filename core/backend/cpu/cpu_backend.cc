@@ -189,14 +189,16 @@ class CpuBackend final : public Backend {
     cpu::GatherRows(static_cast<const float*>(x), cols, rows, count, static_cast<float*>(out));
   }
   void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout, const int32_t* block_ids,
-                       const int32_t* summary_ids, int32_t count, float* summaries) override {
+                       const int32_t* summary_ids, int32_t count, float radius,
+                       float* summaries) override {
     const int64_t elems = cpu::BlockSummaryElems(layout);
     const auto* data = static_cast<const float*>(blocks);
     for (int32_t i = 0; i < count; ++i) {
       Record(cpu::SummarizeBlock(
           layout,
           std::span<const float>(data + block_ids[i] * layout.block_elems(), layout.block_elems()),
-          layout.block_tokens, std::span<float>(summaries + summary_ids[i] * elems, elems)));
+          layout.block_tokens, radius,
+          std::span<float>(summaries + summary_ids[i] * elems, elems)));
     }
   }
   void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,
@@ -227,13 +229,13 @@ class CpuBackend final : public Backend {
             "AggregateScores: a segment of %d sets, at most %d", segment.num_sets, max_sets)));
         return;
       }
-      scores_end = std::max(scores_end, segment.scores_first +
-                                            int64_t{segment.num_sets} * segment.count);
+      scores_end =
+          std::max(scores_end, segment.scores_first + int64_t{segment.num_sets} * segment.count);
     }
-    const absl::Status status = cpu::AggregateScores(
-        std::span(bounds, static_cast<size_t>(num_heads * bound_stride)), num_heads,
-        std::span(segments, static_cast<size_t>(num_segments)),
-        std::span(scores, static_cast<size_t>(scores_end)));
+    const absl::Status status =
+        cpu::AggregateScores(std::span(bounds, static_cast<size_t>(num_heads * bound_stride)),
+                             num_heads, std::span(segments, static_cast<size_t>(num_segments)),
+                             std::span(scores, static_cast<size_t>(scores_end)));
     Record(status);
   }
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,

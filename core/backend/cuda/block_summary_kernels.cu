@@ -65,7 +65,7 @@ template <int kWidth>
 __global__ void __launch_bounds__(kThreads)
     SummarizeBlocksKernel(const bf16* __restrict__ blocks, PagedKvLayout layout,
                           const int32_t* __restrict__ block_ids,
-                          const int32_t* __restrict__ summary_ids, int64_t tasks,
+                          const int32_t* __restrict__ summary_ids, int64_t tasks, float radius,
                           float* __restrict__ summaries) {
   WaitForPriorGrids();
   const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -128,6 +128,15 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < kWidth; ++k) {
         lo[k] = fminf(lo[k], __shfl_sync(0xffffffffu, own_lo[k], lane + r * width));
         hi[k] = fmaxf(hi[k], __shfl_sync(0xffffffffu, own_hi[k], lane + r * width));
+      }
+    }
+    if (radius != 1.0f) {
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        const float mid = 0.5f * lo[k] + 0.5f * hi[k];
+        const float half = 0.5f * hi[k] - 0.5f * lo[k];
+        lo[k] = fmaf(-radius, half, mid);
+        hi[k] = fmaf(radius, half, mid);
       }
     }
     if (lane < width) {
@@ -263,8 +272,12 @@ cudaError_t LaunchTiledScore(dim3 grid, size_t shared_bytes, cudaStream_t stream
 
 cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                                   const int32_t* block_ids, const int32_t* summary_ids,
-                                  int32_t count, float* summaries, cudaStream_t stream) {
-  if (count < 0 || !Positive(layout) || layout.type != DType::kBF16) return cudaErrorInvalidValue;
+                                  int32_t count, float radius, float* summaries,
+                                  cudaStream_t stream) {
+  if (count < 0 || !Positive(layout) || layout.type != DType::kBF16 ||
+      !(radius >= 0.0f && radius <= 1.0f)) {
+    return cudaErrorInvalidValue;
+  }
   if (count == 0) return cudaSuccess;
   const int64_t tasks = int64_t{count} * layout.num_kv_heads;
   const int64_t grid = CeilDiv(tasks, kWarpsPerBlock);
@@ -272,10 +285,10 @@ cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layou
   const bf16* keys = static_cast<const bf16*>(blocks);
   if (layout.head_dim % 8 == 0 && Aligned(blocks, 16) && Aligned(summaries, 16)) {
     return LaunchKernel(SummarizeBlocksKernel<8>, static_cast<unsigned>(grid), kThreads, 0, stream,
-                        keys, layout, block_ids, summary_ids, tasks, summaries);
+                        keys, layout, block_ids, summary_ids, tasks, radius, summaries);
   }
   return LaunchKernel(SummarizeBlocksKernel<1>, static_cast<unsigned>(grid), kThreads, 0, stream,
-                      keys, layout, block_ids, summary_ids, tasks, summaries);
+                      keys, layout, block_ids, summary_ids, tasks, radius, summaries);
 }
 
 cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,

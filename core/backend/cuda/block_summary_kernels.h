@@ -20,11 +20,14 @@ inline int64_t BlockSummaryFloats(const PagedKvLayout& layout) {
 
 // For i < count: the summary of the keys of every token of block block_ids[i] of `blocks` (one
 // layer's bf16 cache of `layout`), written at summaries + summary_ids[i] * BlockSummaryFloats.
-// NaN keys are skipped as fminf and fmaxf skip them. The summary_ids must be distinct.
-// cudaErrorInvalidValue for a layout that is not bf16 with positive sizes, or a negative count.
+// NaN keys are skipped as fminf and fmaxf skip them; boxes shrink to `radius` as
+// cpu::SummarizeBlock's do, bit for bit. The summary_ids must be distinct.
+// cudaErrorInvalidValue for a layout that is not bf16 with positive sizes, a negative count, or a
+// radius outside [0, 1].
 cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                                   const int32_t* block_ids, const int32_t* summary_ids,
-                                  int32_t count, float* summaries, cudaStream_t stream);
+                                  int32_t count, float radius, float* summaries,
+                                  cudaStream_t stream);
 
 // For i < count and query head h < num_heads: bounds[h * count + i] = sum over d of
 // max(q[d] * min[d], q[d] * max[d]), q the head's row at q + query_rows[i] * q_stride +

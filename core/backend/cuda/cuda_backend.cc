@@ -385,11 +385,17 @@ class CudaBackend final : public Backend {
   }
 
   void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout, const int32_t* block_ids,
-                       const int32_t* summary_ids, int32_t count, float* summaries) override {
+                       const int32_t* summary_ids, int32_t count, float radius,
+                       float* summaries) override {
     absl::MutexLock lock(&mu_);
     if (!CheckSummaries(layout, layout.num_kv_heads, count, "SummarizeBlocks")) return;
-    Record(cuda::LaunchSummarizeBlocks(blocks, layout, block_ids, summary_ids, count, summaries,
-                                       stream()),
+    if (!(radius >= 0.0f && radius <= 1.0f)) {
+      RecordStatus(absl::InvalidArgumentError(
+          absl::StrFormat("SummarizeBlocks: a summary radius must be in [0, 1], not %g", radius)));
+      return;
+    }
+    Record(cuda::LaunchSummarizeBlocks(blocks, layout, block_ids, summary_ids, count, radius,
+                                       summaries, stream()),
            "SummarizeBlocks");
   }
   void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,

@@ -60,10 +60,38 @@ TEST(BlockSummaryTest, MinRowThenMaxRowPerHead) {
     }
   }
   std::vector<float> summary(8);
-  ASSERT_TRUE(SummarizeBlock(layout, block, 3, summary).ok());
+  ASSERT_TRUE(SummarizeBlock(layout, block, 3, 1.0f, summary).ok());
   EXPECT_THAT(summary, ElementsAre(1, -5, 3, 4, -2, 0, 6, 7));
-  ASSERT_TRUE(SummarizeBlock(layout, block, 2, summary).ok());
+  ASSERT_TRUE(SummarizeBlock(layout, block, 2, 1.0f, summary).ok());
   EXPECT_THAT(summary, ElementsAre(1, -5, 3, -1, -2, 0, 0, 7));
+}
+
+TEST(BlockSummaryTest, ARadiusShrinksEachChannelAroundItsMidpoint) {
+  const PagedKvLayout layout{.block_tokens = 3, .num_kv_heads = 2, .head_dim = 2};
+  std::vector<float> block(static_cast<size_t>(layout.block_elems()));
+  const float keys[2][3][2] = {{{1, -1}, {3, -5}, {2, 4}}, {{0, 0}, {-2, 7}, {6, 7}}};
+  for (int32_t h = 0; h < 2; ++h) {
+    for (int32_t t = 0; t < 3; ++t) {
+      for (int32_t d = 0; d < 2; ++d) Key(layout, block, h, t, d) = keys[h][t][d];
+    }
+  }
+  // Ranges [1, 3], [-5, 4]; [-2, 6], [0, 7]: midpoints 2, -0.5, 2, 3.5; half-widths 1, 4.5, 4, 3.5.
+  std::vector<float> summary(8);
+  ASSERT_TRUE(SummarizeBlock(layout, block, 3, 0.0f, summary).ok());
+  EXPECT_THAT(summary, ElementsAre(2, -0.5, 2, -0.5, 2, 3.5, 2, 3.5));
+  ASSERT_TRUE(SummarizeBlock(layout, block, 3, 0.5f, summary).ok());
+  EXPECT_THAT(summary, ElementsAre(1.5, -2.75, 2.5, 1.75, 0, 1.75, 4, 5.25));
+  // Head 0 scores q = (1, 2) by max(q.min, q.max) a channel: 2.5 + 3.5, which is q.midpoint (1)
+  // plus half of sum |q| * half-width (0.5 * 10).
+  EXPECT_EQ(KeyDotUpperBound(std::vector<float>{1, 2}, std::span(summary).first(4)), 6.0f);
+  // At radius 0 that is q.midpoint alone.
+  ASSERT_TRUE(SummarizeBlock(layout, block, 3, 0.0f, summary).ok());
+  EXPECT_EQ(KeyDotUpperBound(std::vector<float>{1, 2}, std::span(summary).first(4)), 1.0f);
+  for (const float radius : {-0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_EQ(SummarizeBlock(layout, block, 3, radius, summary).code(),
+              absl::StatusCode::kInvalidArgument)
+        << radius;
+  }
 }
 
 TEST(BlockSummaryTest, ReadsOnlyTheKeysOfItsTokens) {
@@ -81,7 +109,7 @@ TEST(BlockSummaryTest, ReadsOnlyTheKeysOfItsTokens) {
   }
   std::fill(block.begin() + layout.value_offset(), block.end(), kNan);
   std::vector<float> summary(static_cast<size_t>(BlockSummaryElems(layout)));
-  ASSERT_TRUE(SummarizeBlock(layout, block, tokens, summary).ok());
+  ASSERT_TRUE(SummarizeBlock(layout, block, tokens, 1.0f, summary).ok());
   EXPECT_EQ(summary, ReferenceSummary(layout, block, tokens));
 }
 
@@ -90,7 +118,7 @@ TEST(BlockSummaryTest, SkipsNanKeysAsFminfDoes) {
   std::vector<float> block = {kNan, 1, 2, kNan, -3, kNan,  // keys (NaN, 1), (2, NaN), (-3, NaN)
                               0,    0, 0, 0,    0,  0};
   std::vector<float> summary(4);
-  ASSERT_TRUE(SummarizeBlock(layout, block, 3, summary).ok());
+  ASSERT_TRUE(SummarizeBlock(layout, block, 3, 1.0f, summary).ok());
   EXPECT_THAT(summary, ElementsAre(-3, 1, 2, 1));
 }
 
@@ -104,7 +132,7 @@ TEST(BlockSummaryTest, RandomBlocksMatchTheDefinition) {
         RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 1.0f + trial % 5);
     const int32_t tokens = 1 + static_cast<int32_t>(rng() % layout.block_tokens);
     std::vector<float> summary(static_cast<size_t>(BlockSummaryElems(layout)), kNan);
-    ASSERT_TRUE(SummarizeBlock(layout, block, tokens, summary).ok());
+    ASSERT_TRUE(SummarizeBlock(layout, block, tokens, 1.0f, summary).ok());
     ASSERT_EQ(summary, ReferenceSummary(layout, block, tokens)) << "trial " << trial;
   }
 }
@@ -136,7 +164,7 @@ TEST(KeyDotUpperBoundTest, BoundsEveryKeyOfTheBlock) {
     }
     const int32_t tokens = 1 + static_cast<int32_t>(rng() % layout.block_tokens);
     std::vector<float> summary(static_cast<size_t>(BlockSummaryElems(layout)));
-    ASSERT_TRUE(SummarizeBlock(layout, block, tokens, summary).ok());
+    ASSERT_TRUE(SummarizeBlock(layout, block, tokens, 1.0f, summary).ok());
     const size_t head_dim = static_cast<size_t>(layout.head_dim);
     const std::vector<float> query = RandomFloats(rng, head_dim, 1.0f);
     for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
@@ -189,19 +217,20 @@ TEST(BlockSummaryTest, RejectsShapesThatDoNotFit) {
   const PagedKvLayout layout{.block_tokens = 4, .num_kv_heads = 2, .head_dim = 3};
   std::vector<float> block(static_cast<size_t>(layout.block_elems()));
   std::vector<float> summary(12);
-  EXPECT_TRUE(SummarizeBlock(layout, block, 4, summary).ok());
+  EXPECT_TRUE(SummarizeBlock(layout, block, 4, 1.0f, summary).ok());
   for (const int32_t tokens : {0, 5, -1}) {
-    const absl::Status status = SummarizeBlock(layout, block, tokens, summary);
+    const absl::Status status = SummarizeBlock(layout, block, tokens, 1.0f, summary);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << tokens;
   }
   std::vector<float> short_block(block.size() - 1);
-  EXPECT_THAT(SummarizeBlock(layout, short_block, 4, summary).message(), HasSubstr("block"));
+  EXPECT_THAT(SummarizeBlock(layout, short_block, 4, 1.0f, summary).message(), HasSubstr("block"));
   std::vector<float> long_summary(13);
-  EXPECT_EQ(SummarizeBlock(layout, block, 4, long_summary).code(),
+  EXPECT_EQ(SummarizeBlock(layout, block, 4, 1.0f, long_summary).code(),
             absl::StatusCode::kInvalidArgument);
   PagedKvLayout bf16 = layout;
   bf16.type = DType::kBF16;
-  EXPECT_EQ(SummarizeBlock(bf16, block, 4, summary).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SummarizeBlock(bf16, block, 4, 1.0f, summary).code(),
+            absl::StatusCode::kInvalidArgument);
 
   const std::vector<float> summaries(24);
   std::vector<float> bounds(4);

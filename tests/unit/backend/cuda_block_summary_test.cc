@@ -94,7 +94,8 @@ std::vector<int32_t> DistinctIds(int32_t n, int32_t count, uint32_t seed) {
 std::vector<float> ReferenceSummaries(const PagedKvLayout& layout,
                                       const std::vector<uint16_t>& cache,
                                       const std::vector<int32_t>& block_ids,
-                                      const std::vector<int32_t>& summary_ids, int32_t slots) {
+                                      const std::vector<int32_t>& summary_ids, int32_t slots,
+                                      float radius = 1.0f) {
   PagedKvLayout f32 = layout;
   f32.type = DType::kF32;
   const int64_t elems = cpu::BlockSummaryElems(f32);
@@ -104,7 +105,7 @@ std::vector<float> ReferenceSummaries(const PagedKvLayout& layout,
     const uint16_t* bits = cache.data() + block_ids[i] * f32.block_elems();
     std::transform(bits, bits + block.size(), block.begin(), Bf16ToF32);  // exact
     const absl::Status status = cpu::SummarizeBlock(
-        f32, block, f32.block_tokens,
+        f32, block, f32.block_tokens, radius,
         std::span<float>(summaries).subspan(static_cast<size_t>(summary_ids[i] * elems),
                                             static_cast<size_t>(elems)));
     EXPECT_TRUE(status.ok()) << status;
@@ -179,7 +180,8 @@ class CudaBlockSummaryFixture : public ::testing::Test {
   // SummarizeBlocks on the device into `slots` summaries first holding kUntouched.
   std::vector<float> Summarize(const PagedKvLayout& layout, const std::vector<uint16_t>& cache,
                                const std::vector<int32_t>& block_ids,
-                               const std::vector<int32_t>& summary_ids, int32_t slots) {
+                               const std::vector<int32_t>& summary_ids, int32_t slots,
+                               float radius = 1.0f) {
     const size_t floats = static_cast<size_t>(slots * cpu::BlockSummaryElems(layout));
     DeviceBuffer blocks = Upload(cache);
     DeviceBuffer block_id_buffer = Upload(block_ids);
@@ -187,7 +189,7 @@ class CudaBlockSummaryFixture : public ::testing::Test {
     DeviceBuffer summaries = Upload(std::vector<float>(floats, kUntouched));
     cuda_->SummarizeBlocks(blocks.data(), layout, block_id_buffer.as<int32_t>(),
                            summary_id_buffer.as<int32_t>(), static_cast<int32_t>(block_ids.size()),
-                           summaries.as<float>());
+                           radius, summaries.as<float>());
     return Download(summaries, floats);
   }
 
@@ -269,6 +271,12 @@ TEST_P(CudaBlockSummaryTest, SummarizeBlocksMatchesTheReferenceExactly) {
   ASSERT_TRUE(std::isnan(expected[summary_ids[1] * elems + (2 * last_head + 1) * layout.head_dim +
                                   layout.head_dim - 1]));
   ExpectSameSummaries(Summarize(layout, cache, block_ids, summary_ids, kSlots), expected);
+  // Boxes shrunk around their midpoints, bit for bit as the reference shrinks them.
+  for (const float radius : {0.0f, 0.375f}) {
+    SCOPED_TRACE(radius);
+    ExpectSameSummaries(Summarize(layout, cache, block_ids, summary_ids, kSlots, radius),
+                        ReferenceSummaries(layout, cache, block_ids, summary_ids, kSlots, radius));
+  }
 }
 
 TEST_P(CudaBlockSummaryTest, ScoreBlocksMatchesTheReference) {
@@ -349,7 +357,7 @@ TEST_F(CudaBlockSummaryFixture, LlamaShapeSummarizesAndScoresAStep) {
   DeviceBuffer summary_id_buffer = Upload(summary_ids);
   DeviceBuffer summaries = Upload(Poisoned(floats));
   cuda_->SummarizeBlocks(blocks.data(), layout, block_id_buffer.as<int32_t>(),
-                         summary_id_buffer.as<int32_t>(), kCount, summaries.as<float>());
+                         summary_id_buffer.as<int32_t>(), kCount, 1.0f, summaries.as<float>());
   const std::vector<float> expected =
       ReferenceSummaries(layout, cache, block_ids, summary_ids, kCount);
   ExpectSameSummaries(Download(summaries, floats), expected);
@@ -406,9 +414,8 @@ TEST_F(CudaBlockSummaryFixture, AggregateScoresMatchesTheReference) {
   DeviceBuffer bound_buffer = Upload(bounds);
   DeviceBuffer segment_buffer = Upload(segments);
   DeviceBuffer scores = Upload(Poisoned(expected.size()));
-  cuda_->AggregateScores(bound_buffer.as<float>(), kHeads, first,
-                         segment_buffer.as<ScoreSegment>(), static_cast<int32_t>(segments.size()),
-                         8, scores.as<float>());
+  cuda_->AggregateScores(bound_buffer.as<float>(), kHeads, first, segment_buffer.as<ScoreSegment>(),
+                         static_cast<int32_t>(segments.size()), 8, scores.as<float>());
   const std::vector<float> actual = Download(scores, expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_NEAR(actual[i], expected[i], 1e-6 * std::abs(expected[i]) + 1e-30) << i;
@@ -418,7 +425,7 @@ TEST_F(CudaBlockSummaryFixture, AggregateScoresMatchesTheReference) {
 TEST_F(CudaBlockSummaryFixture, NoBlocksIsNothingToDo) {
   const PagedKvLayout layout = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
   DeviceBuffer summaries = Upload(std::vector<float>(8, kUntouched));
-  cuda_->SummarizeBlocks(nullptr, layout, nullptr, nullptr, 0, summaries.as<float>());
+  cuda_->SummarizeBlocks(nullptr, layout, nullptr, nullptr, 0, 1.0f, summaries.as<float>());
   cuda_->ScoreBlocks(nullptr, 256, 4, layout, summaries.as<float>(), nullptr, nullptr, 0,
                      summaries.as<float>());
   EXPECT_EQ(Download(summaries, 8), std::vector<float>(8, kUntouched));
@@ -427,13 +434,15 @@ TEST_F(CudaBlockSummaryFixture, NoBlocksIsNothingToDo) {
 TEST_F(CudaBlockSummaryFixture, RefusesWhatItCannotRun) {
   DeviceBuffer scratch = Upload(std::vector<float>(1024, 0.0f));
   const PagedKvLayout fp32 = Layout(Shape{64, 2, 16, 2}, DType::kF32);
-  cuda_->SummarizeBlocks(scratch.data(), fp32, nullptr, nullptr, 1, scratch.as<float>());
+  cuda_->SummarizeBlocks(scratch.data(), fp32, nullptr, nullptr, 1, 1.0f, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kUnimplemented);
   const PagedKvLayout bf16 = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
   cuda_->ScoreBlocks(scratch.as<float>(), 64 * 3, 3, bf16, scratch.as<float>(), nullptr, nullptr, 1,
                      scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
-  cuda_->SummarizeBlocks(scratch.data(), bf16, nullptr, nullptr, -1, scratch.as<float>());
+  cuda_->SummarizeBlocks(scratch.data(), bf16, nullptr, nullptr, -1, 1.0f, scratch.as<float>());
+  EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+  cuda_->SummarizeBlocks(scratch.data(), bf16, nullptr, nullptr, 1, 1.5f, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
   cuda_->AggregateScores(scratch.as<float>(), 129, 1, nullptr, 1, 1, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);

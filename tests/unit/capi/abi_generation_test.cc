@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -464,6 +465,13 @@ TEST(AbiOffload, BadSettingsAreRefused) {
   EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
   EXPECT_NE(std::string(pulse_last_error()).find("decode_graphs"), std::string::npos);
   EXPECT_EQ(engine, nullptr);
+  params.decode_graphs = 1;
+  for (const double radius : {-0.25, 1.5, std::nan("")}) {
+    params.offload_summary_radius = radius;
+    EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(pulse_last_error()).find("offload_summary_radius"), std::string::npos);
+    EXPECT_EQ(engine, nullptr);
+  }
   pulse_model_free(model);
 }
 

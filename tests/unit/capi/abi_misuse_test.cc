@@ -17,9 +17,9 @@ using pulse::capi_test::GreedySampling;
 using pulse::capi_test::kTinyContext;
 using pulse::capi_test::kTinyVocab;
 using pulse::capi_test::LoadTinyModel;
+using pulse::capi_test::TinyConfigPath;
 using pulse::capi_test::TinyPrompt;
 using pulse::capi_test::WriteTempFile;
-using pulse::capi_test::TinyConfigPath;
 
 std::string LastError() { return pulse_last_error(); }
 

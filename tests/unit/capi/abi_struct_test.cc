@@ -130,7 +130,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_host_tokens, 56);
   EXPECT_OFFSET(pulse_engine_params, offload_slot_tokens, 64);
   EXPECT_OFFSET(pulse_engine_params, decode_graphs, 72);
-  EXPECT_EQ(sizeof(pulse_engine_params), 80u);
+  EXPECT_OFFSET(pulse_engine_params, offload_summary_radius, 80);
+  EXPECT_EQ(sizeof(pulse_engine_params), 88u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -178,6 +179,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_host_tokens, 0);
   EXPECT_EQ(engine.offload_slot_tokens, 0);
   EXPECT_EQ(engine.decode_graphs, 1);
+  EXPECT_EQ(engine.offload_summary_radius, 0.0);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);

@@ -119,6 +119,13 @@ impl EngineParams {
         self
     }
 
+    /// How a block's key summary scores against a query, in [0, 1]: 1 is Quest's upper bound of
+    /// q.k over the block, 0 (the default) the q.k of the key range's center.
+    pub fn offload_summary_radius(mut self, radius: f64) -> Self {
+        self.raw.offload_summary_radius = radius;
+        self
+    }
+
     pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
         &self.raw
     }

@@ -174,4 +174,7 @@ fn bad_offload_capacities_are_refused_by_name() {
     let error = Engine::new(&load(7), &offloaded().offload_host_tokens(-5)).unwrap_err();
     assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
     assert!(error.message().contains("offload_host_tokens"), "{error}");
+    let error = Engine::new(&load(7), &offloaded().offload_summary_radius(1.5)).unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+    assert!(error.message().contains("offload_summary_radius"), "{error}");
 }
