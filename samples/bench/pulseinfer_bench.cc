@@ -4,7 +4,8 @@
 //       [--decode 1x4096,8x16384] [--decode-steps N] [--prefill CONTEXT]
 //       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
 //       [--modes dense,solohead,headwise] [--budget 2048] [--sink 32] [--window 128]
-//       [--copy auto|gather|batch-dma|per-chunk] [--graphs on,off] [--device NAME]
+//       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--graphs on,off]
+//       [--device NAME]
 //       [--commit SHA] [--out FILE.jsonl]
 //
 // Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
@@ -61,6 +62,7 @@ struct Args {
   int32_t sink = 32;
   int32_t window = 128;
   std::string copy = "auto";
+  double summary_radius = -1;  // < 0: the library's default
   std::vector<bool> graphs = {true};
   std::string device = "unknown";
   std::string commit = "unknown";
@@ -149,6 +151,8 @@ Args ParseArgs(int argc, char** argv) {
       args.window = std::atoi(value.c_str());
     } else if (flag == "--copy") {
       args.copy = value;
+    } else if (flag == "--summary-radius") {
+      args.summary_radius = std::atof(value.c_str());
     } else if (flag == "--graphs") {
       args.graphs.clear();
       for (const std::string& setting : SplitList(value)) {
@@ -282,6 +286,7 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
     params.offload_sink_tokens = args.sink;
     params.offload_window_tokens = args.window;
     params.offload_executor = CopyExecutor(args.copy);
+    if (args.summary_radius >= 0) params.offload_summary_radius = args.summary_radius;
     // Each request's sinks, window and the block written (the engine's resident limit), and
     // one prompt being prefilled.
     const int64_t resident = RoundUp(args.sink, block) + RoundUp(args.window, block) + 2 * block;
@@ -406,14 +411,16 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
     const double ms = after.recall_ms - before.recall_ms;
     const double hits = double(after.slot_hits - before.slot_hits);
     const double lookups = hits + double(after.slot_misses - before.slot_misses);
-    offload = ", \"recall_bytes_per_step\": " + Number(bytes / steps) +
-              ", \"recall_transfers_per_step\": " +
-              Number(double(after.recall_transfers - before.recall_transfers) / steps) +
-              ", \"recall_ms_per_step\": " + Number(ms / steps) +
-              ", \"pcie_gb_s\": " + (ms > 0 ? Number(bytes / ms / 1e6) : std::string("null")) +
-              ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
-              ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
-              ", \"window\": " + std::to_string(args.window);
+    offload =
+        ", \"recall_bytes_per_step\": " + Number(bytes / steps) +
+        ", \"recall_transfers_per_step\": " +
+        Number(double(after.recall_transfers - before.recall_transfers) / steps) +
+        ", \"recall_ms_per_step\": " + Number(ms / steps) +
+        ", \"pcie_gb_s\": " + (ms > 0 ? Number(bytes / ms / 1e6) : std::string("null")) +
+        ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
+        ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
+        ", \"window\": " + std::to_string(args.window) + ", \"summary_radius\": " +
+        Number(args.summary_radius >= 0 ? args.summary_radius : defaults.offload_summary_radius);
     budget = std::to_string(args.budget);
   }
   records.Write(
