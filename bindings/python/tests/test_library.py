@@ -37,6 +37,15 @@ def test_every_constant_has_its_enum_member(enum, prefix):
     assert {member.name: member.value for member in enum} == constants
 
 
+def test_every_macro_of_the_header_is_a_constant(repo_root):
+    # Flags written as casts SWIG cannot evaluate are declared again in capi.i; a flag added to
+    # the header but not there would be missing from the module.
+    header = (repo_root / "capi" / "include" / "pulseinfer" / "pulseinfer.h").read_text()
+    macros = set(re.findall(r"^#define (PULSE_\w+)\s", header, re.MULTILINE)) - {"PULSE_API"}
+    assert len(macros) >= 8
+    assert {name for name in macros if not hasattr(capi, name)} == set()
+
+
 def test_finish_reasons_print_as_the_library_names_them():
     assert str(pulseinfer.FinishReason.STOP_STRING) == "stop_string"
 
