@@ -48,17 +48,25 @@ std::vector<float> ReferenceSummary(const PagedKvLayout& layout, std::vector<flo
   return summary;
 }
 
-TEST(BlockSummaryTest, MinRowThenMaxRowPerHead) {
-  const PagedKvLayout layout{.block_tokens = 3, .num_kv_heads = 2, .head_dim = 2};
-  EXPECT_EQ(BlockSummaryElems(layout), 8);
-  std::vector<float> block(static_cast<size_t>(layout.block_elems()), 1000.0f);  // values: 1000
-  // head 0: keys (1, -1), (3, -5), (2, 4); head 1: keys (0, 0), (-2, 7), (6, 7)
+// A block of 3 tokens, 2 KV heads of 2 dims: head 0's keys (1, -1), (3, -5), (2, 4); head 1's
+// (0, 0), (-2, 7), (6, 7); its values 1000.
+constexpr PagedKvLayout kSmallLayout{.block_tokens = 3, .num_kv_heads = 2, .head_dim = 2};
+
+std::vector<float> SmallBlock() {
+  std::vector<float> block(static_cast<size_t>(kSmallLayout.block_elems()), 1000.0f);
   const float keys[2][3][2] = {{{1, -1}, {3, -5}, {2, 4}}, {{0, 0}, {-2, 7}, {6, 7}}};
   for (int32_t h = 0; h < 2; ++h) {
     for (int32_t t = 0; t < 3; ++t) {
-      for (int32_t d = 0; d < 2; ++d) Key(layout, block, h, t, d) = keys[h][t][d];
+      for (int32_t d = 0; d < 2; ++d) Key(kSmallLayout, block, h, t, d) = keys[h][t][d];
     }
   }
+  return block;
+}
+
+TEST(BlockSummaryTest, MinRowThenMaxRowPerHead) {
+  const PagedKvLayout layout = kSmallLayout;
+  EXPECT_EQ(BlockSummaryElems(layout), 8);
+  const std::vector<float> block = SmallBlock();
   std::vector<float> summary(8);
   ASSERT_TRUE(SummarizeBlock(layout, block, 3, 1.0f, summary).ok());
   EXPECT_THAT(summary, ElementsAre(1, -5, 3, 4, -2, 0, 6, 7));
@@ -67,14 +75,8 @@ TEST(BlockSummaryTest, MinRowThenMaxRowPerHead) {
 }
 
 TEST(BlockSummaryTest, ARadiusShrinksEachChannelAroundItsMidpoint) {
-  const PagedKvLayout layout{.block_tokens = 3, .num_kv_heads = 2, .head_dim = 2};
-  std::vector<float> block(static_cast<size_t>(layout.block_elems()));
-  const float keys[2][3][2] = {{{1, -1}, {3, -5}, {2, 4}}, {{0, 0}, {-2, 7}, {6, 7}}};
-  for (int32_t h = 0; h < 2; ++h) {
-    for (int32_t t = 0; t < 3; ++t) {
-      for (int32_t d = 0; d < 2; ++d) Key(layout, block, h, t, d) = keys[h][t][d];
-    }
-  }
+  const PagedKvLayout layout = kSmallLayout;
+  const std::vector<float> block = SmallBlock();
   // Ranges [1, 3], [-5, 4]; [-2, 6], [0, 7]: midpoints 2, -0.5, 2, 3.5; half-widths 1, 4.5, 4, 3.5.
   std::vector<float> summary(8);
   ASSERT_TRUE(SummarizeBlock(layout, block, 3, 0.0f, summary).ok());
