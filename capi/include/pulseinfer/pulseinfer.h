@@ -209,11 +209,12 @@ typedef struct pulse_engine_params {
    * PULSE_OFFLOAD_HEADWISE or PULSE_OFFLOAD_SOLOHEAD, every decode step attends, in each layer,
    * only to the attention-sink blocks, the recent window and the blocks whose key summaries
    * (per-channel min/max) score highest against the query (offload_summary_radius), within
-   * offload_budget_tokens; prompt chunks stay dense. SoloHead picks one block set a layer for all KV heads (a recalled block is one
-   * contiguous copy), HeadWise one a KV head (per-head fragments). Every full block is written
-   * once to the host tier; a decoding request keeps only its sinks, window and the block being
-   * written in the KV cache (kv_capacity_tokens), and the blocks a step selects are recalled into
-   * the device tier's slots, where they stay cached across steps. */
+   * offload_budget_tokens; prompt chunks stay dense. SoloHead picks one block set a layer for all
+   * KV heads (a recalled block is one contiguous copy), HeadWise one a KV head (per-head
+   * fragments). Every full block is written once to the host tier; a decoding request keeps only
+   * its sinks, window and the block being written in the KV cache (kv_capacity_tokens), and the
+   * blocks a step selects are recalled into the device tier's slots, where they stay cached across
+   * steps. */
   int32_t offload_mode;          /* PULSE_OFFLOAD_OFF (default), _HEADWISE or _SOLOHEAD */
   int32_t offload_budget_tokens; /* tokens attended at most, sinks and window included; 2048 */
   int32_t offload_sink_tokens;   /* the first tokens, always attended; default 32 */
