@@ -275,7 +275,8 @@ class Backend {
                                const int32_t* block_ids, const int32_t* summary_ids, int32_t count,
                                float radius, float* summaries) = 0;
   // For i < count and every query head h: bounds[h * count + i] = head h's upper bound of q.k over
-  // the summary at summaries + summary_ids[i] * summary elements, for the query row
+  // the box of the summary at summaries + summary_ids[i] * summary elements (over the block's keys
+  // when the summary's radius is 1; its centre's q.k at radius 0), for the query row
   // q + query_rows[i] * q_stride ([num_heads][head_dim]). One call scores every candidate of every
   // sparse row of a step.
   virtual void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,

@@ -1,6 +1,7 @@
 // Which KV blocks one decode step of one request attends to in one layer (Quest-style selection):
 // the attention-sink blocks and the recent window always, and the best-scoring other blocks
-// within a token budget, scored by the summaries' upper bounds of q.k (block_summary.h). The CPU
+// within a token budget, scored by the upper bounds of q.k over the summaries' boxes
+// (block_summary.h: Quest's bound at summary radius 1, the box centre's q.k at 0). The CPU
 // reference; the CUDA selection is tested against it.
 #pragma once
 
