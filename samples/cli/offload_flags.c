@@ -15,6 +15,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   flags->host_tokens = 0;
   flags->slot_tokens = 0;
   flags->summary_radius = (float)defaults.offload_summary_radius;
+  flags->block_tokens = defaults.block_tokens;
   const flag_spec own[kOffloadFlagCount] = {
       {"--offload", kFlagString, &flags->mode, 0, 0},
       {"--budget", kFlagInt32, &flags->budget, 1, 1 << 30},
@@ -25,6 +26,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
       {"--host-tokens", kFlagInt32, &flags->host_tokens, 1, 1 << 30},
       {"--slot-tokens", kFlagInt32, &flags->slot_tokens, 1, 1 << 30},
       {"--summary-radius", kFlagFloat, &flags->summary_radius, 0, 1},
+      {"--block-tokens", kFlagInt32, &flags->block_tokens, 1, 4096},
   };
   for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
 }
@@ -70,6 +72,7 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
   params->offload_host_tokens = flags->host_tokens;
   params->offload_slot_tokens = flags->slot_tokens;
   params->offload_summary_radius = flags->summary_radius;
+  params->block_tokens = flags->block_tokens;
   return 1;
 }
 

@@ -1,4 +1,5 @@
-/* The flags of sparse decode attention (pulse_engine_params.offload_*) and its statistics. */
+/* The flags of sparse decode attention (pulse_engine_params.offload_* and block_tokens) and its
+ * statistics. */
 #ifndef PULSEINFER_CLI_OFFLOAD_FLAGS_H_
 #define PULSEINFER_CLI_OFFLOAD_FLAGS_H_
 
@@ -17,9 +18,10 @@ typedef struct offload_flags {
   int32_t host_tokens;
   int32_t slot_tokens;
   float summary_radius;
+  int32_t block_tokens;
 } offload_flags;
 
-enum { kOffloadFlagCount = 9 };
+enum { kOffloadFlagCount = 10 };
 
 #define OFFLOAD_FLAGS_HELP                                                                      \
   "  --offload MODE        sparse decode attention: off (default), solohead (one block set a\n" \
@@ -33,7 +35,9 @@ enum { kOffloadFlagCount = 9 };
   "  --host-tokens N       host-tier capacity in tokens (default: the context)\n"               \
   "  --slot-tokens N       device-tier slots in tokens (default: the budget)\n"                 \
   "  --summary-radius R    how blocks score, in [0, 1]: 1 Quest's upper bound of q.k, 0\n"      \
-  "                        (default) the q.k of the key range's center\n"
+  "                        (default) the q.k of the key range's center\n"                       \
+  "  --block-tokens N      tokens of one KV block, the unit a selection picks and a recall\n"   \
+  "                        moves (default 32)\n"
 
 /* Sets the defaults (the library's) and writes the kOffloadFlagCount specs to `specs`. */
 void offload_flags_init(offload_flags* flags, flag_spec* specs);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -303,6 +304,26 @@ def test_offload_with_a_small_budget_attends_to_part_of_the_context(cli, shakesp
     line = next(l for l in proc.stderr.splitlines() if l.startswith("sparse attention:"))
     attended = float(line.split("selections, ")[1].split("%")[0])
     assert 0 < attended < 40, line
+
+
+def test_offload_at_small_blocks_and_either_summary_radius(cli, shakespeare_path, smollm2_path):
+    prompt = shakespeare_path.read_text()[:3000]
+    picked = {}
+    for radius in (0, 1):
+        proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens",
+                   8, "--offload", "solohead", "--budget", 256, "--sink", 8, "--window", 32,
+                   "--block-tokens", 8, "--summary-radius", radius)
+        assert proc.returncode == 0, proc.stderr
+        line = next(l for l in proc.stderr.splitlines() if l.startswith("sparse attention:"))
+        # A budget of 256 is 32 blocks of 8 tokens (8 of 32), so over 16 picks a selection
+        # beyond the sink and window blocks say that --block-tokens took effect.
+        selections = int(re.search(r"sparse attention: (\d+) selections", line).group(1))
+        picked[radius] = int(re.search(r"attended, (\d+) of \d+ scored blocks", line).group(1))
+        assert picked[radius] > 16 * selections, line
+    assert picked[0] == picked[1]  # the same budget; which blocks differs
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt", "Hi", "--max-tokens", 1,
+               "--summary-radius", 2)
+    assert proc.returncode == 2 and "--summary-radius expects a number in [0, 1]" in proc.stderr
 
 
 def test_offload_mode_must_be_known(cli, tiny_config):
