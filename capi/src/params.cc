@@ -53,11 +53,7 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
                                                    params.decode_graphs, "; expected 0 or 1"));
   }
   options.decode_graphs = params.decode_graphs == 1;
-  if (!(params.offload_summary_radius >= 0.0 && params.offload_summary_radius <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_summary_radius is ",
-                                                   params.offload_summary_radius,
-                                                   "; expected a value in [0, 1]"));
-  }
+  // EngineOptions::Validate refuses a radius outside [0, 1], naming the field.
   options.offload_summary_radius = static_cast<float>(params.offload_summary_radius);
   if (params.offload_mode == PULSE_OFFLOAD_OFF) return options;
   if (params.offload_mode != PULSE_OFFLOAD_HEADWISE &&

@@ -12,10 +12,7 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
     Backend& backend, const PagedKvLayout& layout, int32_t num_layers, int32_t num_blocks,
     int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq, float summary_radius,
     OffloadedKv* offloaded) {
-  if (!(summary_radius >= 0.0f && summary_radius <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a summary radius must be in [0, 1], not %g", summary_radius));
-  }
+  PULSE_RETURN_IF_ERROR(cpu::CheckSummaryRadius(summary_radius));
   const int64_t summary_elems = cpu::BlockSummaryElems(layout);
   const int64_t host_blocks = offloaded == nullptr ? 0 : offloaded->options().host_blocks;
   std::vector<DeviceBuffer> summaries;

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "core/backend/summary_radius.h"
 #include "core/kv/block_table.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
@@ -534,7 +535,7 @@ absl::Status EngineOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_context = %d must be >= 0", max_context));
   }
-  if (!(offload_summary_radius >= 0.0f && offload_summary_radius <= 1.0f)) {
+  if (!SummaryRadiusValid(offload_summary_radius)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("offload_summary_radius = %g is outside [0, 1]", offload_summary_radius));
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/backend/summary_radius.h"
 
 namespace pulse::cpu {
 namespace {
@@ -44,10 +45,7 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> 
     return absl::InvalidArgumentError(absl::StrFormat("cannot summarize %d tokens of a block of %d",
                                                       tokens, layout.block_tokens));
   }
-  if (!(radius >= 0.0f && radius <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a summary radius must be in [0, 1], not %g", radius));
-  }
+  PULSE_RETURN_IF_ERROR(CheckSummaryRadius(radius));
   const size_t head_dim = static_cast<size_t>(layout.head_dim);
   for (int32_t head = 0; head < layout.num_kv_heads; ++head) {
     const std::span<const float> keys =
@@ -64,14 +62,15 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> 
       }
     }
     if (radius == 1.0f) continue;
-    for (size_t d = 0; d < head_dim; ++d) {
-      const float mid = 0.5f * min[d] + 0.5f * max[d];
-      const float half = 0.5f * max[d] - 0.5f * min[d];
-      min[d] = std::fma(-radius, half, mid);
-      max[d] = std::fma(radius, half, mid);
-    }
+    for (size_t d = 0; d < head_dim; ++d) ShrinkToRadius(min[d], max[d], radius);
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckSummaryRadius(float radius) {
+  if (SummaryRadiusValid(radius)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("a summary radius must be in [0, 1], not %g", radius));
 }
 
 float KeyDotUpperBound(std::span<const float> query, std::span<const float> head_summary) {

@@ -30,6 +30,9 @@ int64_t BlockSummaryElems(const PagedKvLayout& layout);
 absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> block,
                             int32_t tokens, float radius, std::span<float> summary);
 
+// InvalidArgument, saying so, for a summary radius outside [0, 1] (or NaN).
+absl::Status CheckSummaryRadius(float radius);
+
 // Upper bound of q.k over every key k that one KV head's summary rows (`head_summary`:
 // [2][head_dim], min then max) cover: sum over d of max(q[d] * min[d], q[d] * max[d]).
 // `head_summary` has twice as many elements as `query`.

@@ -21,6 +21,7 @@
 #include "core/backend/cuda/block_summary_kernels.h"
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/launch.cuh"
+#include "core/backend/summary_radius.h"
 
 namespace pulse::cuda {
 namespace {
@@ -132,12 +133,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (radius != 1.0f) {
 #pragma unroll
-      for (int k = 0; k < kWidth; ++k) {
-        const float mid = 0.5f * lo[k] + 0.5f * hi[k];
-        const float half = 0.5f * hi[k] - 0.5f * lo[k];
-        lo[k] = fmaf(-radius, half, mid);
-        hi[k] = fmaf(radius, half, mid);
-      }
+      for (int k = 0; k < kWidth; ++k) ShrinkToRadius(lo[k], hi[k], radius);
     }
     if (lane < width) {
       StoreRow(out + (first + column) * kWidth, lo);
@@ -275,7 +271,7 @@ cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layou
                                   int32_t count, float radius, float* summaries,
                                   cudaStream_t stream) {
   if (count < 0 || !Positive(layout) || layout.type != DType::kBF16 ||
-      !(radius >= 0.0f && radius <= 1.0f)) {
+      !SummaryRadiusValid(radius)) {
     return cudaErrorInvalidValue;
   }
   if (count == 0) return cudaSuccess;

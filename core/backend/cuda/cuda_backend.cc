@@ -17,6 +17,7 @@
 #include "core/backend/cuda/handles.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/lt_gemm.h"
+#include "core/backend/summary_radius.h"
 #include "core/base/thread_pool.h"
 
 namespace pulse {
@@ -389,9 +390,9 @@ class CudaBackend final : public Backend {
                        float* summaries) override {
     absl::MutexLock lock(&mu_);
     if (!CheckSummaries(layout, layout.num_kv_heads, count, "SummarizeBlocks")) return;
-    if (!(radius >= 0.0f && radius <= 1.0f)) {
+    if (!SummaryRadiusValid(radius)) {
       RecordStatus(absl::InvalidArgumentError(
-          absl::StrFormat("SummarizeBlocks: a summary radius must be in [0, 1], not %g", radius)));
+          absl::StrFormat("CUDA backend: SummarizeBlocks at a summary radius of %g", radius)));
       return;
     }
     Record(cuda::LaunchSummarizeBlocks(blocks, layout, block_ids, summary_ids, count, radius,

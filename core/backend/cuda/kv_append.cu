@@ -90,9 +90,7 @@ cudaError_t LaunchRopeAppendKv(float* qkv, int64_t row_stride, int32_t num_heads
                                const int32_t* positions, const float* inv_freq,
                                const PagedKvBatch& kv, cudaStream_t stream) {
   if (kv.num_rows == 0) return cudaSuccess;
-  if (kv.layout.head_dim / 2 > kRopeMaxHalf || kv.layout.head_dim % 2 != 0) {
-    return cudaErrorInvalidValue;
-  }
+  if (!RopeSupportsHeadDim(kv.layout.head_dim)) return cudaErrorInvalidValue;
   return LaunchKernel(RopeAppendKvKernel, static_cast<unsigned>(kv.num_rows), kRopeThreads, 0,
                       stream, qkv, row_stride, num_heads, positions, inv_freq, kv);
 }

@@ -37,7 +37,7 @@ cudaError_t LaunchRope(float* x, int64_t rows, int64_t row_stride, int32_t num_h
                        int32_t head_dim, const int32_t* positions, const float* inv_freq,
                        cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  if (head_dim / 2 > kRopeMaxHalf || head_dim % 2 != 0) return cudaErrorInvalidValue;
+  if (!RopeSupportsHeadDim(head_dim)) return cudaErrorInvalidValue;
   return LaunchKernel(RopeKernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, row_stride,
                       num_heads, head_dim, positions, inv_freq);
 }

@@ -8,6 +8,11 @@ namespace pulse::cuda {
 
 inline constexpr int kRopeMaxHalf = 256;  // head_dim up to 512
 
+// Whether the rope kernels' shared tables fit head_dim (even, at most 2 * kRopeMaxHalf).
+inline bool RopeSupportsHeadDim(int32_t head_dim) {
+  return head_dim % 2 == 0 && head_dim / 2 <= kRopeMaxHalf;
+}
+
 // cos_table[i], sin_table[i] (shared memory) of position * inv_freq[i] for i < half, from a
 // double-precision angle as the CPU backend computes it. Ends with a barrier.
 __device__ __forceinline__ void RopeTables(int32_t position, const float* __restrict__ inv_freq,
