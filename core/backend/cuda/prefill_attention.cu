@@ -1,8 +1,10 @@
 // Causal attention over the paged cache on tensor cores, in the flash-attention style: for
 // chunked prefill and for batches that mix prompt chunks with decode rows.
 //
-// A block computes kBlockM query rows of one sequence and one query head. Its warps own two m16
-// row tiles each, which share every K and V fragment a warp loads from shared memory. Key/value
+// A block computes kBlockM query rows of one sequence: kHeads query heads of one KV group (which
+// read the same keys) times kBlockM / kHeads positions, so each key/value tile gathered into shared
+// memory serves every head of the block. Its warps own two m16 row tiles each (one head's
+// positions), which share every K and V fragment a warp loads from shared memory. Key/value
 // tiles of kBlockN tokens are gathered from their paged blocks into shared memory by cp.async,
 // double-buffered, so the next tile's copy overlaps this tile's math. S = Q K^T and O += P V run as
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate); the softmax is online, in the log2 domain, with P
@@ -18,18 +20,22 @@ namespace pulse::cuda {
 namespace {
 
 // A kernel's shape: kWarps warps of kRowTiles m16 row tiles each (two tiles share every K and V
-// fragment a warp loads), key tiles of kBlockN keys. For 128-dim heads the S accumulators of 32
+// fragment a warp loads), split among kHeads query heads of a KV group (kHeads divides kWarps),
+// key tiles of kBlockN keys. For 128-dim heads the S accumulators of 32
 // keys are what fits beside O's in registers (64 keys spill; 8 warps or single row tiles were
 // slower on the H200: samples/bench/results/h200-prefill-attention-shapes.txt).
-template <int kHeadDim_, int kWarps_, int kRowTiles_, int kBlockN_>
+template <int kHeadDim_, int kWarps_, int kRowTiles_, int kBlockN_, int kHeads_>
 struct Shape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = kWarps_;
   static constexpr int kRowTiles = kRowTiles_;
   static constexpr int kBlockN = kBlockN_;
+  static constexpr int kHeads = kHeads_;
+  static_assert(kWarps % kHeads == 0);
   static constexpr int kThreads = kWarps * kWarp;
   static constexpr int kWarpRows = kRowTiles * 16;
   static constexpr int kBlockM = kWarps * kWarpRows;
+  static constexpr int kPositions = kBlockM / kHeads;  // positions of the block's tile
   static constexpr int kSharedBytes = (kBlockM + 4 * kBlockN) * kHeadDim * 2;
 };
 
@@ -41,22 +47,22 @@ constexpr float kNegInf = -__builtin_huge_valf();
 struct QueryTile {
   int32_t seq = -1;
   int32_t first_row = 0;  // in the step's rows
-  int32_t rows = 0;       // valid rows, at most kBlockM
+  int32_t rows = 0;       // valid rows (positions), at most kPositions
   int32_t first_position = 0;
 };
 
-template <int kBlockM>
+template <int kPositions>
 __device__ QueryTile FindTile(const PagedKvBatch& kv, int32_t tile) {
   QueryTile found;
   for (int32_t s = 0; s < kv.num_seqs; ++s) {
     const int32_t q_len = kv.q_offsets[s + 1] - kv.q_offsets[s];
-    const int32_t tiles = (q_len + kBlockM - 1) / kBlockM;
+    const int32_t tiles = (q_len + kPositions - 1) / kPositions;
     if (tile < tiles) {
       const int32_t local = tiles - 1 - tile;
       found.seq = s;
-      found.first_row = kv.q_offsets[s] + local * kBlockM;
-      found.rows = min(kBlockM, q_len - local * kBlockM);
-      found.first_position = kv.kv_lens[s] - q_len + local * kBlockM;
+      found.first_row = kv.q_offsets[s] + local * kPositions;
+      found.rows = min(kPositions, q_len - local * kPositions);
+      found.first_position = kv.kv_lens[s] - q_len + local * kPositions;
       return found;
     }
     tile -= tiles;
@@ -75,6 +81,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   constexpr int kThreads = S::kThreads;
   constexpr int kWarpRows = S::kWarpRows;
   constexpr int kRowTiles = S::kRowTiles;
+  constexpr int kPositions = S::kPositions;
+  constexpr int kWarpsPerHead = S::kWarps / S::kHeads;
   constexpr int kChunks = kHeadDim / 8;     // 16-byte chunks of a row
   constexpr int kDimTiles = kHeadDim / 8;   // n-tiles of O
   constexpr int kDimSteps = kHeadDim / 16;  // k-steps of S = Q K^T
@@ -85,17 +93,20 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   bf16* k_tiles = q_tile + kBlockM * kHeadDim;       // [2][kBlockN][kHeadDim]
   bf16* v_tiles = k_tiles + 2 * kBlockN * kHeadDim;  // [2][kBlockN][kHeadDim]
 
-  const QueryTile tile = FindTile<kBlockM>(kv, blockIdx.x);
+  const QueryTile tile = FindTile<kPositions>(kv, blockIdx.x);
   if (tile.seq < 0) return;
-  const int32_t head = blockIdx.y;
+  const int32_t first_head = blockIdx.y * S::kHeads;
   const PagedKvLayout& layout = kv.layout;
-  const int32_t kv_head = head / (num_heads / layout.num_kv_heads);
+  const int32_t kv_head = first_head / (num_heads / layout.num_kv_heads);
   // Keys this tile can see: through the position of its last valid row.
   const int32_t keys = tile.first_position + tile.rows;
   const int32_t key_tiles = (keys + kBlockN - 1) / kBlockN;
   const int tid = threadIdx.x;
   const int lane = tid % kWarp;
   const int warp = tid / kWarp;
+  // Shared row r is position r % kPositions of head first_head + r / kPositions; a warp's rows
+  // are one head's.
+  const int32_t warp_position = (warp % kWarpsPerHead) * kWarpRows;  // of the warp's first row
 
   const bf16* blocks = static_cast<const bf16*>(kv.blocks);
   const int32_t* table = kv.block_tables + int64_t{tile.seq} * kv.max_blocks_per_seq;
@@ -128,14 +139,16 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
   load_kv_tile(0, 0);
 
-  // Q: fp32 rows to bf16, zeros past the valid rows.
+  // Q: fp32 rows to bf16, zeros past the valid positions.
   for (int c = tid; c < kBlockM * kChunks; c += kThreads) {
     const int row = c / kChunks;
     const int chunk = c % kChunks;
+    const int position = row % kPositions;
     float values[8] = {};
-    if (row < tile.rows) {
+    if (position < tile.rows) {
       const float4* src = reinterpret_cast<const float4*>(
-          q + int64_t{tile.first_row + row} * q_stride + int64_t{head} * kHeadDim + chunk * 8);
+          q + int64_t{tile.first_row + position} * q_stride +
+          int64_t{first_head + row / kPositions} * kHeadDim + chunk * 8);
       const float4 a = src[0];
       const float4 b = src[1];
       values[0] = a.x, values[1] = a.y, values[2] = a.z, values[3] = a.w;
@@ -165,7 +178,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     }
   }
   // The position of this lane's row r of row tile m is first_row_position + m * 16 + r * 8.
-  const int32_t first_row_position = tile.first_position + warp * kWarpRows + lane / 4;
+  const int32_t first_row_position = tile.first_position + warp_position + lane / 4;
   const int q_row = warp * kWarpRows + (lane % 8) + ((lane / 8) % 2) * 8;  // + m * 16
 
   for (int32_t key_tile = 0; key_tile < key_tiles; ++key_tile) {
@@ -216,7 +229,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     // probability is then one fma and one ex2.
     const int32_t first_key = key_tile * kBlockN;
     const bool needs_mask =
-        first_key + kBlockN > tile.first_position + warp * kWarpRows || first_key + kBlockN > keys;
+        first_key + kBlockN > tile.first_position + warp_position || first_key + kBlockN > keys;
 #pragma unroll
     for (int m = 0; m < kRowTiles; ++m) {
       float tile_max[2] = {kNegInf, kNegInf};
@@ -296,10 +309,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       float sum = row_sum[m][r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int row = warp * kWarpRows + m * 16 + lane / 4 + r * 8;
-      if (row >= tile.rows) continue;
+      const int position = warp_position + m * 16 + lane / 4 + r * 8;
+      if (position >= tile.rows) continue;
       const float inv_sum = 1.0f / sum;
-      bf16* dst = out + (int64_t{tile.first_row + row} * num_heads + head) * kHeadDim;
+      const int32_t head = first_head + warp / kWarpsPerHead;
+      bf16* dst = out + (int64_t{tile.first_row + position} * num_heads + head) * kHeadDim;
 #pragma unroll
       for (int n = 0; n < kDimTiles; ++n) {
         *reinterpret_cast<__nv_bfloat162*>(dst + n * 8 + (lane % 4) * 2) =
@@ -316,10 +330,27 @@ cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const Pa
       PrefillAttentionKernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSharedBytes);
   if (configured != cudaSuccess) return configured;
   // An upper bound of the query tiles; blocks past the last tile return at once.
-  const int64_t tiles = (int64_t{kv.num_rows} + S::kBlockM - 1) / S::kBlockM + kv.num_seqs;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(num_heads));
+  const int64_t tiles = (int64_t{kv.num_rows} + S::kPositions - 1) / S::kPositions + kv.num_seqs;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(num_heads / S::kHeads));
   return LaunchKernel(PrefillAttentionKernel<S>, grid, S::kThreads, S::kSharedBytes, stream, q,
                       q_stride, num_heads, kv, scale * kLog2e, out);
+}
+
+// The block shape for a head size and the heads of a KV group that can share its K/V tiles.
+template <int kHeadDim, int kWarps, int kRowTiles, int kBlockN>
+cudaError_t LaunchForGroup(const float* q, int64_t q_stride, int32_t num_heads,
+                           const PagedKvBatch& kv, float scale, bf16* out, cudaStream_t stream) {
+  const int32_t group = num_heads / kv.layout.num_kv_heads;
+  if (group % 4 == 0) {
+    return Launch<Shape<kHeadDim, kWarps, kRowTiles, kBlockN, 4>>(q, q_stride, num_heads, kv, scale,
+                                                                  out, stream);
+  }
+  if (group % 2 == 0) {
+    return Launch<Shape<kHeadDim, kWarps, kRowTiles, kBlockN, 2>>(q, q_stride, num_heads, kv, scale,
+                                                                  out, stream);
+  }
+  return Launch<Shape<kHeadDim, kWarps, kRowTiles, kBlockN, 1>>(q, q_stride, num_heads, kv, scale,
+                                                                out, stream);
 }
 
 }  // namespace
@@ -331,9 +362,9 @@ cudaError_t LaunchPrefillAttention(const float* q, int64_t q_stride, int32_t num
   bf16* output = static_cast<bf16*>(out);
   switch (kv.layout.head_dim) {
     case 64:
-      return Launch<Shape<64, 4, 2, 64>>(q, q_stride, num_heads, kv, scale, output, stream);
+      return LaunchForGroup<64, 4, 2, 64>(q, q_stride, num_heads, kv, scale, output, stream);
     case 128:
-      return Launch<Shape<128, 4, 2, 32>>(q, q_stride, num_heads, kv, scale, output, stream);
+      return LaunchForGroup<128, 4, 2, 32>(q, q_stride, num_heads, kv, scale, output, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -455,7 +455,9 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{"prefill_gqa4_d128", 8, 2, 128, 32, {200, 65}, {200, 65}},
         AttentionCase{"chunk_after_cache_d64", 9, 3, 64, 32, {1000, 130}, {129, 1}},
         AttentionCase{"prefill_gqa4_d128_block7", 4, 1, 128, 7, {150}, {150}},
-        AttentionCase{"mixed_d128", 16, 8, 128, 32, {1, 500, 70, 3000}, {1, 64, 70, 1}}));
+        AttentionCase{"mixed_d128", 16, 8, 128, 32, {1, 500, 70, 3000}, {1, 64, 70, 1}},
+        AttentionCase{"prefill_gqa8_d64", 16, 2, 64, 16, {300, 40}, {300, 33}},
+        AttentionCase{"chunk_after_cache_gqa2_d128", 4, 2, 128, 32, {1100, 90}, {257, 90}}));
 
 // Head-wise sparse decode: every KV head of a sequence reads its own blocks (table_heads).
 TEST_F(CudaOpsTest, PerHeadTablesMatchCpu) {
