@@ -231,7 +231,9 @@ class Backend {
   virtual void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) = 0;
   // y[m][w.rows] = x[m][w.cols] (act) * w^T (+ bias[w.rows] when bias is not null).
   virtual void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) = 0;
-  // y (act) = x / rms(x) * weight, row-wise over rows x cols.
+  // y (act) = x / rms(x) * weight, row-wise over rows x cols. `weight` (here and in AddRmsNorm)
+  // is a model weight: a backend may read it before the ops enqueued before this one finish, so
+  // it must not be an op's output.
   virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
                        void* y) = 0;
   // residual += x; y (act) = RmsNorm(residual).

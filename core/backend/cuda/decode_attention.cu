@@ -29,6 +29,7 @@ constexpr int kHeadsPerBlock = 8;  // the MMA tile's columns
 constexpr int kTileKeys = 16;      // the MMA tile's rows
 constexpr int kStages = 2;
 constexpr int kMinSplitTokens = 256;
+constexpr int kMaxSplits = 8192;  // CombineSplitsKernel keeps a float a split in shared memory
 constexpr int kSplitRounding = kTileKeys * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -253,28 +254,36 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Merges the splits of each (row, head): one block of head_dim threads.
+// Merges the splits of each (row, head): one block of head_dim threads. The splits' log-sum-exps
+// are read once, in parallel, into shared memory (`lse_shared`, a float a split); the loads of
+// the partial outputs do not depend on each other and are unrolled so that several are in flight.
 __global__ void CombineSplitsKernel(PagedKvBatch kv, int32_t num_heads, int32_t head_dim,
                                     int32_t splits, int32_t split_tokens,
                                     const float* __restrict__ partial_o,
                                     const float* __restrict__ partial_lse, bf16* __restrict__ out) {
   WaitForPriorGrids();
+  extern __shared__ float lse_shared[];
   const int32_t seq = blockIdx.x;
   const int32_t head = blockIdx.y;
   const int32_t row = kv.q_offsets[seq];
   const int32_t kv_head = head / (num_heads / kv.layout.num_kv_heads);
   const int32_t used = (kv.kv_lens[kv.TableRow(seq, kv_head)] + split_tokens - 1) / split_tokens;
   const int64_t head_row = int64_t{row} * num_heads + head;
-  const float* lse = partial_lse + head_row * splits;
+  for (int32_t s = threadIdx.x; s < used; s += blockDim.x) {
+    lse_shared[s] = partial_lse[head_row * splits + s];
+  }
+  __syncthreads();
   float max_lse = kNegInf;
-  for (int32_t s = 0; s < used; ++s) max_lse = fmaxf(max_lse, lse[s]);
+  for (int32_t s = 0; s < used; ++s) max_lse = fmaxf(max_lse, lse_shared[s]);
+  const float* o = partial_o + head_row * splits * head_dim;
   for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float sum = 0.0f;
     float value = 0.0f;
+#pragma unroll 8
     for (int32_t s = 0; s < used; ++s) {
-      const float weight = exp2f(lse[s] - max_lse);
+      const float weight = exp2f(lse_shared[s] - max_lse);
       sum += weight;
-      value += weight * partial_o[(head_row * splits + s) * head_dim + d];
+      value += weight * o[int64_t{s} * head_dim + d];
     }
     out[head_row * head_dim + d] = __float2bfloat16_rn(value / sum);
   }
@@ -324,8 +333,9 @@ cudaError_t Launch(const float* q, int64_t q_stride, int32_t num_heads, const Pa
       LaunchKernel(DecodeAttentionKernel<kHeadDim>, grid, kThreads, kShared, stream, q, q_stride,
                    num_heads, kv, scale * kLog2e, split_tokens, partial_o, partial_lse, out);
   if (used_splits == 1 || launched != cudaSuccess) return launched;
-  return LaunchKernel(CombineSplitsKernel, dim3(kv.num_seqs, num_heads), kHeadDim, 0, stream, kv,
-                      num_heads, kHeadDim, used_splits, split_tokens, partial_o, partial_lse, out);
+  return LaunchKernel(CombineSplitsKernel, dim3(kv.num_seqs, num_heads), kHeadDim,
+                      used_splits * sizeof(float), stream, kv, num_heads, kHeadDim, used_splits,
+                      split_tokens, partial_o, partial_lse, out);
 }
 
 }  // namespace
@@ -339,7 +349,7 @@ int32_t DecodeAttentionSplits(const PagedKvBatch& kv, int32_t num_heads, int64_t
   const int64_t resident = std::max<int64_t>(1, resident_blocks);
   const int64_t longest = (int64_t{kv.max_kv_len} + kMinSplitTokens - 1) / kMinSplitTokens;
   const int64_t limit =
-      std::clamp<int64_t>(std::min((max_blocks + units - 1) / units, longest), 1, 1 << 16);
+      std::clamp<int64_t>(std::min((max_blocks + units - 1) / units, longest), 1, kMaxSplits);
   // The fill of the last wave, blocks / (waves * resident), compared as a fraction.
   int64_t best = 1;
   int64_t best_blocks = units;

@@ -1,5 +1,6 @@
 // Appends the step's new keys and values (fp32 rows of the QKV projection) to their bf16 slots
-// in the paged cache: one block per query row, threads over heads x head_dim.
+// in the paged cache: one block per query row, threads over heads x head_dim (the kernel fused
+// with the rotary embedding: a row's rotary pairs spread over several blocks).
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/launch.cuh"
@@ -12,11 +13,21 @@ constexpr int kThreads = 256;
 constexpr int kRopeThreads = 128;
 
 // Where query row `row`'s key goes: its sequence's slot for the row's position (head 0, channel
-// 0); its value lies layout.value_offset() elements further.
+// 0); its value lies layout.value_offset() elements further. Called by every thread of the block
+// (a multiple of 32 threads): the first warp finds the sequence, testing 32 offsets a load.
 __device__ __forceinline__ bf16* KeySlot(const PagedKvBatch& kv, int32_t row) {
-  // The sequence owning this row: the last s with q_offsets[s] <= row.
-  int32_t seq = 0;
-  while (seq + 1 < kv.num_seqs && kv.q_offsets[seq + 1] <= row) ++seq;
+  __shared__ int32_t found_seq;
+  if (threadIdx.x < kWarp) {
+    // The last s with q_offsets[s] <= row: the count of s in [1, num_seqs) with that property.
+    int32_t seq = 0;
+    for (int32_t first = 1; first < kv.num_seqs; first += kWarp) {
+      const int32_t s = first + static_cast<int32_t>(threadIdx.x);
+      seq += __popc(__ballot_sync(0xffffffffu, s < kv.num_seqs && kv.q_offsets[s] <= row));
+    }
+    if (threadIdx.x == 0) found_seq = seq;
+  }
+  __syncthreads();
+  const int32_t seq = found_seq;
   const int32_t q_len = kv.q_offsets[seq + 1] - kv.q_offsets[seq];
   const int64_t position = kv.kv_lens[seq] - q_len + (row - kv.q_offsets[seq]);
   const PagedKvLayout& layout = kv.layout;
@@ -42,8 +53,10 @@ __global__ void AppendKvKernel(const float* __restrict__ k, const float* __restr
   }
 }
 
-// One block a QKV row [num_heads q heads][kv heads k][kv heads v]: rotates the queries and keys in
-// place as RopeKernel does and writes the rotated keys and the values into the row's slot.
+// Blocks (row, part) of a QKV row [num_heads q heads][kv heads k][kv heads v]: part p rotates
+// the rotary pairs from p * blockDim.x on of the queries and keys in place as RopeKernel does,
+// and writes the rotated keys and their values into the row's slot. A row's pairs are spread
+// over blocks so that a decode step's few rows run a pair a thread, not a loop of loads.
 __global__ void RopeAppendKvKernel(float* __restrict__ qkv, int64_t row_stride, int32_t num_heads,
                                    const int32_t* __restrict__ positions,
                                    const float* __restrict__ inv_freq, PagedKvBatch kv) {
@@ -54,11 +67,16 @@ __global__ void RopeAppendKvKernel(float* __restrict__ qkv, int64_t row_stride, 
   const PagedKvLayout& layout = kv.layout;
   const int32_t head_dim = layout.head_dim;
   const int32_t half = head_dim / 2;
-  RopeTables(positions[row], inv_freq, half, cos_table, sin_table);
-  float* base = qkv + row * row_stride;
   const int32_t kv_heads = layout.num_kv_heads;
-  bf16* keys = KeySlot(kv, row);
-  for (int32_t item = threadIdx.x; item < (num_heads + kv_heads) * half; item += blockDim.x) {
+  const int32_t items = (num_heads + kv_heads) * half;
+  const int32_t first_item = static_cast<int32_t>(blockIdx.y * blockDim.x);
+  RopeTables(positions[row], inv_freq, half, cos_table, sin_table);
+  // Block-uniform: only parts that reach the keys need their slot.
+  bf16* keys =
+      first_item + static_cast<int32_t>(blockDim.x) > num_heads * half ? KeySlot(kv, row) : nullptr;
+  float* base = qkv + row * row_stride;
+  for (int32_t item = first_item + static_cast<int32_t>(threadIdx.x); item < items;
+       item += static_cast<int32_t>(gridDim.y * blockDim.x)) {
     const int32_t head = item / half;
     const int32_t i = item % half;
     float* x1 = base + int64_t{head} * head_dim + i;
@@ -91,8 +109,11 @@ cudaError_t LaunchRopeAppendKv(float* qkv, int64_t row_stride, int32_t num_heads
                                const PagedKvBatch& kv, cudaStream_t stream) {
   if (kv.num_rows == 0) return cudaSuccess;
   if (!RopeSupportsHeadDim(kv.layout.head_dim)) return cudaErrorInvalidValue;
-  return LaunchKernel(RopeAppendKvKernel, static_cast<unsigned>(kv.num_rows), kRopeThreads, 0,
-                      stream, qkv, row_stride, num_heads, positions, inv_freq, kv);
+  const int64_t items = int64_t{num_heads + kv.layout.num_kv_heads} * (kv.layout.head_dim / 2);
+  const dim3 grid(static_cast<unsigned>(kv.num_rows),
+                  static_cast<unsigned>(CeilDiv(items, kRopeThreads)));
+  return LaunchKernel(RopeAppendKvKernel, grid, kRopeThreads, 0, stream, qkv, row_stride, num_heads,
+                      positions, inv_freq, kv);
 }
 
 }  // namespace pulse::cuda

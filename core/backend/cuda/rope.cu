@@ -1,5 +1,6 @@
-// Rotary embedding (rotate-half convention) in place, one block per row: the row's cos/sin are
-// computed once in shared memory from a double-precision angle, then applied to every head.
+// Rotary embedding (rotate-half convention) in place, blocks (row, part): each block computes the
+// row's cos/sin in shared memory from a double-precision angle, then rotates its part of the
+// row's (head, pair) items, one a thread (a decode step's few rows need no loop of loads).
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/launch.cuh"
@@ -20,7 +21,8 @@ __global__ void RopeKernel(float* __restrict__ x, int64_t row_stride, int32_t nu
   const int32_t half = head_dim / 2;
   RopeTables(positions[row], inv_freq, half, cos_table, sin_table);
   float* base = x + row * row_stride;
-  for (int32_t item = threadIdx.x; item < num_heads * half; item += blockDim.x) {
+  for (int32_t item = static_cast<int32_t>(blockIdx.y * blockDim.x + threadIdx.x);
+       item < num_heads * half; item += static_cast<int32_t>(gridDim.y * blockDim.x)) {
     const int32_t head = item / half;
     const int32_t i = item % half;
     float* x1 = base + int64_t{head} * head_dim + i;
@@ -38,8 +40,11 @@ cudaError_t LaunchRope(float* x, int64_t rows, int64_t row_stride, int32_t num_h
                        cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (!RopeSupportsHeadDim(head_dim)) return cudaErrorInvalidValue;
-  return LaunchKernel(RopeKernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, row_stride,
-                      num_heads, head_dim, positions, inv_freq);
+  // Blocks (row, part): a row's pairs spread over blocks, a pair a thread.
+  const dim3 grid(static_cast<unsigned>(rows),
+                  static_cast<unsigned>(CeilDiv(int64_t{num_heads} * (head_dim / 2), kThreads)));
+  return LaunchKernel(RopeKernel, grid, kThreads, 0, stream, x, row_stride, num_heads, head_dim,
+                      positions, inv_freq);
 }
 
 }  // namespace pulse::cuda

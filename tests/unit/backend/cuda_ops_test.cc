@@ -160,7 +160,8 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmShape{64, 1536, 576, true}, GemmShape{300, 264, 1536, false}));
 
 TEST_F(CudaOpsTest, RmsNormAndAddRmsNormMatchCpu) {
-  for (const int64_t cols : {64, 576, 4096, 100}) {
+  // Rows in registers at 1, 2, 4 and 8 float4s a thread, and the loop kernel (6, 10000).
+  for (const int64_t cols : {64, 576, 4096, 100, 6, 1500, 8192, 10000}) {
     const int64_t rows = 7;
     const std::vector<float> x = RandomValues(rows * cols, 21, -3.0f, 3.0f);
     const std::vector<float> residual = RandomValues(rows * cols, 22);
