@@ -338,7 +338,7 @@ absl::Status Run(const Args& args) {
     }
     bench.UseBackend(*backend);
   }
-  PULSE_RETURN_IF_ERROR(BenchPointwise(*backend, bench, 8));
+  for (const int64_t m : {8, 8192}) PULSE_RETURN_IF_ERROR(BenchPointwise(*backend, bench, m));
   PULSE_RETURN_IF_ERROR(BenchAttention(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchSampling(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, 8192));
