@@ -1,4 +1,6 @@
 // Elementwise and row-copy kernels: embedding, SwiGLU, row gather.
+#include <cstdint>
+
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/launch.cuh"
@@ -40,6 +42,26 @@ __global__ void SwiGluKernel(const float* __restrict__ gate_up, int64_t inter,
   }
 }
 
+// SwiGluKernel four columns a thread, as float4 loads and two bf16 pairs: inter % 4 == 0.
+__global__ void SwiGlu4Kernel(const float* __restrict__ gate_up, int64_t inter,
+                              bf16* __restrict__ out) {
+  WaitForPriorGrids();
+  const int64_t row = blockIdx.y;
+  const auto* gate = reinterpret_cast<const float4*>(gate_up + row * 2 * inter);
+  const auto* up = reinterpret_cast<const float4*>(gate_up + row * 2 * inter + inter);
+  auto* dst = reinterpret_cast<__nv_bfloat162*>(out + row * inter);
+  const int64_t vecs = inter / 4;
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < vecs;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    const float4 g = gate[c];
+    const float4 u = up[c];
+    dst[2 * c] =
+        __floats2bfloat162_rn(g.x / (1.0f + __expf(-g.x)) * u.x, g.y / (1.0f + __expf(-g.y)) * u.y);
+    dst[2 * c + 1] =
+        __floats2bfloat162_rn(g.z / (1.0f + __expf(-g.z)) * u.z, g.w / (1.0f + __expf(-g.w)) * u.w);
+  }
+}
+
 __global__ void GatherRowsKernel(const bf16* __restrict__ x, int64_t cols,
                                  const int32_t* __restrict__ rows, bf16* __restrict__ out) {
   WaitForPriorGrids();
@@ -64,6 +86,13 @@ cudaError_t LaunchEmbed(const void* table, int64_t hidden, const int32_t* tokens
 cudaError_t LaunchSwiGlu(const float* gate_up, int64_t m, int64_t inter, void* out,
                          cudaStream_t stream) {
   if (m == 0) return cudaSuccess;
+  // Rows of a multiple of 4 columns start 16-byte aligned (gate_up) and 8-byte aligned (out)
+  // when the buffers do.
+  if (inter % 4 == 0 && reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+    return LaunchKernel(SwiGlu4Kernel, RowGrid(m, inter / 4), kThreads, 0, stream, gate_up, inter,
+                        static_cast<bf16*>(out));
+  }
   return LaunchKernel(SwiGluKernel, RowGrid(m, inter), kThreads, 0, stream, gate_up, inter,
                       static_cast<bf16*>(out));
 }

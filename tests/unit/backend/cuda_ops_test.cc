@@ -188,13 +188,14 @@ TEST_F(CudaOpsTest, RmsNormAndAddRmsNormMatchCpu) {
   }
 }
 
+// 5 rows (a row over several blocks) and 600 (a block a row, looping over it).
 TEST_F(CudaOpsTest, RopeMatchesCpu) {
-  for (const int32_t head_dim : {64, 128}) {
-    const int64_t rows = 5;
+  for (const auto& [head_dim, rows] : {std::pair<int32_t, int64_t>{64, 5}, {128, 5}, {128, 600}}) {
     const int32_t heads = 3;
     const int64_t stride = heads * head_dim + 8;
     std::vector<float> x = RandomValues(rows * stride, 31);
-    const std::vector<int32_t> positions = {0, 1, 77, 4095, 131071};
+    std::vector<int32_t> positions = {0, 1, 77, 4095, 131071};
+    for (int64_t r = 5; r < rows; ++r) positions.push_back(static_cast<int32_t>(r * 211 % 131072));
     std::vector<float> inv_freq(head_dim / 2);
     for (int32_t i = 0; i < head_dim / 2; ++i) {
       inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / head_dim));
@@ -275,14 +276,15 @@ TEST_F(CudaOpsTest, RopeAppendKvIsRopeThenAppendKv) {
 
 TEST_F(CudaOpsTest, SwiGluAndGatherRowsMatchCpu) {
   const int64_t m = 3;
-  const int64_t inter = 1000;
-  const std::vector<float> gate_up = RandomValues(m * 2 * inter, 41, -6.0f, 6.0f);
-  DeviceBuffer cuda_gate_up = UploadF32(gate_up);
-  DeviceBuffer out = PoisonedBf16(m * inter);
-  cuda_->SwiGlu(cuda_gate_up.as<float>(), m, inter, out.data());
-  std::vector<float> expected(m * inter);
-  cpu_->SwiGlu(gate_up.data(), m, inter, expected.data());
-  EXPECT_LT(RelativeError(DownloadBf16(out, expected.size()), expected), kBf16Tolerance);
+  for (const int64_t inter : {1000, 998}) {  // four columns a thread, and one
+    const std::vector<float> gate_up = RandomValues(m * 2 * inter, 41, -6.0f, 6.0f);
+    DeviceBuffer cuda_gate_up = UploadF32(gate_up);
+    DeviceBuffer out = PoisonedBf16(m * inter);
+    cuda_->SwiGlu(cuda_gate_up.as<float>(), m, inter, out.data());
+    std::vector<float> expected(m * inter);
+    cpu_->SwiGlu(gate_up.data(), m, inter, expected.data());
+    EXPECT_LT(RelativeError(DownloadBf16(out, expected.size()), expected), kBf16Tolerance) << inter;
+  }
 
   const int64_t cols = 72;
   const std::vector<float> x = RoundToBf16(RandomValues(6 * cols, 42));
