@@ -314,6 +314,18 @@ std::string RequestOutcome(pulse_engine* engine, const std::vector<uint64_t>& id
   return outcome;
 }
 
+// Fails unless request `id` finished without an error after generating `tokens` tokens: a
+// request that failed ends at once, and its time is not a measurement.
+void RequireGenerated(pulse_engine* engine, uint64_t id, int32_t tokens) {
+  pulse_request_stats stats;
+  stats.struct_size = sizeof(stats);
+  Check(pulse_request_stats_get(engine, id, &stats), "pulse_request_stats_get");
+  if (stats.error != PULSE_OK || stats.generated_tokens != tokens) {
+    Fail("the prefill request did not generate its " + std::to_string(tokens) +
+         " token(s): " + RequestOutcome(engine, {id}));
+  }
+}
+
 pulse_sampling_params Greedy(int32_t max_tokens) {
   pulse_sampling_params sampling;
   Check(pulse_sampling_params_init(&sampling, sizeof(sampling)), "pulse_sampling_params_init");
@@ -450,12 +462,14 @@ void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args,
   Check(pulse_request_submit(engine, warm.data(), warm.size(), &sampling, nullptr, nullptr, &id),
         "pulse_request_submit");
   Check(pulse_engine_run(engine), "pulse_engine_run");
+  RequireGenerated(engine, id, 1);
   const Clock::time_point start = Clock::now();
   Check(
       pulse_request_submit(engine, prompt.data(), prompt.size(), &sampling, nullptr, nullptr, &id),
       "pulse_request_submit");
   Check(pulse_engine_run(engine), "pulse_engine_run");
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  RequireGenerated(engine, id, 1);
   pulse_engine_free(engine);
   const pulse_model_info& info = facts.info;
   const double gemm_flops = 2.0 * facts.gemm_params * context;

@@ -111,7 +111,7 @@ cudaError_t LaunchRopeAppendKv(float* qkv, int64_t row_stride, int32_t num_heads
   if (!RopeSupportsHeadDim(kv.layout.head_dim)) return cudaErrorInvalidValue;
   const int64_t items = int64_t{num_heads + kv.layout.num_kv_heads} * (kv.layout.head_dim / 2);
   const dim3 grid(static_cast<unsigned>(kv.num_rows),
-                  static_cast<unsigned>(RopeRowParts(kv.num_rows, items, kRopeThreads)));
+                  static_cast<unsigned>(CeilDiv(items, kRopeThreads)));
   return LaunchKernel(RopeAppendKvKernel, grid, kRopeThreads, 0, stream, qkv, row_stride, num_heads,
                       positions, inv_freq, kv);
 }
