@@ -271,6 +271,30 @@ absl::Status BenchDecodeAttention(Backend& backend, Bench& bench, const std::str
   return absl::OkStatus();
 }
 
+// The fused RoPE + KV append of a decode step (8 sequences) and of a prompt chunk (8192 rows).
+absl::Status BenchRopeAppend(Backend& backend, Bench& bench) {
+  for (const auto& [seqs, q_len] : {std::pair{8, 1}, std::pair{1, 8192}}) {
+    const int64_t rows = int64_t{seqs} * q_len;
+    PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(bench, seqs, 16384, q_len));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer qkv, bench.Random(rows * kQkv, false, 5));
+    std::vector<int32_t> position_values(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      position_values[r] = static_cast<int32_t>(16384 - q_len + r % q_len);
+    }
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer positions, bench.Ints(position_values));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer inv_freq, bench.Random(kHeadDim / 2, false, 6));
+    // Reads the row's q, k and v, writes the rotated q and k back and k and v as bf16.
+    const double bytes =
+        rows * kHeadDim *
+        ((kHeads + 2.0 * kKvHeads) * 4 + (kHeads + kKvHeads) * 4.0 + 2.0 * kKvHeads * 2);
+    PULSE_RETURN_IF_ERROR(bench.Time(absl::StrFormat("rope+append m=%d", rows), bytes, 0, [&](int) {
+      backend.RopeAppendKv(qkv.as<float>(), rows, kQkv, kHeads, positions.as<int32_t>(),
+                           inv_freq.as<float>(), cache.batch);
+    }));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BenchAttention(Backend& backend, Bench& bench) {
   const float scale = 1.0f / std::sqrt(float{kHeadDim});
   PULSE_RETURN_IF_ERROR(BenchDecodeAttention(backend, bench, ""));
@@ -339,6 +363,7 @@ absl::Status Run(const Args& args) {
     bench.UseBackend(*backend);
   }
   for (const int64_t m : {8, 8192}) PULSE_RETURN_IF_ERROR(BenchPointwise(*backend, bench, m));
+  PULSE_RETURN_IF_ERROR(BenchRopeAppend(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchAttention(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchSampling(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, 8192));
