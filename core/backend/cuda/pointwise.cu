@@ -28,6 +28,10 @@ __global__ void EmbedKernel(const bf16* __restrict__ table, int64_t hidden,
   }
 }
 
+__device__ __forceinline__ float SiluTimes(float gate, float up) {
+  return gate / (1.0f + __expf(-gate)) * up;
+}
+
 __global__ void SwiGluKernel(const float* __restrict__ gate_up, int64_t inter,
                              bf16* __restrict__ out) {
   WaitForPriorGrids();
@@ -37,8 +41,7 @@ __global__ void SwiGluKernel(const float* __restrict__ gate_up, int64_t inter,
   bf16* dst = out + row * inter;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < inter;
        c += int64_t{gridDim.x} * blockDim.x) {
-    const float g = gate[c];
-    dst[c] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * up[c]);
+    dst[c] = __float2bfloat16_rn(SiluTimes(gate[c], up[c]));
   }
 }
 
@@ -55,10 +58,8 @@ __global__ void SwiGlu4Kernel(const float* __restrict__ gate_up, int64_t inter,
        c += int64_t{gridDim.x} * blockDim.x) {
     const float4 g = gate[c];
     const float4 u = up[c];
-    dst[2 * c] =
-        __floats2bfloat162_rn(g.x / (1.0f + __expf(-g.x)) * u.x, g.y / (1.0f + __expf(-g.y)) * u.y);
-    dst[2 * c + 1] =
-        __floats2bfloat162_rn(g.z / (1.0f + __expf(-g.z)) * u.z, g.w / (1.0f + __expf(-g.w)) * u.w);
+    dst[2 * c] = __floats2bfloat162_rn(SiluTimes(g.x, u.x), SiluTimes(g.y, u.y));
+    dst[2 * c + 1] = __floats2bfloat162_rn(SiluTimes(g.z, u.z), SiluTimes(g.w, u.w));
   }
 }
 
