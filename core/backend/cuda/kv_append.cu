@@ -56,7 +56,8 @@ __global__ void AppendKvKernel(const float* __restrict__ k, const float* __restr
 // Blocks (row, part) of a QKV row [num_heads q heads][kv heads k][kv heads v]: part p rotates
 // the rotary pairs from p * blockDim.x on of the queries and keys in place as RopeKernel does,
 // and writes the rotated keys and their values into the row's slot. A row's pairs are spread
-// over blocks so that a decode step's few rows run a pair a thread, not a loop of loads.
+// over RopeRowParts blocks: a decode step's few rows run a pair a thread, a prompt chunk's rows
+// loop, computing each row's cos/sin once.
 __global__ void RopeAppendKvKernel(float* __restrict__ qkv, int64_t row_stride, int32_t num_heads,
                                    const int32_t* __restrict__ positions,
                                    const float* __restrict__ inv_freq, PagedKvBatch kv) {
@@ -71,12 +72,15 @@ __global__ void RopeAppendKvKernel(float* __restrict__ qkv, int64_t row_stride, 
   const int32_t items = (num_heads + kv_heads) * half;
   const int32_t first_item = static_cast<int32_t>(blockIdx.y * blockDim.x);
   RopeTables(positions[row], inv_freq, half, cos_table, sin_table);
-  // Block-uniform: only parts that reach the keys need their slot.
-  bf16* keys =
-      first_item + static_cast<int32_t>(blockDim.x) > num_heads * half ? KeySlot(kv, row) : nullptr;
+  // Block-uniform: only parts that reach the keys need their slot, and a part that loops over the
+  // row may reach them from any first item.
+  const int32_t part_stride = static_cast<int32_t>(gridDim.y * blockDim.x);
+  const bool reaches_keys =
+      part_stride < items || first_item + static_cast<int32_t>(blockDim.x) > num_heads * half;
+  bf16* keys = reaches_keys ? KeySlot(kv, row) : nullptr;
   float* base = qkv + row * row_stride;
   for (int32_t item = first_item + static_cast<int32_t>(threadIdx.x); item < items;
-       item += static_cast<int32_t>(gridDim.y * blockDim.x)) {
+       item += part_stride) {
     const int32_t head = item / half;
     const int32_t i = item % half;
     float* x1 = base + int64_t{head} * head_dim + i;
@@ -111,7 +115,7 @@ cudaError_t LaunchRopeAppendKv(float* qkv, int64_t row_stride, int32_t num_heads
   if (!RopeSupportsHeadDim(kv.layout.head_dim)) return cudaErrorInvalidValue;
   const int64_t items = int64_t{num_heads + kv.layout.num_kv_heads} * (kv.layout.head_dim / 2);
   const dim3 grid(static_cast<unsigned>(kv.num_rows),
-                  static_cast<unsigned>(CeilDiv(items, kRopeThreads)));
+                  static_cast<unsigned>(RopeRowParts(kv.num_rows, items, kRopeThreads)));
   return LaunchKernel(RopeAppendKvKernel, grid, kRopeThreads, 0, stream, qkv, row_stride, num_heads,
                       positions, inv_freq, kv);
 }

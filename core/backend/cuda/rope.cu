@@ -1,6 +1,6 @@
 // Rotary embedding (rotate-half convention) in place, blocks (row, part): each block computes the
 // row's cos/sin in shared memory from a double-precision angle, then rotates its part of the
-// row's (head, pair) items, one a thread (a decode step's few rows need no loop of loads).
+// row's (head, pair) items (RopeRowParts: one a thread for a decode step's few rows).
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/launch.cuh"
@@ -40,9 +40,9 @@ cudaError_t LaunchRope(float* x, int64_t rows, int64_t row_stride, int32_t num_h
                        cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (!RopeSupportsHeadDim(head_dim)) return cudaErrorInvalidValue;
-  // Blocks (row, part): a row's pairs spread over blocks, a pair a thread.
-  const dim3 grid(static_cast<unsigned>(rows),
-                  static_cast<unsigned>(CeilDiv(int64_t{num_heads} * (head_dim / 2), kThreads)));
+  const dim3 grid(
+      static_cast<unsigned>(rows),
+      static_cast<unsigned>(RopeRowParts(rows, int64_t{num_heads} * (head_dim / 2), kThreads)));
   return LaunchKernel(RopeKernel, grid, kThreads, 0, stream, x, row_stride, num_heads, head_dim,
                       positions, inv_freq);
 }

@@ -13,6 +13,16 @@ inline bool RopeSupportsHeadDim(int32_t head_dim) {
   return head_dim % 2 == 0 && head_dim / 2 <= kRopeMaxHalf;
 }
 
+// Blocks a row's `items` rotary pairs are spread over, `threads` a block: enough for a decode
+// step's few rows to run a pair a thread, and one (a loop over the row) once the rows alone fill
+// the device, where more would only recompute each row's cos/sin.
+inline int64_t RopeRowParts(int64_t rows, int64_t items, int64_t threads) {
+  constexpr int64_t kSpreadRows = 256;
+  const int64_t spread = (kSpreadRows + rows - 1) / rows;
+  const int64_t needed = (items + threads - 1) / threads;
+  return spread < needed ? spread : needed;
+}
+
 // cos_table[i], sin_table[i] (shared memory) of position * inv_freq[i] for i < half, from a
 // double-precision angle as the CPU backend computes it. Ends with a barrier.
 __device__ __forceinline__ void RopeTables(int32_t position, const float* __restrict__ inv_freq,

@@ -210,6 +210,41 @@ TEST_F(CudaOpsTest, RopeMatchesCpu) {
   }
 }
 
+// A batch of sequences appending rows to the paged cache: its host-side descriptor arrays.
+struct AppendBatch {
+  std::vector<int32_t> kv_lens;
+  std::vector<int32_t> q_offsets;
+  std::vector<int32_t> positions;
+  int32_t max_blocks = 0;
+  std::vector<int32_t> tables;  // num_seqs x max_blocks, -1 unused
+  int32_t cache_blocks = 0;
+};
+
+// Three sequences of 5, 33 and 17 tokens: the first two append their last 5 and 3 tokens, the
+// third one (a decode step). Few rows: each row spreads over several blocks.
+AppendBatch MixedAppendBatch() {
+  return {.kv_lens = {5, 33, 17},
+          .q_offsets = {0, 5, 8, 9},
+          .positions = {0, 1, 2, 3, 4, 30, 31, 32, 16},
+          .max_blocks = 3,
+          .tables = {4, -1, -1, 0, 5, 2, 1, 3, -1},
+          .cache_blocks = 6};
+}
+
+// One prompt chunk of 300 tokens after 20 cached ones: enough rows that a block loops over a row.
+AppendBatch ChunkAppendBatch(int32_t block_tokens) {
+  AppendBatch batch;
+  batch.kv_lens = {320};
+  batch.q_offsets = {0, 300};
+  for (int32_t p = 20; p < 320; ++p) batch.positions.push_back(p);
+  batch.max_blocks = (320 + block_tokens - 1) / block_tokens;
+  batch.cache_blocks = batch.max_blocks;
+  for (int32_t b = 0; b < batch.max_blocks; ++b) {
+    batch.tables.push_back((b * 7) % batch.max_blocks);  // a permutation: 7 and 20 are coprime
+  }
+  return batch;
+}
+
 // The fused op against its definition on the same backend: Rope of the queries and keys, then
 // AppendKv, bit for bit (rows of prompt chunks and of decode steps, two head sizes).
 TEST_F(CudaOpsTest, RopeAppendKvIsRopeThenAppendKv) {
@@ -217,60 +252,60 @@ TEST_F(CudaOpsTest, RopeAppendKvIsRopeThenAppendKv) {
     const int32_t heads = 4;
     const PagedKvLayout layout{
         .block_tokens = 16, .num_kv_heads = 2, .head_dim = head_dim, .type = DType::kBF16};
-    // Three sequences of 5, 33 and 17 tokens: the first two append their last 5 and 3 tokens,
-    // the third one (a decode step).
-    const std::vector<int32_t> kv_lens = {5, 33, 17};
-    const std::vector<int32_t> q_offsets = {0, 5, 8, 9};
-    const std::vector<int32_t> positions = {0, 1, 2, 3, 4, 30, 31, 32, 16};
-    const int32_t max_blocks = 3;
-    const std::vector<int32_t> tables = {4, -1, -1, 0, 5, 2, 1, 3, -1};
-    const int64_t rows = q_offsets.back();
-    const int64_t stride = int64_t{heads + 2 * layout.num_kv_heads} * head_dim + 4;
-    const std::vector<float> qkv = RandomValues(rows * stride, 61, -3.0f, 3.0f);
-    std::vector<float> inv_freq(head_dim / 2);
-    for (int32_t i = 0; i < head_dim / 2; ++i) {
-      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / head_dim));
+    for (const AppendBatch& batch : {MixedAppendBatch(), ChunkAppendBatch(16)}) {
+      const int32_t num_seqs = static_cast<int32_t>(batch.kv_lens.size());
+      const int64_t rows = batch.q_offsets.back();
+      int32_t max_q_len = 0;
+      for (int32_t s = 0; s < num_seqs; ++s) {
+        max_q_len = std::max(max_q_len, batch.q_offsets[s + 1] - batch.q_offsets[s]);
+      }
+      const int64_t stride = int64_t{heads + 2 * layout.num_kv_heads} * head_dim + 4;
+      const std::vector<float> qkv = RandomValues(rows * stride, 61, -3.0f, 3.0f);
+      std::vector<float> inv_freq(head_dim / 2);
+      for (int32_t i = 0; i < head_dim / 2; ++i) {
+        inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / head_dim));
+      }
+      const int64_t cache_elems = batch.cache_blocks * layout.block_elems();
+      DeviceBuffer cuda_positions = UploadInts(batch.positions);
+      DeviceBuffer cuda_inv_freq = UploadF32(inv_freq);
+      DeviceBuffer cuda_tables = UploadInts(batch.tables);
+      DeviceBuffer cuda_lens = UploadInts(batch.kv_lens);
+      DeviceBuffer cuda_offsets = UploadInts(batch.q_offsets);
+      PagedKvBatch kv{.layout = layout,
+                      .num_seqs = num_seqs,
+                      .max_blocks_per_seq = batch.max_blocks,
+                      .block_tables = cuda_tables.as<int32_t>(),
+                      .kv_lens = cuda_lens.as<int32_t>(),
+                      .q_offsets = cuda_offsets.as<int32_t>(),
+                      .num_rows = static_cast<int32_t>(rows),
+                      .max_q_len = max_q_len,
+                      .max_kv_len = *std::max_element(batch.kv_lens.begin(), batch.kv_lens.end())};
+
+      DeviceBuffer fused_qkv = UploadF32(qkv);
+      DeviceBuffer fused_cache = PoisonedBf16(cache_elems);
+      kv.blocks = fused_cache.data();
+      cuda_->RopeAppendKv(fused_qkv.as<float>(), rows, stride, heads, cuda_positions.as<int32_t>(),
+                          cuda_inv_freq.as<float>(), kv);
+
+      DeviceBuffer qkv_buffer = UploadF32(qkv);
+      DeviceBuffer cache = PoisonedBf16(cache_elems);
+      kv.blocks = cache.data();
+      float* keys = qkv_buffer.as<float>() + int64_t{heads} * head_dim;
+      cuda_->Rope(qkv_buffer.as<float>(), rows, stride, heads + layout.num_kv_heads, head_dim,
+                  cuda_positions.as<int32_t>(), cuda_inv_freq.as<float>());
+      cuda_->AppendKv(keys, keys + int64_t{layout.num_kv_heads} * head_dim, stride, kv);
+      ASSERT_TRUE(cuda_->Synchronize().ok()) << head_dim << " " << rows;
+
+      const std::vector<float> rotated = DownloadF32(qkv_buffer, qkv.size());
+      EXPECT_EQ(DownloadF32(fused_qkv, qkv.size()), rotated) << head_dim << " " << rows;
+      EXPECT_NE(rotated, qkv);
+      // Poisoned (NaN) slots that no row writes stay NaN in both: compare the bits.
+      const std::vector<float> expected_cache = DownloadBf16(cache, cache_elems);
+      const std::vector<float> fused = DownloadBf16(fused_cache, cache_elems);
+      ASSERT_EQ(fused.size(), expected_cache.size());
+      EXPECT_EQ(std::memcmp(fused.data(), expected_cache.data(), fused.size() * sizeof(float)), 0)
+          << head_dim << " " << rows;
     }
-    const int64_t cache_elems = 6 * layout.block_elems();
-    DeviceBuffer cuda_positions = UploadInts(positions);
-    DeviceBuffer cuda_inv_freq = UploadF32(inv_freq);
-    DeviceBuffer cuda_tables = UploadInts(tables);
-    DeviceBuffer cuda_lens = UploadInts(kv_lens);
-    DeviceBuffer cuda_offsets = UploadInts(q_offsets);
-    PagedKvBatch kv{.layout = layout,
-                    .num_seqs = 3,
-                    .max_blocks_per_seq = max_blocks,
-                    .block_tables = cuda_tables.as<int32_t>(),
-                    .kv_lens = cuda_lens.as<int32_t>(),
-                    .q_offsets = cuda_offsets.as<int32_t>(),
-                    .num_rows = static_cast<int32_t>(rows),
-                    .max_q_len = 5,
-                    .max_kv_len = 33};
-
-    DeviceBuffer fused_qkv = UploadF32(qkv);
-    DeviceBuffer fused_cache = PoisonedBf16(cache_elems);
-    kv.blocks = fused_cache.data();
-    cuda_->RopeAppendKv(fused_qkv.as<float>(), rows, stride, heads, cuda_positions.as<int32_t>(),
-                        cuda_inv_freq.as<float>(), kv);
-
-    DeviceBuffer qkv_buffer = UploadF32(qkv);
-    DeviceBuffer cache = PoisonedBf16(cache_elems);
-    kv.blocks = cache.data();
-    float* keys = qkv_buffer.as<float>() + int64_t{heads} * head_dim;
-    cuda_->Rope(qkv_buffer.as<float>(), rows, stride, heads + layout.num_kv_heads, head_dim,
-                cuda_positions.as<int32_t>(), cuda_inv_freq.as<float>());
-    cuda_->AppendKv(keys, keys + int64_t{layout.num_kv_heads} * head_dim, stride, kv);
-
-    const std::vector<float> rotated = DownloadF32(qkv_buffer, qkv.size());
-    EXPECT_EQ(DownloadF32(fused_qkv, qkv.size()), rotated) << head_dim;
-    EXPECT_NE(rotated, qkv);
-    // Poisoned (NaN) slots that no row writes stay NaN in both: compare the bits.
-    const std::vector<float> expected_cache = DownloadBf16(cache, cache_elems);
-    const std::vector<float> fused = DownloadBf16(fused_cache, cache_elems);
-    ASSERT_EQ(fused.size(), expected_cache.size());
-    EXPECT_EQ(std::memcmp(fused.data(), expected_cache.data(), fused.size() * sizeof(float)), 0)
-        << head_dim;
-    ASSERT_TRUE(cuda_->Synchronize().ok());
   }
 }
 
