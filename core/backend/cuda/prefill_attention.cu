@@ -6,7 +6,7 @@
 // memory serves every head of the block. Its warps own two m16 row tiles each (one head's
 // positions), which share every K and V fragment a warp loads from shared memory. Key/value
 // tiles of kBlockN tokens are gathered from their paged blocks into shared memory by cp.async,
-// double-buffered, so the next tile's copy overlaps this tile's math. S = Q K^T and O += P V run as
+// double-buffered with one barrier a tile, so the next tile's copy overlaps this tile's math. S = Q K^T and O += P V run as
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate); the softmax is online, in the log2 domain, with P
 // kept in registers between the two products, and O rescaled only in tiles that raise a row's
 // maximum. Shared tiles are rows of head_dim bf16 whose 16-byte chunks are XOR-swizzled by the row,
@@ -183,13 +183,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
   for (int32_t key_tile = 0; key_tile < key_tiles; ++key_tile) {
     const int stage = key_tile % 2;
-    if (key_tile + 1 < key_tiles) {
-      load_kv_tile(key_tile + 1, 1 - stage);
-      CopyAsyncWait<1>();
-    } else {
-      CopyAsyncWait<0>();
-    }
-    __syncthreads();  // this tile (and, the first time, Q) is in shared memory for every warp
+    CopyAsyncWait<0>();
+    // This tile (and, the first time, Q) is in shared memory for every warp, and every warp is
+    // done with the previous tile: its stage takes the next tile's copy, which overlaps this
+    // tile's math. One barrier a tile.
+    __syncthreads();
+    if (key_tile + 1 < key_tiles) load_kv_tile(key_tile + 1, 1 - stage);
     const bf16* k_tile = k_tiles + stage * kBlockN * kHeadDim;
     const bf16* v_tile = v_tiles + stage * kBlockN * kHeadDim;
 
@@ -298,8 +297,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         }
       }
     }
-    // The next iteration's copy overwrites the stage read here.
-    __syncthreads();
   }
 
 #pragma unroll
