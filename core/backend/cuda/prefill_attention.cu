@@ -6,11 +6,11 @@
 // memory serves every head of the block. Its warps own two m16 row tiles each (one head's
 // positions), which share every K and V fragment a warp loads from shared memory. Key/value
 // tiles of kBlockN tokens are gathered from their paged blocks into shared memory by cp.async,
-// double-buffered with one barrier a tile, so the next tile's copy overlaps this tile's math. S = Q K^T and O += P V run as
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate); the softmax is online, in the log2 domain, with P
-// kept in registers between the two products, and O rescaled only in tiles that raise a row's
-// maximum. Shared tiles are rows of head_dim bf16 whose 16-byte chunks are XOR-swizzled by the row,
-// so ldmatrix reads of 8 rows at one column hit 8 bank groups.
+// double-buffered with one barrier a tile, so the next tile's copy overlaps this tile's math.
+// S = Q K^T and O += P V run as mma.sync m16n8k16 (bf16 in, fp32 accumulate); the softmax is
+// online, in the log2 domain, with P kept in registers between the two products, and O rescaled
+// only in tiles that raise a row's maximum. Shared tiles are rows of head_dim bf16 whose 16-byte
+// chunks are XOR-swizzled by the row, so ldmatrix reads of 8 rows at one column hit 8 bank groups.
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/launch.cuh"
