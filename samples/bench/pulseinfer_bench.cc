@@ -4,6 +4,7 @@
 //       [--decode 1x4096,8x16384] [--decode-steps N] [--prefill CONTEXT]
 //       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
 //       [--modes dense,solohead,headwise] [--budget 2048] [--sink 32] [--window 128]
+//       [--slot-tokens TOKENS]
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--graphs on,off]
 //       [--device NAME]
 //       [--commit SHA] [--out FILE.jsonl]
@@ -18,8 +19,10 @@
 // Each decode shape runs in every mode of --modes: dense, or offloaded sparse attention
 // (solohead, headwise) with --budget. Offloaded, the KV cache holds each request's sinks and
 // window and one prompt being prefilled (requests prefill one after another), the host tier
-// every request's whole context and the device slots every request's budget; the record adds the
-// recall bytes a timed step moved, the copy engine's rate on them and the slot-cache hit rate.
+// every request's whole context and the device slots every request's budget (or --slot-tokens a
+// request: as many as the context keeps every recalled block resident, which leaves the step's
+// cost without its recall); the record adds the recall bytes a timed step moved, the copy
+// engine's rate on them and the slot-cache hit rate.
 // Its HBM floor counts the KV of the tokens attended (the budget, at most the context). And each
 // in every setting of --graphs (default on): decode steps replayed as graphs (where the backend
 // has them: pulse_engine_params.decode_graphs) or launched op by op; the record says which.
@@ -61,6 +64,7 @@ struct Args {
   int32_t budget = 2048;
   int32_t sink = 32;
   int32_t window = 128;
+  int32_t slot_tokens = 0;  // a request's device slots; 0: its budget
   std::string copy = "auto";
   double summary_radius = -1;  // < 0: the library's default
   std::vector<bool> graphs = {true};
@@ -111,7 +115,10 @@ std::vector<Shape> ParseShapes(const std::string& text) {
 
 Args ParseArgs(int argc, char** argv) {
   Args args;
-  for (int i = 0; i < argc; ++i) args.command += (i == 0 ? "" : " ") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) args.command += ' ';
+    args.command += argv[i];
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--random-weights") {
@@ -149,6 +156,8 @@ Args ParseArgs(int argc, char** argv) {
       args.sink = std::atoi(value.c_str());
     } else if (flag == "--window") {
       args.window = std::atoi(value.c_str());
+    } else if (flag == "--slot-tokens") {
+      args.slot_tokens = std::atoi(value.c_str());
     } else if (flag == "--copy") {
       args.copy = value;
     } else if (flag == "--summary-radius") {
@@ -174,6 +183,7 @@ Args ParseArgs(int argc, char** argv) {
   if (args.model.empty()) Fail("--model is required");
   if (args.decode_steps < 4 || args.prefill_chunk < 1)
     Fail("bad --decode-steps or --prefill-chunk");
+  if (args.slot_tokens < 0) Fail("bad --slot-tokens");
   return args;
 }
 
@@ -292,7 +302,8 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
     const int64_t resident = RoundUp(args.sink, block) + RoundUp(args.window, block) + 2 * block;
     params.kv_capacity_tokens = int64_t{batch} * resident + RoundUp(context, block);
     params.offload_host_tokens = int64_t{batch} * request_tokens;
-    params.offload_slot_tokens = int64_t{batch} * RoundUp(args.budget, block);
+    params.offload_slot_tokens =
+        int64_t{batch} * RoundUp(args.slot_tokens > 0 ? args.slot_tokens : args.budget, block);
   }
   pulse_engine* engine = nullptr;
   Check(pulse_engine_create(model, &params, &engine), "pulse_engine_create");
@@ -431,7 +442,9 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
         ", \"pcie_gb_s\": " + (ms > 0 ? Number(bytes / ms / 1e6) : std::string("null")) +
         ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
         ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
-        ", \"window\": " + std::to_string(args.window) + ", \"summary_radius\": " +
+        ", \"window\": " + std::to_string(args.window) + ", \"slot_tokens\": " +
+        std::to_string(args.slot_tokens > 0 ? args.slot_tokens : args.budget) +
+        ", \"summary_radius\": " +
         Number(args.summary_radius >= 0 ? args.summary_radius : defaults.offload_summary_radius);
     budget = std::to_string(args.budget);
   }
