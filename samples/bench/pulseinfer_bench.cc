@@ -4,7 +4,7 @@
 //       [--decode 1x4096,8x16384] [--decode-steps N] [--prefill CONTEXT]
 //       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
 //       [--modes dense,solohead,headwise] [--budget 2048] [--sink 32] [--window 128]
-//       [--slot-tokens TOKENS]
+//       [--slot-tokens TOKENS] [--block-tokens TOKENS]
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--graphs on,off]
 //       [--device NAME]
 //       [--commit SHA] [--out FILE.jsonl]
@@ -64,7 +64,8 @@ struct Args {
   int32_t budget = 2048;
   int32_t sink = 32;
   int32_t window = 128;
-  int32_t slot_tokens = 0;  // a request's device slots; 0: its budget
+  int32_t slot_tokens = 0;   // a request's device slots; 0: its budget
+  int32_t block_tokens = 0;  // 0: the library's default
   std::string copy = "auto";
   double summary_radius = -1;  // < 0: the library's default
   std::vector<bool> graphs = {true};
@@ -156,6 +157,8 @@ Args ParseArgs(int argc, char** argv) {
       args.sink = std::atoi(value.c_str());
     } else if (flag == "--window") {
       args.window = std::atoi(value.c_str());
+    } else if (flag == "--block-tokens") {
+      args.block_tokens = std::atoi(value.c_str());
     } else if (flag == "--slot-tokens") {
       args.slot_tokens = std::atoi(value.c_str());
     } else if (flag == "--copy") {
@@ -183,7 +186,7 @@ Args ParseArgs(int argc, char** argv) {
   if (args.model.empty()) Fail("--model is required");
   if (args.decode_steps < 4 || args.prefill_chunk < 1)
     Fail("bad --decode-steps or --prefill-chunk");
-  if (args.slot_tokens < 0) Fail("bad --slot-tokens");
+  if (args.slot_tokens < 0 || args.block_tokens < 0) Fail("bad --slot-tokens or --block-tokens");
   return args;
 }
 
@@ -286,6 +289,7 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
   params.prefill_chunk = chunk;
   params.max_step_tokens = std::max(chunk, batch);
   params.max_context = context + extra;
+  if (args.block_tokens > 0) params.block_tokens = args.block_tokens;
   const int32_t block = params.block_tokens;
   // Whole blocks for every request: admission reserves each request's blocks.
   const int64_t request_tokens = RoundUp(context + extra, block);
@@ -423,8 +427,9 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
   // The device memory the KV takes: the KV cache and, offloaded, the slots.
   pulse_engine_params defaults;
   Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
+  const int32_t block_tokens = args.block_tokens > 0 ? args.block_tokens : defaults.block_tokens;
   const double kv_gib =
-      facts.kv_bytes_per_token * double(device_blocks) * defaults.block_tokens / double(1u << 30);
+      facts.kv_bytes_per_token * double(device_blocks) * block_tokens / double(1u << 30);
   std::string offload =
       ", \"recall_bytes_per_step\": 0, \"pcie_gb_s\": null, \"cache_hit_rate\": null";
   std::string budget = "null";
@@ -442,7 +447,8 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
         ", \"pcie_gb_s\": " + (ms > 0 ? Number(bytes / ms / 1e6) : std::string("null")) +
         ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
         ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
-        ", \"window\": " + std::to_string(args.window) + ", \"slot_tokens\": " +
+        ", \"window\": " + std::to_string(args.window) +
+        ", \"block_tokens\": " + std::to_string(block_tokens) + ", \"slot_tokens\": " +
         std::to_string(args.slot_tokens > 0 ? args.slot_tokens : args.budget) +
         ", \"summary_radius\": " +
         Number(args.summary_radius >= 0 ? args.summary_radius : defaults.offload_summary_radius);
