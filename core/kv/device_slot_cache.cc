@@ -17,14 +17,48 @@ DeviceSlotCache::DeviceSlotCache(int32_t num_slots, std::unique_ptr<EvictionPoli
 template <typename Change>
 void DeviceSlotCache::Update(int32_t slot, Change change) {
   Slot& state = slots_[static_cast<size_t>(slot)];
-  if (Evictable(state)) evictable_.erase({state.rank, slot});
+  const bool was_evictable = Evictable(state);
   const bool was_in_use = state.in_use;
+  const uint64_t version = state.version;
   change(state);
   if (!was_in_use && state.in_use) in_use_slots_.push_back(slot);
-  if (Evictable(state)) {
-    state.rank = policy_->Rank(*state.block);
-    evictable_.insert({state.rank, slot});
+  const bool evictable = Evictable(state);
+  num_evictable_ += static_cast<int32_t>(evictable) - static_cast<int32_t>(was_evictable);
+  if (!evictable) {
+    state.version = ++version_clock_;  // any entry left is stale
+    return;
   }
+  const EvictionRank rank = policy_->Rank(*state.block);
+  if (was_evictable && rank == state.rank) {
+    state.version = version;  // the entry in the heap still holds
+    return;
+  }
+  state.rank = rank;
+  state.version = ++version_clock_;
+  evictable_.push_back({rank, slot, state.version});
+  std::push_heap(evictable_.begin(), evictable_.end(), Later);
+  CompactIfStale();
+}
+
+int32_t DeviceSlotCache::Victim() {
+  while (!evictable_.empty()) {
+    const Candidate& top = evictable_.front();
+    const Slot& state = slots_[static_cast<size_t>(top.slot)];
+    if (state.version == top.version && Evictable(state)) return top.slot;
+    std::pop_heap(evictable_.begin(), evictable_.end(), Later);
+    evictable_.pop_back();
+  }
+  return -1;
+}
+
+void DeviceSlotCache::CompactIfStale() {
+  if (evictable_.size() <= 2 * slots_.size() + 64) return;
+  evictable_.clear();
+  for (int32_t slot = 0; slot < num_slots(); ++slot) {
+    const Slot& state = slots_[static_cast<size_t>(slot)];
+    if (Evictable(state)) evictable_.push_back({state.rank, slot, state.version});
+  }
+  std::make_heap(evictable_.begin(), evictable_.end(), Later);
 }
 
 void DeviceSlotCache::Free(int32_t slot) {
@@ -63,11 +97,11 @@ absl::StatusOr<SlotGrant> DeviceSlotCache::Acquire(int32_t block, uint64_t reque
   if (!free_slots_.empty()) {
     grant.slot = free_slots_.back();
     free_slots_.pop_back();
-  } else if (evictable_.empty()) {
+  } else if (num_evictable_ == 0) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "no device slot for host block %d: all %d are pinned or in use", block, num_slots()));
   } else {
-    grant.slot = evictable_.begin()->second;
+    grant.slot = Victim();
     const CachedBlock& victim = *slots_[static_cast<size_t>(grant.slot)].block;
     grant.evicted = victim.block;
     ++stats_.evictions;

@@ -18,10 +18,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "core/base/status.h"
 #include "core/kv/eviction_policy.h"
@@ -76,7 +76,7 @@ class DeviceSlotCache {
 
   int32_t num_slots() const { return static_cast<int32_t>(slots_.size()); }
   int32_t num_free() const { return static_cast<int32_t>(free_slots_.size()); }
-  int32_t num_evictable() const { return static_cast<int32_t>(evictable_.size()); }
+  int32_t num_evictable() const { return num_evictable_; }
   std::optional<int32_t> slot_of(int32_t block) const;
   // The block in `slot`, nullopt when the slot is free.
   std::optional<CachedBlock> block_in(int32_t slot) const;
@@ -92,7 +92,17 @@ class DeviceSlotCache {
     int32_t pins = 0;
     bool in_use = false;
     EvictionRank rank = {};  // its key in evictable_, while evictable
+    uint64_t version = 0;    // of its entry in evictable_; older entries of the slot are stale
   };
+  // An entry of the evictable heap; the one of (rank, slot) lowest leaves first.
+  struct Candidate {
+    EvictionRank rank;
+    int32_t slot = 0;
+    uint64_t version = 0;
+  };
+  static bool Later(const Candidate& a, const Candidate& b) {
+    return std::tie(a.rank, a.slot) > std::tie(b.rank, b.slot);
+  }
 
   static bool Evictable(const Slot& slot) {
     return slot.block.has_value() && slot.pins == 0 && !slot.in_use;
@@ -101,12 +111,21 @@ class DeviceSlotCache {
   template <typename Change>
   void Update(int32_t slot, Change change);
   void Free(int32_t slot);
+  // The evictable slot of the lowest (rank, slot), dropping stale entries; -1 when none.
+  int32_t Victim();
+  // Rebuilds evictable_ from the slots once stale entries outnumber the slots.
+  void CompactIfStale();
 
   std::unique_ptr<EvictionPolicy> policy_;
   std::vector<Slot> slots_;
   std::vector<int32_t> free_slots_;  // a stack; a fresh cache hands out slots 0, 1, 2...
   absl::flat_hash_map<int32_t, int32_t> slot_of_block_;
-  absl::btree_set<std::pair<EvictionRank, int32_t>> evictable_;  // (rank, slot)
+  // A min-heap (std::push_heap with Later) of evictable slots' entries. A slot that stops being
+  // evictable, or whose rank changes, leaves its entry behind as stale (its version moves on)
+  // instead of erasing it: a use or a score costs a push, not an ordered-set erase and insert.
+  std::vector<Candidate> evictable_;
+  int32_t num_evictable_ = 0;
+  uint64_t version_clock_ = 0;
   std::vector<int32_t> in_use_slots_;
   uint64_t use_clock_ = 0;
   CacheStats stats_;
