@@ -132,36 +132,57 @@ absl::StatusOr<int32_t> OffloadedKv::Resolve(int32_t layer, int32_t set, int32_t
     slot = grant->slot;
     pending_.push_back({layer, set, host_block});
     const int64_t block_bytes = layout_.block_bytes();
+    const size_t first_chunk = recall_chunks_.size();
     AddChunks(host_[static_cast<size_t>(layer)].as<char>() + host_block * block_bytes,
               device_[static_cast<size_t>(layer)] + (first_slot_ + *slot) * block_bytes, set,
               recall_chunks_);
+    for (size_t c = first_chunk; c < recall_chunks_.size(); ++c) {
+      recall_bytes_ += recall_chunks_[c].bytes;
+    }
   }
   cache.NoteScore(host_block, score);
   return first_slot_ + *slot;
 }
 
-absl::Status OffloadedKv::Recall(int32_t layer) {
+absl::Status OffloadedKv::EnqueueRecall(int32_t layer) {
   if (recall_chunks_.empty()) return absl::OkStatus();
   LayerEvents& events = events_[static_cast<size_t>(layer)];
-  // Recall may overwrite a slot an earlier step read: after compute, like write-back.
-  PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy({.direction = CopyDirection::kHostToDevice,
-                                              .executor = options_.executor,
-                                              .after_compute = true},
-                                             *events.recall_start));
+  if (!events.recalled) {
+    // Recall may overwrite a slot an earlier step read: after compute, like write-back.
+    PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy({.direction = CopyDirection::kHostToDevice,
+                                                .executor = options_.executor,
+                                                .after_compute = true},
+                                               *events.recall_start));
+  }
+  // The copy stream runs plans in order: recall_end, re-armed, stands for all of them.
   PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy({.direction = CopyDirection::kHostToDevice,
                                               .chunks = recall_chunks_,
                                               .executor = options_.executor},
                                              *events.recall_end));
-  PULSE_RETURN_IF_ERROR(backend_.WaitForCopy(*events.recall_end));
   events.recalled = true;
-  ++stats_.recall_plans;
   stats_.recall_chunks += static_cast<int64_t>(recall_chunks_.size());
-  for (const CopyChunk& chunk : recall_chunks_) {
-    stats_.recall_bytes += static_cast<int64_t>(chunk.bytes);
-  }
+  stats_.recall_bytes += static_cast<int64_t>(recall_bytes_);
   recall_chunks_.clear();
+  recall_bytes_ = 0;
   pending_.clear();
   return absl::OkStatus();
+}
+
+absl::Status OffloadedKv::RecallQueued(int32_t layer) {
+  if (recall_chunks_.empty() || recall_bytes_ < options_.early_recall_bytes) {
+    return absl::OkStatus();
+  }
+  PULSE_RETURN_IF_ERROR(EnqueueRecall(layer));
+  ++stats_.early_recalls;
+  return absl::OkStatus();
+}
+
+absl::Status OffloadedKv::Recall(int32_t layer) {
+  PULSE_RETURN_IF_ERROR(EnqueueRecall(layer));
+  const LayerEvents& events = events_[static_cast<size_t>(layer)];
+  if (!events.recalled) return absl::OkStatus();
+  ++stats_.recall_plans;
+  return backend_.WaitForCopy(*events.recall_end);
 }
 
 absl::Status OffloadedKv::EndStep() {
@@ -186,6 +207,7 @@ absl::Status OffloadedKv::EndStep() {
   }
   pending_.clear();
   recall_chunks_.clear();
+  recall_bytes_ = 0;
   return status;
 }
 

@@ -7,10 +7,11 @@
 //
 // A step, per layer: WriteBack the blocks the step filled (device -> host, after the compute that
 // filled them); Resolve each selected candidate to the device block that holds it, which queues
-// a recall for a miss; Recall enqueues all the layer's misses as one copy plan that the layer's
-// attention waits for. EndStep then waits for the write-backs (so a filled block's device copy
-// may be freed) and ends the caches' step (so the slots read may be overwritten).
-// Not thread-safe: the ModelRunner's step serializes it.
+// a recall for a miss; RecallQueued may enqueue the misses queued so far (selection calls it
+// after each row, so one row's copy overlaps the next row's selection), and Recall enqueues the
+// rest and makes the layer's attention wait for all of them. EndStep then waits for the write-backs
+// (so a filled block's device copy may be freed) and ends the caches' step (so the slots read may
+// be overwritten). Not thread-safe: the ModelRunner's step serializes it.
 #pragma once
 
 #include <cstdint>
@@ -36,10 +37,14 @@ struct OffloadOptions {
   SelectionMode mode = SelectionMode::kSoloHead;
   EvictionKind eviction = EvictionKind::kLru;
   CopyExecutor executor = CopyExecutor::kAuto;
+  // RecallQueued enqueues the misses queued so far once they reach this many bytes (a plan has a
+  // fixed cost on the copy stream, so fewer wait for the next row's or the layer's end).
+  size_t early_recall_bytes = size_t{1} << 20;
 };
 
 struct OffloadStats {
   int64_t recall_plans = 0;   // (step, layer) recalls that moved something
+  int64_t early_recalls = 0;  // copy plans enqueued before their layer's selection ended
   int64_t recall_chunks = 0;  // contiguous pieces moved host -> device
   int64_t recall_bytes = 0;
   double recall_seconds = 0;     // the copy engine's time on the recall plans
@@ -78,8 +83,11 @@ class OffloadedKv {
   // is taken by this step's selection; InvalidArgument for a block or set out of range.
   absl::StatusOr<int32_t> Resolve(int32_t layer, int32_t set, int32_t host_block, uint64_t key,
                                   float score);
-  // Enqueues the misses Resolve queued for `layer` as one plan; compute enqueued afterwards
-  // waits for it.
+  // Enqueues the misses Resolve queued for `layer` as one plan once they reach the options'
+  // early_recall_bytes.
+  absl::Status RecallQueued(int32_t layer);
+  // Enqueues the misses still queued for `layer`; compute enqueued afterwards waits for every
+  // plan of the layer this step.
   absl::Status Recall(int32_t layer);
   // Ends the step: waits for its write-backs, adds its recall time, frees the slots it read, and
   // forgets the blocks a failed step acquired slots for but never recalled.
@@ -108,6 +116,8 @@ class OffloadedKv {
   // Appends to `chunks` the pieces of set `set` of a block: the whole block, or a head's keys and
   // values.
   void AddChunks(const char* src, char* dst, int32_t set, std::vector<CopyChunk>& chunks) const;
+  // Enqueues recall_chunks_ (if any) as one plan, the layer's first after compute.
+  absl::Status EnqueueRecall(int32_t layer);
 
   Backend& backend_;
   const PagedKvLayout layout_;
@@ -118,6 +128,7 @@ class OffloadedKv {
   std::vector<std::vector<DeviceSlotCache>> caches_;  // [layers][sets]
   std::vector<LayerEvents> events_;                   // [layers]
   std::vector<CopyChunk> recall_chunks_;              // the layer being resolved
+  size_t recall_bytes_ = 0;                           // in recall_chunks_
   // (layer, set, host block) acquired by Resolve whose recall is not enqueued yet: forgotten at
   // EndStep when the step was abandoned, so no slot claims a block it never received.
   struct Pending {

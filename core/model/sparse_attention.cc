@@ -235,7 +235,11 @@ absl::Status SparseAttention::Attend(int32_t layer, const StepBatch& batch, void
     const auto s = static_cast<size_t>(row.seq);
     PULSE_RETURN_IF_ERROR(Select(layer, batch, row, tables[s], lengths[s]));
     sparse_row[s] = true;
-    recalls |= batch.offloaded(row.seq);
+    if (batch.offloaded(row.seq)) {
+      recalls = true;
+      // The misses so far start copying while the next rows select.
+      PULSE_RETURN_IF_ERROR(offloaded_->RecallQueued(layer));
+    }
   }
   if (recalls) PULSE_RETURN_IF_ERROR(offloaded_->Recall(layer));
   for (int32_t s = 0; s < num_seqs; ++s) {

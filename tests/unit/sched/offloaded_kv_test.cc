@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -158,6 +159,73 @@ TEST(OffloadedKvTest, ASmallBudgetGivesTheResidentSelectionBitwiseAndEvicts) {
       EXPECT_EQ(runner.offload_stats(1, TinyConfig().num_layers).hits, 0);
       EXPECT_EQ(runner.sparse_stats(1).picked_blocks, runner.sparse_stats().picked_blocks);
     }
+  }
+}
+
+// Two offloaded sequences (keys 1 and 2, device and host blocks [40 s, +40)): each prompt in a
+// step of its own, then `decode` steps of one token each for both; the decode steps' logits.
+std::vector<std::vector<float>> DecodePair(ModelRunner& runner,
+                                           const std::vector<std::vector<int32_t>>& tokens,
+                                           int32_t decode, SelectionMode mode, int32_t budget) {
+  const int32_t prompt = static_cast<int32_t>(tokens[0].size()) - decode;
+  std::vector<std::vector<int32_t>> blocks(2, std::vector<int32_t>(kBlocksPerSeq));
+  std::vector<std::vector<int32_t>> host(2, std::vector<int32_t>(kBlocksPerSeq));
+  std::vector<SparseSelection> sparse;
+  for (int32_t s = 0; s < 2; ++s) {
+    std::iota(blocks[s].begin(), blocks[s].end(), s * kBlocksPerSeq);
+    std::iota(host[s].begin(), host[s].end(), s * kBlocksPerSeq);
+    sparse.push_back(Selection(mode, budget, static_cast<uint64_t>(s + 1)));
+  }
+  StepBatch batch;
+  std::vector<float> none;
+  for (int32_t s = 0; s < 2; ++s) {
+    batch.Clear();
+    batch.AddSequence(std::span<const int32_t>(tokens[s]).first(prompt), 0, blocks[s],
+                      LogitRows::kNone, sparse[s], host[s]);
+    const absl::Status prefilled = runner.Forward(batch, none);
+    EXPECT_TRUE(prefilled.ok()) << prefilled;
+  }
+  std::vector<std::vector<float>> logits;
+  for (int32_t i = prompt; i < prompt + decode; ++i) {
+    batch.Clear();
+    for (int32_t s = 0; s < 2; ++s) {
+      const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, sparse[s].options);
+      for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[s][static_cast<size_t>(j)] = -1;
+      batch.AddSequence(std::span<const int32_t>(tokens[s]).subspan(i, 1), i, blocks[s],
+                        LogitRows::kLast, sparse[s], host[s]);
+    }
+    logits.emplace_back(2 * TinyConfig().vocab_size);
+    const absl::Status status = runner.Forward(batch, logits.back());
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  return logits;
+}
+
+// A step's misses enqueued row by row as the rows are selected (early_recall_bytes of 1: a plan
+// a row with misses) give the logits, bytes and chunks of one plan a layer (early recall off).
+TEST(OffloadedKvTest, RecallingEachRowsMissesEarlyChangesOnlyThePlans) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const std::vector<std::vector<int32_t>> tokens = {Prompt(150, TinyConfig().vocab_size, 23),
+                                                    Prompt(150, TinyConfig().vocab_size, 24)};
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    std::vector<std::vector<std::vector<float>>> logits;
+    std::vector<OffloadStats> stats;
+    for (const size_t early : {std::numeric_limits<size_t>::max(), size_t{1}}) {
+      OffloadOptions options = Offload(mode, 12);
+      options.early_recall_bytes = early;
+      ModelRunner runner = MakeRunner(model, options);
+      logits.push_back(DecodePair(runner, tokens, 20, mode, 32));
+      stats.push_back(runner.offload_stats());
+    }
+    ExpectBitwiseEqual(logits[1], logits[0]);
+    EXPECT_GT(stats[0].cache.evictions, 0);
+    EXPECT_EQ(stats[0].early_recalls, 0);
+    EXPECT_GT(stats[1].early_recalls, 0);
+    EXPECT_EQ(stats[1].recall_plans, stats[0].recall_plans);
+    EXPECT_EQ(stats[1].recall_bytes, stats[0].recall_bytes);
+    EXPECT_EQ(stats[1].recall_chunks, stats[0].recall_chunks);
+    EXPECT_EQ(stats[1].cache, stats[0].cache);
   }
 }
 
