@@ -36,7 +36,7 @@ void DeviceSlotCache::Update(int32_t slot, Change change) {
   state.rank = rank;
   state.version = ++version_clock_;
   evictable_.push_back({rank, slot, state.version});
-  std::push_heap(evictable_.begin(), evictable_.end(), Later);
+  std::push_heap(evictable_.begin(), evictable_.end(), Later{});
   CompactIfStale();
 }
 
@@ -45,7 +45,7 @@ int32_t DeviceSlotCache::Victim() {
     const Candidate& top = evictable_.front();
     const Slot& state = slots_[static_cast<size_t>(top.slot)];
     if (state.version == top.version && Evictable(state)) return top.slot;
-    std::pop_heap(evictable_.begin(), evictable_.end(), Later);
+    std::pop_heap(evictable_.begin(), evictable_.end(), Later{});
     evictable_.pop_back();
   }
   return -1;
@@ -58,7 +58,7 @@ void DeviceSlotCache::CompactIfStale() {
     const Slot& state = slots_[static_cast<size_t>(slot)];
     if (Evictable(state)) evictable_.push_back({state.rank, slot, state.version});
   }
-  std::make_heap(evictable_.begin(), evictable_.end(), Later);
+  std::make_heap(evictable_.begin(), evictable_.end(), Later{});
 }
 
 void DeviceSlotCache::Free(int32_t slot) {

@@ -100,9 +100,12 @@ class DeviceSlotCache {
     int32_t slot = 0;
     uint64_t version = 0;
   };
-  static bool Later(const Candidate& a, const Candidate& b) {
-    return std::tie(a.rank, a.slot) > std::tie(b.rank, b.slot);
-  }
+  // The heap's order, a type so that the heap operations inline it.
+  struct Later {
+    bool operator()(const Candidate& a, const Candidate& b) const {
+      return std::tie(a.rank, a.slot) > std::tie(b.rank, b.slot);
+    }
+  };
 
   static bool Evictable(const Slot& slot) {
     return slot.block.has_value() && slot.pins == 0 && !slot.in_use;

@@ -2,9 +2,10 @@
 //   build/bin/device_slot_cache_bench
 // One iteration is one layer of a decode step of 8 requests at Llama-3.1-8B's offload shape
 // (16384 tokens in 32-token blocks, a budget of 2048: 58 picks of 507 candidates a request and
-// set), the picks random every step: each pick is looked up, acquired on a miss and scored, then
-// the step ends. Arg: 1 set (SoloHead) or 8 (HeadWise, one cache a KV head); the slots are the
-// budget's worth.
+// set): each pick is looked up, acquired on a miss and scored, then the step ends. Args: 1 set
+// (SoloHead) or 8 (HeadWise, one cache a KV head); the percentage of a step's picks that were
+// picked the step before (0: random picks, as random weights give; 90: as a trained model's
+// queries give). The slots are the budget's worth. The picks are drawn before timing.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -23,36 +24,73 @@ constexpr int32_t kRequests = 8;
 constexpr int32_t kCandidates = 507;
 constexpr int32_t kPicks = 58;
 constexpr int32_t kSlotsPerRequest = 64;
+constexpr int32_t kSteps = 64;  // drawn, then replayed in a loop
+
+// [step][request][pick]: host block ids, request r's in [r * kCandidates, +kCandidates).
+std::vector<std::vector<std::vector<int32_t>>> DrawPicks(int32_t reuse_percent, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> candidates(kCandidates);
+  std::iota(candidates.begin(), candidates.end(), 0);
+  std::vector<std::vector<std::vector<int32_t>>> steps(kSteps);
+  for (int32_t step = 0; step < kSteps; ++step) {
+    for (int32_t request = 0; request < kRequests; ++request) {
+      const int32_t kept = step == 0 ? 0 : kPicks * reuse_percent / 100;
+      std::vector<int32_t> picks;
+      if (kept > 0) {
+        picks = steps[static_cast<size_t>(step - 1)][static_cast<size_t>(request)];
+        std::shuffle(picks.begin(), picks.end(), rng);
+        picks.resize(static_cast<size_t>(kept));
+      }
+      std::shuffle(candidates.begin(), candidates.end(), rng);
+      for (const int32_t candidate : candidates) {
+        if (static_cast<int32_t>(picks.size()) == kPicks) break;
+        const int32_t block = request * kCandidates + candidate;
+        if (std::find(picks.begin(), picks.end(), block) == picks.end()) picks.push_back(block);
+      }
+      steps[static_cast<size_t>(step)].push_back(std::move(picks));
+    }
+  }
+  return steps;
+}
 
 void BM_LayerStep(benchmark::State& state) {
   const auto sets = static_cast<int32_t>(state.range(0));
+  const auto reuse = static_cast<int32_t>(state.range(1));
   std::vector<DeviceSlotCache> caches;
+  std::vector<std::vector<std::vector<std::vector<int32_t>>>> picks;
   for (int32_t set = 0; set < sets; ++set) {
     caches.emplace_back(kRequests * kSlotsPerRequest, std::make_unique<ScoreAwareEviction>());
+    picks.push_back(DrawPicks(reuse, static_cast<uint32_t>(set + 1)));
   }
-  std::mt19937 rng(1);
-  std::vector<int32_t> candidates(kCandidates);
-  std::iota(candidates.begin(), candidates.end(), 0);
-  std::uniform_real_distribution<float> score(0.0f, 1.0f);
+  int64_t step = 0;
   for (auto _ : state) {
     for (int32_t set = 0; set < sets; ++set) {
       DeviceSlotCache& cache = caches[static_cast<size_t>(set)];
+      const auto& step_picks = picks[static_cast<size_t>(set)][static_cast<size_t>(step % kSteps)];
       for (int32_t request = 0; request < kRequests; ++request) {
-        std::shuffle(candidates.begin(), candidates.end(), rng);
-        for (int32_t i = 0; i < kPicks; ++i) {
-          const int32_t block = request * kCandidates + candidates[static_cast<size_t>(i)];
+        float score = 1.0f;
+        for (const int32_t block : step_picks[static_cast<size_t>(request)]) {
           if (!cache.Lookup(block, request).has_value()) {
             benchmark::DoNotOptimize(cache.Acquire(block, request));
           }
-          cache.NoteScore(block, score(rng));
+          cache.NoteScore(block, score);
+          score *= 0.99f;
         }
       }
       cache.EndStep();
     }
+    ++step;
   }
+  const CacheStats& stats = caches[0].stats();
+  state.counters["hit_rate"] = double(stats.hits) / double(stats.hits + stats.misses);
   state.SetLabel(sets == 1 ? "solohead" : "headwise");
 }
-BENCHMARK(BM_LayerStep)->Arg(1)->Arg(8)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LayerStep)
+    ->Args({1, 0})
+    ->Args({1, 90})
+    ->Args({8, 0})
+    ->Args({8, 90})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace pulse
