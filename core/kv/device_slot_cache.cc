@@ -19,46 +19,73 @@ void DeviceSlotCache::Update(int32_t slot, Change change) {
   Slot& state = slots_[static_cast<size_t>(slot)];
   const bool was_evictable = Evictable(state);
   const bool was_in_use = state.in_use;
-  const uint64_t version = state.version;
+  const int32_t heap_index = state.heap_index;
   change(state);
+  state.heap_index = heap_index;  // a change may reset the slot, not its place in the heap
   if (!was_in_use && state.in_use) in_use_slots_.push_back(slot);
   const bool evictable = Evictable(state);
-  num_evictable_ += static_cast<int32_t>(evictable) - static_cast<int32_t>(was_evictable);
   if (!evictable) {
-    state.version = ++version_clock_;  // any entry left is stale
+    if (was_evictable) HeapRemove(slot);
     return;
   }
   const EvictionRank rank = policy_->Rank(*state.block);
-  if (was_evictable && rank == state.rank) {
-    state.version = version;  // the entry in the heap still holds
-    return;
+  if (!was_evictable) {
+    state.rank = rank;
+    HeapInsert(slot);
+  } else if (rank != state.rank) {
+    state.rank = rank;
+    HeapFix(state.heap_index);
   }
-  state.rank = rank;
-  state.version = ++version_clock_;
-  evictable_.push_back({rank, slot, state.version});
-  std::push_heap(evictable_.begin(), evictable_.end(), Later{});
-  CompactIfStale();
 }
 
-int32_t DeviceSlotCache::Victim() {
-  while (!evictable_.empty()) {
-    const Candidate& top = evictable_.front();
-    const Slot& state = slots_[static_cast<size_t>(top.slot)];
-    if (state.version == top.version && Evictable(state)) return top.slot;
-    std::pop_heap(evictable_.begin(), evictable_.end(), Later{});
-    evictable_.pop_back();
-  }
-  return -1;
+bool DeviceSlotCache::Before(int32_t a, int32_t b) const {
+  const EvictionRank& rank_a = slots_[static_cast<size_t>(a)].rank;
+  const EvictionRank& rank_b = slots_[static_cast<size_t>(b)].rank;
+  return rank_a < rank_b || (rank_a == rank_b && a < b);
 }
 
-void DeviceSlotCache::CompactIfStale() {
-  if (evictable_.size() <= 2 * slots_.size() + 64) return;
-  evictable_.clear();
-  for (int32_t slot = 0; slot < num_slots(); ++slot) {
-    const Slot& state = slots_[static_cast<size_t>(slot)];
-    if (Evictable(state)) evictable_.push_back({state.rank, slot, state.version});
+void DeviceSlotCache::HeapPlace(int32_t index, int32_t slot) {
+  evictable_[static_cast<size_t>(index)] = slot;
+  slots_[static_cast<size_t>(slot)].heap_index = index;
+}
+
+void DeviceSlotCache::HeapInsert(int32_t slot) {
+  evictable_.push_back(slot);
+  HeapFix(static_cast<int32_t>(evictable_.size()) - 1);
+}
+
+void DeviceSlotCache::HeapRemove(int32_t slot) {
+  const int32_t index = slots_[static_cast<size_t>(slot)].heap_index;
+  slots_[static_cast<size_t>(slot)].heap_index = -1;
+  const int32_t last = evictable_.back();
+  evictable_.pop_back();
+  if (last == slot) return;
+  HeapPlace(index, last);
+  HeapFix(index);
+}
+
+void DeviceSlotCache::HeapFix(int32_t index) {
+  const int32_t slot = evictable_[static_cast<size_t>(index)];
+  const auto size = static_cast<int32_t>(evictable_.size());
+  // Up while it leaves before its parent, else down while a child leaves before it.
+  while (index > 0) {
+    const int32_t parent = (index - 1) / 2;
+    if (!Before(slot, evictable_[static_cast<size_t>(parent)])) break;
+    HeapPlace(index, evictable_[static_cast<size_t>(parent)]);
+    index = parent;
   }
-  std::make_heap(evictable_.begin(), evictable_.end(), Later{});
+  while (true) {
+    int32_t child = 2 * index + 1;
+    if (child >= size) break;
+    if (child + 1 < size && Before(evictable_[static_cast<size_t>(child) + 1],
+                                   evictable_[static_cast<size_t>(child)])) {
+      ++child;
+    }
+    if (!Before(evictable_[static_cast<size_t>(child)], slot)) break;
+    HeapPlace(index, evictable_[static_cast<size_t>(child)]);
+    index = child;
+  }
+  HeapPlace(index, slot);
 }
 
 void DeviceSlotCache::Free(int32_t slot) {
@@ -97,11 +124,11 @@ absl::StatusOr<SlotGrant> DeviceSlotCache::Acquire(int32_t block, uint64_t reque
   if (!free_slots_.empty()) {
     grant.slot = free_slots_.back();
     free_slots_.pop_back();
-  } else if (num_evictable_ == 0) {
+  } else if (evictable_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "no device slot for host block %d: all %d are pinned or in use", block, num_slots()));
   } else {
-    grant.slot = Victim();
+    grant.slot = evictable_.front();
     const CachedBlock& victim = *slots_[static_cast<size_t>(grant.slot)].block;
     grant.evicted = victim.block;
     ++stats_.evictions;

@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -76,7 +75,7 @@ class DeviceSlotCache {
 
   int32_t num_slots() const { return static_cast<int32_t>(slots_.size()); }
   int32_t num_free() const { return static_cast<int32_t>(free_slots_.size()); }
-  int32_t num_evictable() const { return num_evictable_; }
+  int32_t num_evictable() const { return static_cast<int32_t>(evictable_.size()); }
   std::optional<int32_t> slot_of(int32_t block) const;
   // The block in `slot`, nullopt when the slot is free.
   std::optional<CachedBlock> block_in(int32_t slot) const;
@@ -91,20 +90,8 @@ class DeviceSlotCache {
     std::optional<CachedBlock> block = std::nullopt;
     int32_t pins = 0;
     bool in_use = false;
-    EvictionRank rank = {};  // its key in evictable_, while evictable
-    uint64_t version = 0;    // of its entry in evictable_; older entries of the slot are stale
-  };
-  // An entry of the evictable heap; the one of (rank, slot) lowest leaves first.
-  struct Candidate {
-    EvictionRank rank;
-    int32_t slot = 0;
-    uint64_t version = 0;
-  };
-  // The heap's order, a type so that the heap operations inline it.
-  struct Later {
-    bool operator()(const Candidate& a, const Candidate& b) const {
-      return std::tie(a.rank, a.slot) > std::tie(b.rank, b.slot);
-    }
+    EvictionRank rank = {};   // its key in evictable_, while evictable
+    int32_t heap_index = -1;  // its place in evictable_; -1 while not evictable
   };
 
   static bool Evictable(const Slot& slot) {
@@ -114,21 +101,21 @@ class DeviceSlotCache {
   template <typename Change>
   void Update(int32_t slot, Change change);
   void Free(int32_t slot);
-  // The evictable slot of the lowest (rank, slot), dropping stale entries; -1 when none.
-  int32_t Victim();
-  // Rebuilds evictable_ from the slots once stale entries outnumber the slots.
-  void CompactIfStale();
+  // Whether slot a leaves before slot b: the lower (rank, slot).
+  bool Before(int32_t a, int32_t b) const;
+  // evictable_ as a binary min-heap under Before, each slot's heap_index kept in step.
+  void HeapInsert(int32_t slot);
+  void HeapRemove(int32_t slot);
+  void HeapFix(int32_t index);  // the entry at `index` changed its rank
+  void HeapPlace(int32_t index, int32_t slot);
 
   std::unique_ptr<EvictionPolicy> policy_;
   std::vector<Slot> slots_;
   std::vector<int32_t> free_slots_;  // a stack; a fresh cache hands out slots 0, 1, 2...
   absl::flat_hash_map<int32_t, int32_t> slot_of_block_;
-  // A min-heap (std::push_heap with Later) of evictable slots' entries. A slot that stops being
-  // evictable, or whose rank changes, leaves its entry behind as stale (its version moves on)
-  // instead of erasing it: a use or a score costs a push, not an ordered-set erase and insert.
-  std::vector<Candidate> evictable_;
-  int32_t num_evictable_ = 0;
-  uint64_t version_clock_ = 0;
+  // The evictable slots, a binary min-heap under Before whose top is the victim: a use, a score
+  // or a step's end costs a sift of the slot's entry (O(log slots) in a flat array).
+  std::vector<int32_t> evictable_;
   std::vector<int32_t> in_use_slots_;
   uint64_t use_clock_ = 0;
   CacheStats stats_;
