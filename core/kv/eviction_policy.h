@@ -1,7 +1,7 @@
 // The order in which the device block cache (device_slot_cache.h) evicts: a policy ranks every
 // evictable block and the lowest rank leaves first. The cache keeps the ranks in a heap and asks
 // for a block's rank again whenever what it may depend on changes (a use, a score), so an eviction
-// costs O(log slots) amortised whatever the policy.
+// costs O(log slots) whatever the policy.
 #pragma once
 
 #include <compare>
