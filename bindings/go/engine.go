@@ -244,6 +244,8 @@ type EngineStats struct {
 	SlotHits        int64         // selected blocks found in a slot
 	SlotMisses      int64         // selected blocks recalled
 	SlotEvictions   int64         // cached blocks a recall displaced
+	// Host time selecting blocks (ranking, block-cache lookups, queuing recalls); the device waits.
+	SelectionTime time.Duration
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -283,5 +285,6 @@ func (e *Engine) Stats() (EngineStats, error) {
 		SlotHits:              int64(stats.slot_hits),
 		SlotMisses:            int64(stats.slot_misses),
 		SlotEvictions:         int64(stats.slot_evictions),
+		SelectionTime:         milliseconds(stats.selection_ms),
 	}, nil
 }

@@ -362,7 +362,8 @@ func TestOffloadedKVSmallerThanTheRequest(t *testing.T) {
 			}
 			if stats.HostBlocks != 1024/8 || stats.SlotBlocks != 256/8 || stats.WritebackBytes == 0 ||
 				stats.RecallBytes == 0 || stats.RecallTransfers == 0 || stats.RecallPlans == 0 ||
-				stats.SlotHits == 0 || stats.HostBlocksInUse != 0 || stats.SlotBlocksInUse != 0 {
+				stats.SlotHits == 0 || stats.SelectionTime <= 0 || stats.HostBlocksInUse != 0 ||
+				stats.SlotBlocksInUse != 0 {
 				t.Errorf("executor %d, eviction %d: stats %+v", executor, eviction, stats)
 			}
 		}

@@ -1,6 +1,7 @@
 #include "core/model/sparse_attention.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_format.h"
 #include "core/backend/cpu/block_summary.h"
@@ -229,6 +230,7 @@ absl::Status SparseAttention::Attend(int32_t layer, const StepBatch& batch, void
   std::vector<int32_t> lengths(static_cast<size_t>(num_seqs));
   std::vector<RowSelection> rows;
   PULSE_RETURN_IF_ERROR(Score(layer, batch, q, q_stride, rows));
+  const auto scored = std::chrono::steady_clock::now();
   std::vector<bool> sparse_row(static_cast<size_t>(num_seqs), false);
   bool recalls = false;
   for (const RowSelection& row : rows) {
@@ -241,6 +243,8 @@ absl::Status SparseAttention::Attend(int32_t layer, const StepBatch& batch, void
       PULSE_RETURN_IF_ERROR(offloaded_->RecallQueued(layer));
     }
   }
+  stats_.selection_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - scored).count();
   if (recalls) PULSE_RETURN_IF_ERROR(offloaded_->Recall(layer));
   for (int32_t s = 0; s < num_seqs; ++s) {
     if (sparse_row[static_cast<size_t>(s)]) continue;

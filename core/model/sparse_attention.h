@@ -39,6 +39,10 @@ struct SparseAttentionStats {
   int64_t reused_blocks = 0;     // picked blocks the same set picked the step before
   int64_t attended_tokens = 0;   // tokens the sparse rows attended to
   int64_t context_tokens = 0;    // tokens they would have attended to densely
+  // Host time selecting blocks once a layer's scores are on the host: ranking each row's
+  // candidates, looking them up in the block cache, queuing their recall. The device waits for
+  // it. Runner totals only (0 for a sequence).
+  double selection_seconds = 0;
 };
 
 class SparseAttention {

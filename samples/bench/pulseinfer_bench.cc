@@ -22,7 +22,7 @@
 // every request's whole context and the device slots every request's budget (or --slot-tokens a
 // request: as many as the context keeps every recalled block resident, which leaves the step's
 // cost without its recall); the record adds the recall bytes a timed step moved, the copy
-// engine's rate on them and the slot-cache hit rate.
+// engine's rate on them, the slot-cache hit rate and the host's block-selection time a step.
 // Its HBM floor counts the KV of the tokens attended (the budget, at most the context). And each
 // in every setting of --graphs (default on): decode steps replayed as graphs (where the backend
 // has them: pulse_engine_params.decode_graphs) or launched op by op; the record says which.
@@ -443,7 +443,8 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
         ", \"recall_bytes_per_step\": " + Number(bytes / steps) +
         ", \"recall_transfers_per_step\": " +
         Number(double(after.recall_transfers - before.recall_transfers) / steps) +
-        ", \"recall_ms_per_step\": " + Number(ms / steps) +
+        ", \"recall_ms_per_step\": " + Number(ms / steps) + ", \"selection_ms_per_step\": " +
+        Number((after.selection_ms - before.selection_ms) / steps) +
         ", \"pcie_gb_s\": " + (ms > 0 ? Number(bytes / ms / 1e6) : std::string("null")) +
         ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
         ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +

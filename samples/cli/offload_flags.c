@@ -90,9 +90,11 @@ void print_offload_stats(pulse_engine* engine) {
           : 0.0;
   fprintf(stderr,
           "sparse attention: %lld selections, %.1f%% of the context attended, %lld of %lld "
-          "scored blocks picked, %.1f%% of them picked the step before too\n",
+          "scored blocks picked, %.1f%% of them picked the step before too; selection %.3f ms on "
+          "the host (%.3f ms a step)\n",
           (long long)stats.sparse_selections, attended, (long long)stats.sparse_picked_blocks,
-          (long long)stats.sparse_candidate_blocks, reused);
+          (long long)stats.sparse_candidate_blocks, reused, stats.selection_ms,
+          stats.steps > 0 ? stats.selection_ms / (double)stats.steps : 0.0);
   const int64_t lookups = stats.slot_hits + stats.slot_misses;
   fprintf(stderr,
           "recall: %.2f MiB in %lld transfers over %lld plans, %.3f ms (%.3f ms a step); slot "

@@ -55,6 +55,7 @@ class EngineStats:
     slot_hits: int
     slot_misses: int
     slot_evictions: int
+    selection_ms: float
 
 
 class Engine:

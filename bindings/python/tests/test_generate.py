@@ -203,7 +203,7 @@ def test_offloaded_kv_smaller_than_the_request_generates_the_dense_tokens(tiny_m
             assert (stats.host_blocks, stats.slot_blocks) == (1024 // 8, 256 // 8)
             assert stats.writeback_bytes > 0 and stats.recall_bytes > 0
             assert stats.recall_transfers > 0 and stats.recall_plans > 0
-            assert stats.slot_hits > 0
+            assert stats.slot_hits > 0 and stats.selection_ms > 0
             assert (stats.host_blocks_in_use, stats.slot_blocks_in_use) == (0, 0)
 
 

@@ -329,6 +329,11 @@ typedef struct pulse_engine_stats {
   int64_t slot_hits;          /* selected blocks found in a slot */
   int64_t slot_misses;        /* selected blocks recalled */
   int64_t slot_evictions;     /* cached blocks a recall displaced */
+  /* Fields appended after version 3. */
+  /* Host time selecting blocks once a layer's scores are on the host (ranking each request's
+   * candidates, looking them up in the block cache, queuing their recall), during which the
+   * device waits; / steps: per step. */
+  double selection_ms;
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

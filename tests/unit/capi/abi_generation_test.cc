@@ -369,6 +369,7 @@ TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
     EXPECT_GT(stats.recall_transfers, 0);
     EXPECT_GT(stats.recall_plans, 0);
     EXPECT_GT(stats.recall_ms, 0.0);
+    EXPECT_GT(stats.selection_ms, 0.0);
     EXPECT_GT(stats.slot_hits, stats.slot_misses);
     for (const int32_t executor : {PULSE_COPY_GATHER, PULSE_COPY_BATCH_DMA, PULSE_COPY_PER_CHUNK}) {
       pulse_engine_stats with;

@@ -151,7 +151,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, slot_hits, 168);
   EXPECT_OFFSET(pulse_engine_stats, slot_misses, 176);
   EXPECT_OFFSET(pulse_engine_stats, slot_evictions, 184);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 192u);
+  EXPECT_OFFSET(pulse_engine_stats, selection_ms, 192);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 200u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {

@@ -190,6 +190,8 @@ pub struct EngineStats {
     pub slot_misses: i64,
     /// Cached blocks a recall displaced.
     pub slot_evictions: i64,
+    /// Host time selecting blocks (ranking, block-cache lookups, queuing recalls); the device waits.
+    pub selection_time: Duration,
 }
 
 impl EngineStats {
@@ -222,6 +224,7 @@ impl EngineStats {
             slot_hits: stats.slot_hits,
             slot_misses: stats.slot_misses,
             slot_evictions: stats.slot_evictions,
+            selection_time: millis(stats.selection_ms),
         }
     }
 }

@@ -135,6 +135,7 @@ fn offloaded_kv_smaller_than_the_request_generates_the_dense_ids() {
             assert!(stats.writeback_bytes > 0 && stats.recall_bytes > 0, "{stats:?}");
             assert!(stats.recall_transfers > 0 && stats.recall_plans > 0, "{stats:?}");
             assert!(stats.slot_hits > 0, "{stats:?}");
+            assert!(stats.selection_time > std::time::Duration::ZERO, "{stats:?}");
             assert_eq!((stats.host_blocks_in_use, stats.slot_blocks_in_use), (0, 0));
         }
     }
