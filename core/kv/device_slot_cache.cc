@@ -89,22 +89,21 @@ void DeviceSlotCache::HeapFix(int32_t index) {
 }
 
 void DeviceSlotCache::Free(int32_t slot) {
-  slot_of_block_.erase(slots_[static_cast<size_t>(slot)].block->block);
+  slot_of_block_[static_cast<size_t>(slots_[static_cast<size_t>(slot)].block->block)] = -1;
   Update(slot, [](Slot& state) { state = Slot{}; });
   free_slots_.push_back(slot);
 }
 
 std::optional<int32_t> DeviceSlotCache::Lookup(int32_t block, uint64_t request_id) {
-  const auto it = slot_of_block_.find(block);
+  const int32_t slot = SlotIndex(block);
   CacheStats& request = request_stats_[request_id];
-  if (it == slot_of_block_.end()) {
+  if (slot < 0) {
     ++stats_.misses;
     ++request.misses;
     return std::nullopt;
   }
   ++stats_.hits;
   ++request.hits;
-  const int32_t slot = it->second;
   Update(slot, [&](Slot& state) {
     state.block->last_use = ++use_clock_;
     state.in_use = true;
@@ -116,9 +115,9 @@ absl::StatusOr<SlotGrant> DeviceSlotCache::Acquire(int32_t block, uint64_t reque
   if (block < 0) {
     return absl::InvalidArgumentError(absl::StrFormat("cannot cache host block %d", block));
   }
-  if (slot_of_block_.contains(block)) {
-    return absl::AlreadyExistsError(absl::StrFormat("host block %d is already in device slot %d",
-                                                    block, slot_of_block_.at(block)));
+  if (SlotIndex(block) >= 0) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("host block %d is already in device slot %d", block, SlotIndex(block)));
   }
   SlotGrant grant;
   if (!free_slots_.empty()) {
@@ -133,7 +132,7 @@ absl::StatusOr<SlotGrant> DeviceSlotCache::Acquire(int32_t block, uint64_t reque
     grant.evicted = victim.block;
     ++stats_.evictions;
     ++request_stats_[victim.request_id].evictions;
-    slot_of_block_.erase(victim.block);
+    slot_of_block_[static_cast<size_t>(victim.block)] = -1;
   }
   Update(grant.slot, [&](Slot& state) {
     state = Slot{.block = CachedBlock{.block = block,
@@ -142,7 +141,10 @@ absl::StatusOr<SlotGrant> DeviceSlotCache::Acquire(int32_t block, uint64_t reque
                                       .score = std::numeric_limits<float>::infinity()},
                  .in_use = true};
   });
-  slot_of_block_.emplace(block, grant.slot);
+  if (static_cast<size_t>(block) >= slot_of_block_.size()) {
+    slot_of_block_.resize(static_cast<size_t>(block) + 1, -1);
+  }
+  slot_of_block_[static_cast<size_t>(block)] = grant.slot;
   return grant;
 }
 
@@ -215,9 +217,9 @@ void DeviceSlotCache::EndStep() {
 }
 
 std::optional<int32_t> DeviceSlotCache::slot_of(int32_t block) const {
-  const auto it = slot_of_block_.find(block);
-  if (it == slot_of_block_.end()) return std::nullopt;
-  return it->second;
+  const int32_t slot = SlotIndex(block);
+  if (slot < 0) return std::nullopt;
+  return slot;
 }
 
 std::optional<CachedBlock> DeviceSlotCache::block_in(int32_t slot) const {

@@ -101,6 +101,12 @@ class DeviceSlotCache {
   template <typename Change>
   void Update(int32_t slot, Change change);
   void Free(int32_t slot);
+  // slot_of_block_[block], or -1 past its end (or for a negative id).
+  int32_t SlotIndex(int32_t block) const {
+    return block >= 0 && static_cast<size_t>(block) < slot_of_block_.size()
+               ? slot_of_block_[static_cast<size_t>(block)]
+               : -1;
+  }
   // Whether slot a leaves before slot b: the lower (rank, slot).
   bool Before(int32_t a, int32_t b) const;
   // evictable_ as a binary min-heap under Before, each slot's heap_index kept in step.
@@ -112,7 +118,9 @@ class DeviceSlotCache {
   std::unique_ptr<EvictionPolicy> policy_;
   std::vector<Slot> slots_;
   std::vector<int32_t> free_slots_;  // a stack; a fresh cache hands out slots 0, 1, 2...
-  absl::flat_hash_map<int32_t, int32_t> slot_of_block_;
+  // The slot of each host block id (host blocks are numbered densely from 0), -1 when it is not
+  // resident; grown to the largest id acquired.
+  std::vector<int32_t> slot_of_block_;
   // The evictable slots, a binary min-heap under Before whose top is the victim: a use, a score
   // or a step's end costs a sift of the slot's entry (O(log slots) in a flat array).
   std::vector<int32_t> evictable_;
