@@ -8,8 +8,11 @@
 
 namespace pulse {
 
-DeviceSlotCache::DeviceSlotCache(int32_t num_slots, std::unique_ptr<EvictionPolicy> policy)
-    : policy_(std::move(policy)), slots_(static_cast<size_t>(std::max(num_slots, 0))) {
+DeviceSlotCache::DeviceSlotCache(int32_t num_slots, int32_t num_blocks,
+                                 std::unique_ptr<EvictionPolicy> policy)
+    : policy_(std::move(policy)),
+      slots_(static_cast<size_t>(std::max(num_slots, 0))),
+      slot_of_block_(static_cast<size_t>(std::max(num_blocks, 0)), -1) {
   free_slots_.reserve(slots_.size());
   for (int32_t slot = this->num_slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
 }
@@ -112,8 +115,9 @@ std::optional<int32_t> DeviceSlotCache::Lookup(int32_t block, uint64_t request_i
 }
 
 absl::StatusOr<SlotGrant> DeviceSlotCache::Acquire(int32_t block, uint64_t request_id) {
-  if (block < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("cannot cache host block %d", block));
+  if (block < 0 || block >= num_blocks()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot cache host block %d: the blocks are [0, %d)", block, num_blocks()));
   }
   if (SlotIndex(block) >= 0) {
     return absl::AlreadyExistsError(
@@ -141,9 +145,6 @@ absl::StatusOr<SlotGrant> DeviceSlotCache::Acquire(int32_t block, uint64_t reque
                                       .score = std::numeric_limits<float>::infinity()},
                  .in_use = true};
   });
-  if (static_cast<size_t>(block) >= slot_of_block_.size()) {
-    slot_of_block_.resize(static_cast<size_t>(block) + 1, -1);
-  }
   slot_of_block_[static_cast<size_t>(block)] = grant.slot;
   return grant;
 }

@@ -42,7 +42,8 @@ struct SlotGrant {
 
 class DeviceSlotCache {
  public:
-  DeviceSlotCache(int32_t num_slots, std::unique_ptr<EvictionPolicy> policy);
+  // `num_slots` slots for host blocks numbered [0, num_blocks).
+  DeviceSlotCache(int32_t num_slots, int32_t num_blocks, std::unique_ptr<EvictionPolicy> policy);
 
   // The slot holding `block`, counting a hit or a miss for `request_id`. A hit is in use until
   // EndStep().
@@ -50,9 +51,9 @@ class DeviceSlotCache {
   // Makes `block` resident for its request `request_id`, in a free slot, else in the slot of the
   // evictable block the policy ranks lowest (an eviction, counted for that block's request). The
   // block is in use until EndStep(); its score starts at +infinity (a block not yet scored is a
-  // forced one: kept until a score says otherwise). InvalidArgument for a negative block id,
-  // AlreadyExists when it is resident, ResourceExhausted when every slot is pinned or in use;
-  // nothing changes then.
+  // forced one: kept until a score says otherwise). InvalidArgument for a block id outside
+  // [0, num_blocks), AlreadyExists when it is resident, ResourceExhausted when every slot is pinned
+  // or in use; nothing changes then.
   absl::StatusOr<SlotGrant> Acquire(int32_t block, uint64_t request_id);
 
   // NotFound when `block` is not resident; Unpin: FailedPrecondition when it is not pinned.
@@ -74,6 +75,7 @@ class DeviceSlotCache {
   void EndStep();
 
   int32_t num_slots() const { return static_cast<int32_t>(slots_.size()); }
+  int32_t num_blocks() const { return static_cast<int32_t>(slot_of_block_.size()); }
   int32_t num_free() const { return static_cast<int32_t>(free_slots_.size()); }
   int32_t num_evictable() const { return static_cast<int32_t>(evictable_.size()); }
   std::optional<int32_t> slot_of(int32_t block) const;
@@ -101,7 +103,7 @@ class DeviceSlotCache {
   template <typename Change>
   void Update(int32_t slot, Change change);
   void Free(int32_t slot);
-  // slot_of_block_[block], or -1 past its end (or for a negative id).
+  // slot_of_block_[block], or -1 for an id out of range.
   int32_t SlotIndex(int32_t block) const {
     return block >= 0 && static_cast<size_t>(block) < slot_of_block_.size()
                ? slot_of_block_[static_cast<size_t>(block)]
@@ -118,8 +120,7 @@ class DeviceSlotCache {
   std::unique_ptr<EvictionPolicy> policy_;
   std::vector<Slot> slots_;
   std::vector<int32_t> free_slots_;  // a stack; a fresh cache hands out slots 0, 1, 2...
-  // The slot of each host block id (host blocks are numbered densely from 0), -1 when it is not
-  // resident; grown to the largest id acquired.
+  // The slot of each host block, -1 when it is not resident.
   std::vector<int32_t> slot_of_block_;
   // The evictable slots, a binary min-heap under Before whose top is the victim: a use, a score
   // or a step's end costs a sift of the slot's entry (O(log slots) in a flat array).

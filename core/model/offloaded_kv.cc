@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<OffloadedKv>> OffloadedKv::Create(Backend& backen
     offloaded->host_.push_back(*std::move(host));
     std::vector<DeviceSlotCache> caches;
     for (int32_t set = 0; set < sets; ++set) {
-      caches.emplace_back(options.slot_blocks, MakePolicy(options.eviction));
+      caches.emplace_back(options.slot_blocks, options.host_blocks, MakePolicy(options.eviction));
     }
     offloaded->caches_.push_back(std::move(caches));
     LayerEvents events;

@@ -59,7 +59,8 @@ void BM_LayerStep(benchmark::State& state) {
   std::vector<DeviceSlotCache> caches;
   std::vector<std::vector<std::vector<std::vector<int32_t>>>> picks;
   for (int32_t set = 0; set < sets; ++set) {
-    caches.emplace_back(kRequests * kSlotsPerRequest, std::make_unique<ScoreAwareEviction>());
+    caches.emplace_back(kRequests * kSlotsPerRequest, kRequests * kCandidates,
+                        std::make_unique<ScoreAwareEviction>());
     picks.push_back(DrawPicks(reuse, static_cast<uint32_t>(set + 1)));
   }
   int64_t step = 0;

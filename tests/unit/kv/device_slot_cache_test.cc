@@ -15,6 +15,8 @@
 namespace pulse {
 namespace {
 
+constexpr int32_t kBlocks = 64;  // host block ids [0, 64) in the tests of one case
+
 using ::testing::HasSubstr;
 using ::testing::Optional;
 
@@ -40,7 +42,7 @@ std::optional<int32_t> EvictedBy(const absl::StatusOr<SlotGrant>& grant) {
 }
 
 TEST(DeviceSlotCacheTest, FreshCacheHandsOutSlotsInOrderAndCountsLookups) {
-  DeviceSlotCache cache(3, std::make_unique<LruEviction>());
+  DeviceSlotCache cache(3, kBlocks, std::make_unique<LruEviction>());
   EXPECT_EQ(cache.num_slots(), 3);
   EXPECT_EQ(cache.num_free(), 3);
   EXPECT_EQ(cache.Lookup(10, 1), std::nullopt);
@@ -59,7 +61,7 @@ TEST(DeviceSlotCacheTest, FreshCacheHandsOutSlotsInOrderAndCountsLookups) {
 }
 
 TEST(DeviceSlotCacheTest, InUseBlocksStayUntilTheStepEnds) {
-  DeviceSlotCache cache(2, std::make_unique<LruEviction>());
+  DeviceSlotCache cache(2, kBlocks, std::make_unique<LruEviction>());
   ASSERT_TRUE(cache.Acquire(1, 7).ok());
   ASSERT_TRUE(cache.Acquire(2, 7).ok());
   EXPECT_EQ(cache.num_evictable(), 0);
@@ -82,7 +84,7 @@ TEST(DeviceSlotCacheTest, InUseBlocksStayUntilTheStepEnds) {
 }
 
 TEST(DeviceSlotCacheTest, LruEvictsTheLeastRecentlyUsed) {
-  DeviceSlotCache cache(3, std::make_unique<LruEviction>());
+  DeviceSlotCache cache(3, kBlocks, std::make_unique<LruEviction>());
   for (const int32_t block : {1, 2, 3}) ASSERT_TRUE(cache.Acquire(block, 0).ok());
   cache.EndStep();
   ASSERT_TRUE(cache.Lookup(1, 0).has_value());  // 1 is now the most recent
@@ -96,7 +98,7 @@ TEST(DeviceSlotCacheTest, LruEvictsTheLeastRecentlyUsed) {
 }
 
 TEST(DeviceSlotCacheTest, ScoreAwareEvictsTheLowestScoreThenTheLeastRecent) {
-  DeviceSlotCache cache(4, std::make_unique<ScoreAwareEviction>());
+  DeviceSlotCache cache(4, kBlocks, std::make_unique<ScoreAwareEviction>());
   for (const int32_t block : {1, 2, 3, 4}) ASSERT_TRUE(cache.Acquire(block, 0).ok());
   cache.EndStep();
   cache.NoteScore(1, 0.5f);
@@ -121,7 +123,7 @@ TEST(DeviceSlotCacheTest, ScoreAwareEvictsTheLowestScoreThenTheLeastRecent) {
 }
 
 TEST(DeviceSlotCacheTest, PinnedBlocksAreNeverEvictedAndPinsCount) {
-  DeviceSlotCache cache(2, std::make_unique<LruEviction>());
+  DeviceSlotCache cache(2, kBlocks, std::make_unique<LruEviction>());
   ASSERT_TRUE(cache.Acquire(1, 0).ok());
   ASSERT_TRUE(cache.Acquire(2, 0).ok());
   ASSERT_TRUE(cache.Pin(1).ok());
@@ -141,7 +143,7 @@ TEST(DeviceSlotCacheTest, PinnedBlocksAreNeverEvictedAndPinsCount) {
 }
 
 TEST(DeviceSlotCacheTest, ForgetFreesTheSlotButNotWhileInUse) {
-  DeviceSlotCache cache(2, std::make_unique<LruEviction>());
+  DeviceSlotCache cache(2, kBlocks, std::make_unique<LruEviction>());
   ASSERT_TRUE(cache.Acquire(1, 0).ok());
   ASSERT_TRUE(cache.Acquire(2, 0).ok());
   ASSERT_TRUE(cache.Pin(2).ok());
@@ -162,7 +164,7 @@ TEST(DeviceSlotCacheTest, ForgetFreesTheSlotButNotWhileInUse) {
 }
 
 TEST(DeviceSlotCacheTest, ForgetRequestDropsOnlyItsBlocksAndReturnsItsCounters) {
-  DeviceSlotCache cache(4, std::make_unique<LruEviction>());
+  DeviceSlotCache cache(4, kBlocks, std::make_unique<LruEviction>());
   EXPECT_EQ(cache.Lookup(1, 10), std::nullopt);
   ASSERT_TRUE(cache.Acquire(1, 10).ok());
   ASSERT_TRUE(cache.Acquire(2, 10).ok());
@@ -190,7 +192,7 @@ TEST(DeviceSlotCacheTest, ForgetRequestDropsOnlyItsBlocksAndReturnsItsCounters) 
 }
 
 TEST(DeviceSlotCacheTest, EvictionsCountForTheEvictedBlocksRequest) {
-  DeviceSlotCache cache(1, std::make_unique<LruEviction>());
+  DeviceSlotCache cache(1, kBlocks, std::make_unique<LruEviction>());
   ASSERT_TRUE(cache.Acquire(1, 10).ok());
   cache.EndStep();
   ASSERT_TRUE(cache.Acquire(2, 20).ok());
@@ -200,12 +202,14 @@ TEST(DeviceSlotCacheTest, EvictionsCountForTheEvictedBlocksRequest) {
 }
 
 TEST(DeviceSlotCacheTest, AcquireRejectsBadBlocksChangingNothing) {
-  DeviceSlotCache cache(2, std::make_unique<LruEviction>());
+  DeviceSlotCache cache(2, kBlocks, std::make_unique<LruEviction>());
   ASSERT_TRUE(cache.Acquire(5, 0).ok());
   EXPECT_EQ(cache.Acquire(5, 0).status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(cache.Acquire(-1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.Acquire(kBlocks, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(cache.Lookup(kBlocks, 0).has_value());
   EXPECT_EQ(cache.num_free(), 1);
-  DeviceSlotCache empty(0, std::make_unique<LruEviction>());
+  DeviceSlotCache empty(0, kBlocks, std::make_unique<LruEviction>());
   EXPECT_EQ(empty.Acquire(0, 0).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
@@ -379,10 +383,10 @@ CacheStats Sum(const CacheStats& a, const CacheStats& b) {
 void RunRandomOperations(Policy policy, int32_t num_slots, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << "slots " << num_slots << " seed " << seed << " policy "
                                   << (policy == Policy::kLru ? "lru" : "score-aware"));
-  DeviceSlotCache cache(num_slots, MakePolicy(policy));
+  const int32_t max_block = 3 * num_slots + 3;
+  DeviceSlotCache cache(num_slots, max_block + 1, MakePolicy(policy));
   CacheModel model(num_slots, policy);
   std::mt19937 rng(seed);
-  const int32_t max_block = 3 * num_slots + 3;
   const std::vector<uint64_t> requests = {100, 101, 102};
   // Blocks belong to requests, as host blocks do.
   const auto owner = [&](int32_t block) { return requests[static_cast<size_t>(block) % 3]; };
