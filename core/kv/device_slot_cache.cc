@@ -119,9 +119,9 @@ absl::StatusOr<SlotGrant> DeviceSlotCache::Acquire(int32_t block, uint64_t reque
     return absl::InvalidArgumentError(
         absl::StrFormat("cannot cache host block %d: the blocks are [0, %d)", block, num_blocks()));
   }
-  if (SlotIndex(block) >= 0) {
+  if (const int32_t resident = SlotIndex(block); resident >= 0) {
     return absl::AlreadyExistsError(
-        absl::StrFormat("host block %d is already in device slot %d", block, SlotIndex(block)));
+        absl::StrFormat("host block %d is already in device slot %d", block, resident));
   }
   SlotGrant grant;
   if (!free_slots_.empty()) {

@@ -74,17 +74,18 @@ absl::StatusOr<std::unique_ptr<OffloadedKv>> OffloadedKv::Create(Backend& backen
   return offloaded;
 }
 
-void OffloadedKv::AddChunks(const char* src, char* dst, int32_t set,
-                            std::vector<CopyChunk>& chunks) const {
+size_t OffloadedKv::AddChunks(const char* src, char* dst, int32_t set,
+                              std::vector<CopyChunk>& chunks) const {
   const auto element = static_cast<int64_t>(DTypeBytes(layout_.type));
   if (options_.mode == SelectionMode::kSoloHead) {
     chunks.push_back({src, dst, static_cast<size_t>(layout_.block_bytes())});
-    return;
+    return chunks.back().bytes;
   }
   const int64_t fragment = layout_.head_elems() * element;
   for (const int64_t offset : {set * fragment, layout_.value_offset() * element + set * fragment}) {
     chunks.push_back({src + offset, dst + offset, static_cast<size_t>(fragment)});
   }
+  return 2 * static_cast<size_t>(fragment);
 }
 
 absl::Status OffloadedKv::WriteBack(int32_t layer, std::span<const BlockWriteBack> blocks) {
@@ -132,13 +133,10 @@ absl::StatusOr<int32_t> OffloadedKv::Resolve(int32_t layer, int32_t set, int32_t
     slot = grant->slot;
     pending_.push_back({layer, set, host_block});
     const int64_t block_bytes = layout_.block_bytes();
-    const size_t first_chunk = recall_chunks_.size();
-    AddChunks(host_[static_cast<size_t>(layer)].as<char>() + host_block * block_bytes,
-              device_[static_cast<size_t>(layer)] + (first_slot_ + *slot) * block_bytes, set,
-              recall_chunks_);
-    for (size_t c = first_chunk; c < recall_chunks_.size(); ++c) {
-      recall_bytes_ += recall_chunks_[c].bytes;
-    }
+    recall_bytes_ +=
+        AddChunks(host_[static_cast<size_t>(layer)].as<char>() + host_block * block_bytes,
+                  device_[static_cast<size_t>(layer)] + (first_slot_ + *slot) * block_bytes, set,
+                  recall_chunks_);
   }
   cache.NoteScore(host_block, score);
   return first_slot_ + *slot;

@@ -114,8 +114,8 @@ class OffloadedKv {
   OffloadedKv(Backend& backend, const KvCache& cache, int32_t first_slot,
               const OffloadOptions& options);
   // Appends to `chunks` the pieces of set `set` of a block: the whole block, or a head's keys and
-  // values.
-  void AddChunks(const char* src, char* dst, int32_t set, std::vector<CopyChunk>& chunks) const;
+  // values. Returns their bytes.
+  size_t AddChunks(const char* src, char* dst, int32_t set, std::vector<CopyChunk>& chunks) const;
   // Enqueues recall_chunks_ (if any) as one plan, the layer's first after compute.
   absl::Status EnqueueRecall(int32_t layer);
 

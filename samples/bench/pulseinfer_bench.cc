@@ -64,8 +64,8 @@ struct Args {
   int32_t budget = 2048;
   int32_t sink = 32;
   int32_t window = 128;
-  int32_t slot_tokens = 0;   // a request's device slots; 0: its budget
-  int32_t block_tokens = 0;  // 0: the library's default
+  int32_t slot_tokens = 0;   // a request's device slots; 0 (as parsed): its budget
+  int32_t block_tokens = 0;  // 0 (as parsed): the library's default
   std::string copy = "auto";
   double summary_radius = -1;  // < 0: the library's default
   std::vector<bool> graphs = {true};
@@ -187,6 +187,12 @@ Args ParseArgs(int argc, char** argv) {
   if (args.decode_steps < 4 || args.prefill_chunk < 1)
     Fail("bad --decode-steps or --prefill-chunk");
   if (args.slot_tokens < 0 || args.block_tokens < 0) Fail("bad --slot-tokens or --block-tokens");
+  if (args.slot_tokens == 0) args.slot_tokens = args.budget;
+  if (args.block_tokens == 0) {
+    pulse_engine_params defaults;
+    Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
+    args.block_tokens = defaults.block_tokens;
+  }
   return args;
 }
 
@@ -289,8 +295,8 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
   params.prefill_chunk = chunk;
   params.max_step_tokens = std::max(chunk, batch);
   params.max_context = context + extra;
-  if (args.block_tokens > 0) params.block_tokens = args.block_tokens;
-  const int32_t block = params.block_tokens;
+  params.block_tokens = args.block_tokens;
+  const int32_t block = args.block_tokens;
   // Whole blocks for every request: admission reserves each request's blocks.
   const int64_t request_tokens = RoundUp(context + extra, block);
   params.kv_capacity_tokens = int64_t{batch} * request_tokens;
@@ -306,8 +312,7 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
     const int64_t resident = RoundUp(args.sink, block) + RoundUp(args.window, block) + 2 * block;
     params.kv_capacity_tokens = int64_t{batch} * resident + RoundUp(context, block);
     params.offload_host_tokens = int64_t{batch} * request_tokens;
-    params.offload_slot_tokens =
-        int64_t{batch} * RoundUp(args.slot_tokens > 0 ? args.slot_tokens : args.budget, block);
+    params.offload_slot_tokens = int64_t{batch} * RoundUp(args.slot_tokens, block);
   }
   pulse_engine* engine = nullptr;
   Check(pulse_engine_create(model, &params, &engine), "pulse_engine_create");
@@ -427,9 +432,8 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
   // The device memory the KV takes: the KV cache and, offloaded, the slots.
   pulse_engine_params defaults;
   Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
-  const int32_t block_tokens = args.block_tokens > 0 ? args.block_tokens : defaults.block_tokens;
   const double kv_gib =
-      facts.kv_bytes_per_token * double(device_blocks) * block_tokens / double(1u << 30);
+      facts.kv_bytes_per_token * double(device_blocks) * args.block_tokens / double(1u << 30);
   std::string offload =
       ", \"recall_bytes_per_step\": 0, \"pcie_gb_s\": null, \"cache_hit_rate\": null";
   std::string budget = "null";
@@ -449,9 +453,8 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
         ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
         ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
         ", \"window\": " + std::to_string(args.window) +
-        ", \"block_tokens\": " + std::to_string(block_tokens) + ", \"slot_tokens\": " +
-        std::to_string(args.slot_tokens > 0 ? args.slot_tokens : args.budget) +
-        ", \"summary_radius\": " +
+        ", \"block_tokens\": " + std::to_string(args.block_tokens) +
+        ", \"slot_tokens\": " + std::to_string(args.slot_tokens) + ", \"summary_radius\": " +
         Number(args.summary_radius >= 0 ? args.summary_radius : defaults.offload_summary_radius);
     budget = std::to_string(args.budget);
   }
