@@ -188,6 +188,15 @@ TEST_F(CudaOpsTest, RmsNormAndAddRmsNormMatchCpu) {
   }
 }
 
+// Llama 3's rotary frequencies (theta 500000) for `head_dim`.
+std::vector<float> RopeInvFreq(int32_t head_dim) {
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int32_t i = 0; i < head_dim / 2; ++i) {
+    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / head_dim));
+  }
+  return inv_freq;
+}
+
 // 5 rows (a row over several blocks) and 600 (a block a row, looping over it).
 TEST_F(CudaOpsTest, RopeMatchesCpu) {
   for (const auto& [head_dim, rows] : {std::pair<int32_t, int64_t>{64, 5}, {128, 5}, {128, 600}}) {
@@ -196,10 +205,7 @@ TEST_F(CudaOpsTest, RopeMatchesCpu) {
     std::vector<float> x = RandomValues(rows * stride, 31);
     std::vector<int32_t> positions = {0, 1, 77, 4095, 131071};
     for (int64_t r = 5; r < rows; ++r) positions.push_back(static_cast<int32_t>(r * 211 % 131072));
-    std::vector<float> inv_freq(head_dim / 2);
-    for (int32_t i = 0; i < head_dim / 2; ++i) {
-      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / head_dim));
-    }
+    const std::vector<float> inv_freq = RopeInvFreq(head_dim);
     DeviceBuffer cuda_x = UploadF32(x);
     DeviceBuffer cuda_positions = UploadInts(positions);
     DeviceBuffer cuda_inv_freq = UploadF32(inv_freq);
@@ -240,7 +246,7 @@ AppendBatch ChunkAppendBatch(int32_t block_tokens) {
   batch.max_blocks = (320 + block_tokens - 1) / block_tokens;
   batch.cache_blocks = batch.max_blocks;
   for (int32_t b = 0; b < batch.max_blocks; ++b) {
-    batch.tables.push_back((b * 7) % batch.max_blocks);  // a permutation: 7 and 20 are coprime
+    batch.tables.push_back(batch.max_blocks - 1 - b);  // reversed
   }
   return batch;
 }
@@ -252,6 +258,7 @@ TEST_F(CudaOpsTest, RopeAppendKvIsRopeThenAppendKv) {
     const int32_t heads = 4;
     const PagedKvLayout layout{
         .block_tokens = 16, .num_kv_heads = 2, .head_dim = head_dim, .type = DType::kBF16};
+    const std::vector<float> inv_freq = RopeInvFreq(head_dim);
     for (const AppendBatch& batch : {MixedAppendBatch(), ChunkAppendBatch(16)}) {
       const int32_t num_seqs = static_cast<int32_t>(batch.kv_lens.size());
       const int64_t rows = batch.q_offsets.back();
@@ -261,10 +268,6 @@ TEST_F(CudaOpsTest, RopeAppendKvIsRopeThenAppendKv) {
       }
       const int64_t stride = int64_t{heads + 2 * layout.num_kv_heads} * head_dim + 4;
       const std::vector<float> qkv = RandomValues(rows * stride, 61, -3.0f, 3.0f);
-      std::vector<float> inv_freq(head_dim / 2);
-      for (int32_t i = 0; i < head_dim / 2; ++i) {
-        inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / head_dim));
-      }
       const int64_t cache_elems = batch.cache_blocks * layout.block_elems();
       DeviceBuffer cuda_positions = UploadInts(batch.positions);
       DeviceBuffer cuda_inv_freq = UploadF32(inv_freq);
