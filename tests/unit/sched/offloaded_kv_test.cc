@@ -64,41 +64,68 @@ SparseSelection Selection(SelectionMode mode, int32_t budget, uint64_t key = 1) 
           .key = key};
 }
 
-// One sequence: its prompt (all but `decode` of `tokens`) in one chunk, then one token a step;
-// returns the logits of the decode steps. Device blocks [first_block, +40). Offloaded (with
-// host blocks [first_host, +40)): before each decode step the blocks that are neither sinks, nor
-// window, nor written to are dropped from the device table, as the engine frees them.
-std::vector<std::vector<float>> Decode(ModelRunner& runner, const std::vector<int32_t>& tokens,
-                                       int32_t decode, const SparseSelection& sparse,
-                                       int32_t first_block, std::optional<int32_t> first_host) {
-  std::vector<int32_t> blocks(kBlocksPerSeq);
-  std::iota(blocks.begin(), blocks.end(), first_block);
-  std::vector<int32_t> host;
-  if (first_host) {
-    host.resize(kBlocksPerSeq);
-    std::iota(host.begin(), host.end(), *first_host);
-  }
-  const int32_t prompt = static_cast<int32_t>(tokens.size()) - decode;
-  StepBatch batch;
-  batch.AddSequence(std::span<const int32_t>(tokens).first(prompt), 0, blocks, LogitRows::kNone,
-                    sparse, host);
-  std::vector<float> none;
-  const absl::Status prefilled = runner.Forward(batch, none);
-  EXPECT_TRUE(prefilled.ok()) << prefilled;
-  std::vector<std::vector<float>> logits;
-  for (int32_t i = prompt; i < static_cast<int32_t>(tokens.size()); ++i) {
-    if (first_host) {
-      const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, sparse.options);
-      for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[static_cast<size_t>(j)] = -1;
+// A sequence of a decode run: its tokens, selection, device blocks [first_block, +40) and, when
+// offloaded, host blocks [first_host, +40).
+struct DecodeSequence {
+  const std::vector<int32_t>& tokens;
+  SparseSelection sparse;
+  int32_t first_block = 0;
+  std::optional<int32_t> first_host;
+};
+
+// Each sequence's prompt (all but `decode` of its tokens) in a step of its own, then `decode`
+// steps of one token for every sequence; returns the decode steps' logits ([sequence][vocab]).
+// Offloaded, before each decode step the blocks that are neither sinks, nor window, nor written
+// to are dropped from the device table, as the engine frees them.
+std::vector<std::vector<float>> DecodeAll(ModelRunner& runner,
+                                          const std::vector<DecodeSequence>& sequences,
+                                          int32_t decode) {
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<std::vector<int32_t>> host;
+  for (const DecodeSequence& sequence : sequences) {
+    blocks.emplace_back(kBlocksPerSeq);
+    std::iota(blocks.back().begin(), blocks.back().end(), sequence.first_block);
+    host.emplace_back();
+    if (sequence.first_host) {
+      host.back().resize(kBlocksPerSeq);
+      std::iota(host.back().begin(), host.back().end(), *sequence.first_host);
     }
+  }
+  const int32_t prompt = static_cast<int32_t>(sequences[0].tokens.size()) - decode;
+  StepBatch batch;
+  std::vector<float> none;
+  for (size_t s = 0; s < sequences.size(); ++s) {
     batch.Clear();
-    batch.AddSequence(std::span<const int32_t>(tokens).subspan(i, 1), i, blocks, LogitRows::kLast,
-                      sparse, host);
-    logits.emplace_back(TinyConfig().vocab_size);
+    batch.AddSequence(std::span<const int32_t>(sequences[s].tokens).first(prompt), 0, blocks[s],
+                      LogitRows::kNone, sequences[s].sparse, host[s]);
+    const absl::Status prefilled = runner.Forward(batch, none);
+    EXPECT_TRUE(prefilled.ok()) << prefilled;
+  }
+  std::vector<std::vector<float>> logits;
+  for (int32_t i = prompt; i < prompt + decode; ++i) {
+    batch.Clear();
+    for (size_t s = 0; s < sequences.size(); ++s) {
+      if (sequences[s].first_host) {
+        const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, sequences[s].sparse.options);
+        for (int32_t j = evicted.begin; j < evicted.end; ++j) {
+          blocks[s][static_cast<size_t>(j)] = -1;
+        }
+      }
+      batch.AddSequence(std::span<const int32_t>(sequences[s].tokens).subspan(i, 1), i, blocks[s],
+                        LogitRows::kLast, sequences[s].sparse, host[s]);
+    }
+    logits.emplace_back(sequences.size() * TinyConfig().vocab_size);
     const absl::Status status = runner.Forward(batch, logits.back());
     EXPECT_TRUE(status.ok()) << status;
   }
   return logits;
+}
+
+// One sequence (see DecodeAll).
+std::vector<std::vector<float>> Decode(ModelRunner& runner, const std::vector<int32_t>& tokens,
+                                       int32_t decode, const SparseSelection& sparse,
+                                       int32_t first_block, std::optional<int32_t> first_host) {
+  return DecodeAll(runner, {{tokens, sparse, first_block, first_host}}, decode);
 }
 
 TEST(OffloadedKvTest, ABudgetCoveringTheContextIsDenseAttentionBitwise) {
@@ -162,45 +189,6 @@ TEST(OffloadedKvTest, ASmallBudgetGivesTheResidentSelectionBitwiseAndEvicts) {
   }
 }
 
-// Two offloaded sequences (keys 1 and 2, device and host blocks [40 s, +40)): each prompt in a
-// step of its own, then `decode` steps of one token each for both; the decode steps' logits.
-std::vector<std::vector<float>> DecodePair(ModelRunner& runner,
-                                           const std::vector<std::vector<int32_t>>& tokens,
-                                           int32_t decode, SelectionMode mode, int32_t budget) {
-  const int32_t prompt = static_cast<int32_t>(tokens[0].size()) - decode;
-  std::vector<std::vector<int32_t>> blocks(2, std::vector<int32_t>(kBlocksPerSeq));
-  std::vector<std::vector<int32_t>> host(2, std::vector<int32_t>(kBlocksPerSeq));
-  std::vector<SparseSelection> sparse;
-  for (int32_t s = 0; s < 2; ++s) {
-    std::iota(blocks[s].begin(), blocks[s].end(), s * kBlocksPerSeq);
-    std::iota(host[s].begin(), host[s].end(), s * kBlocksPerSeq);
-    sparse.push_back(Selection(mode, budget, static_cast<uint64_t>(s + 1)));
-  }
-  StepBatch batch;
-  std::vector<float> none;
-  for (int32_t s = 0; s < 2; ++s) {
-    batch.Clear();
-    batch.AddSequence(std::span<const int32_t>(tokens[s]).first(prompt), 0, blocks[s],
-                      LogitRows::kNone, sparse[s], host[s]);
-    const absl::Status prefilled = runner.Forward(batch, none);
-    EXPECT_TRUE(prefilled.ok()) << prefilled;
-  }
-  std::vector<std::vector<float>> logits;
-  for (int32_t i = prompt; i < prompt + decode; ++i) {
-    batch.Clear();
-    for (int32_t s = 0; s < 2; ++s) {
-      const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, sparse[s].options);
-      for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[s][static_cast<size_t>(j)] = -1;
-      batch.AddSequence(std::span<const int32_t>(tokens[s]).subspan(i, 1), i, blocks[s],
-                        LogitRows::kLast, sparse[s], host[s]);
-    }
-    logits.emplace_back(2 * TinyConfig().vocab_size);
-    const absl::Status status = runner.Forward(batch, logits.back());
-    EXPECT_TRUE(status.ok()) << status;
-  }
-  return logits;
-}
-
 // A step's misses enqueued row by row as the rows are selected (early_recall_bytes of 1: a plan
 // a row with misses) give the logits, bytes and chunks of one plan a layer (early recall off).
 TEST(OffloadedKvTest, RecallingEachRowsMissesEarlyChangesOnlyThePlans) {
@@ -215,7 +203,11 @@ TEST(OffloadedKvTest, RecallingEachRowsMissesEarlyChangesOnlyThePlans) {
       OffloadOptions options = Offload(mode, 12);
       options.early_recall_bytes = early;
       ModelRunner runner = MakeRunner(model, options);
-      logits.push_back(DecodePair(runner, tokens, 20, mode, 32));
+      logits.push_back(
+          DecodeAll(runner,
+                    {{tokens[0], Selection(mode, 32, 1), 0, 0},
+                     {tokens[1], Selection(mode, 32, 2), kBlocksPerSeq, kBlocksPerSeq}},
+                    20));
       stats.push_back(runner.offload_stats());
     }
     ExpectBitwiseEqual(logits[1], logits[0]);
