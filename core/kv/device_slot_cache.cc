@@ -12,7 +12,8 @@ DeviceSlotCache::DeviceSlotCache(int32_t num_slots, int32_t num_blocks,
                                  std::unique_ptr<EvictionPolicy> policy)
     : policy_(std::move(policy)),
       slots_(static_cast<size_t>(std::max(num_slots, 0))),
-      slot_of_block_(static_cast<size_t>(std::max(num_blocks, 0)), -1) {
+      slot_of_block_(static_cast<size_t>(std::max(num_blocks, 0)), -1),
+      heap_index_(slots_.size(), -1) {
   free_slots_.reserve(slots_.size());
   for (int32_t slot = this->num_slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
 }
@@ -22,9 +23,7 @@ void DeviceSlotCache::Update(int32_t slot, Change change) {
   Slot& state = slots_[static_cast<size_t>(slot)];
   const bool was_evictable = Evictable(state);
   const bool was_in_use = state.in_use;
-  const int32_t heap_index = state.heap_index;
   change(state);
-  state.heap_index = heap_index;  // a change may reset the slot, not its place in the heap
   if (!was_in_use && state.in_use) in_use_slots_.push_back(slot);
   const bool evictable = Evictable(state);
   if (!evictable) {
@@ -37,7 +36,7 @@ void DeviceSlotCache::Update(int32_t slot, Change change) {
     HeapInsert(slot);
   } else if (rank != state.rank) {
     state.rank = rank;
-    HeapFix(state.heap_index);
+    HeapFix(heap_index_[static_cast<size_t>(slot)]);
   }
 }
 
@@ -49,7 +48,7 @@ bool DeviceSlotCache::Before(int32_t a, int32_t b) const {
 
 void DeviceSlotCache::HeapPlace(int32_t index, int32_t slot) {
   evictable_[static_cast<size_t>(index)] = slot;
-  slots_[static_cast<size_t>(slot)].heap_index = index;
+  heap_index_[static_cast<size_t>(slot)] = index;
 }
 
 void DeviceSlotCache::HeapInsert(int32_t slot) {
@@ -58,8 +57,8 @@ void DeviceSlotCache::HeapInsert(int32_t slot) {
 }
 
 void DeviceSlotCache::HeapRemove(int32_t slot) {
-  const int32_t index = slots_[static_cast<size_t>(slot)].heap_index;
-  slots_[static_cast<size_t>(slot)].heap_index = -1;
+  const int32_t index = heap_index_[static_cast<size_t>(slot)];
+  heap_index_[static_cast<size_t>(slot)] = -1;
   const int32_t last = evictable_.back();
   evictable_.pop_back();
   if (last == slot) return;

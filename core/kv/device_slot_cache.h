@@ -92,8 +92,7 @@ class DeviceSlotCache {
     std::optional<CachedBlock> block = std::nullopt;
     int32_t pins = 0;
     bool in_use = false;
-    EvictionRank rank = {};   // its key in evictable_, while evictable
-    int32_t heap_index = -1;  // its place in evictable_; -1 while not evictable
+    EvictionRank rank = {};  // its key in evictable_, while evictable
   };
 
   static bool Evictable(const Slot& slot) {
@@ -111,7 +110,7 @@ class DeviceSlotCache {
   }
   // Whether slot a leaves before slot b: the lower (rank, slot).
   bool Before(int32_t a, int32_t b) const;
-  // evictable_ as a binary min-heap under Before, each slot's heap_index kept in step.
+  // evictable_ as a binary min-heap under Before, heap_index_ kept in step.
   void HeapInsert(int32_t slot);
   void HeapRemove(int32_t slot);
   void HeapFix(int32_t index);  // the entry at `index` changed its rank
@@ -125,6 +124,7 @@ class DeviceSlotCache {
   // The evictable slots, a binary min-heap under Before whose top is the victim: a use, a score
   // or a step's end costs a sift of the slot's entry (O(log slots) in a flat array).
   std::vector<int32_t> evictable_;
+  std::vector<int32_t> heap_index_;  // [slot]: its place in evictable_; -1 while not evictable
   std::vector<int32_t> in_use_slots_;
   uint64_t use_clock_ = 0;
   CacheStats stats_;
