@@ -20,13 +20,15 @@ largest error there; random-weight models over a 128K vocabulary have many).
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
 import time
 
 import numpy as np
 import torch
 import transformers
+
+from logit_compare import (all_logits, compare, greedy_on_both_backends, greedy_passed,
+                           greedy_summary)
 
 REL_ERROR_BOUND = 2e-2
 TOP1_BOUND = 0.99
@@ -51,50 +53,6 @@ def logits_of(model, prompt: np.ndarray) -> np.ndarray:
     ids = torch.from_numpy(prompt).long().cuda()[None, :]
     with torch.no_grad():
         return model(ids).logits[0].float().cpu().numpy()
-
-
-def run_tool(tool: pathlib.Path, model_dir: pathlib.Path, prompt, *args) -> str:
-    command = [str(tool), "--model", str(model_dir), "--prompt-ids",
-               ",".join(str(int(t)) for t in prompt), *map(str, args)]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[:3])} ... failed:\n{proc.stderr}")
-    return proc.stdout
-
-
-def compare(ours: np.ndarray, reference: np.ndarray) -> dict:
-    """Per-position relative error and top-1 agreement. A position is a near tie when the
-    reference's top-2 margin is within twice our largest absolute error there: no implementation
-    within that error can be expected to pick the reference's top-1 there."""
-    ours64 = ours.astype(np.float64)
-    diff = ours64 - reference
-    rel = np.linalg.norm(diff, axis=1) / np.linalg.norm(reference.astype(np.float64), axis=1)
-    agree = ours.argmax(axis=1) == reference.argmax(axis=1)
-    top2 = np.sort(reference, axis=1)[:, -2:]
-    near_tie = (top2[:, 1] - top2[:, 0]) <= 2 * np.abs(diff).max(axis=1)
-    return {"rel_error_max": float(rel.max()), "rel_error_median": float(np.median(rel)),
-            "top1_agreement": float(np.mean(agree)), "positions": int(len(rel)),
-            "near_ties": int(near_tie.sum()),
-            "disagreements_outside_near_ties": int(np.sum(~agree & ~near_tie)),
-            "finite": bool(np.isfinite(ours).all())}
-
-
-def near_tie_divergence(args, model_dir, prompt, cpu_tokens, cuda_tokens, step) -> dict:
-    """Both backends' logits after the common prefix of two greedy continuations that part at
-    `step`: whether the CPU's margin between its token and CUDA's is within twice the largest
-    difference between the two backends' logits there (a near tie, as in compare())."""
-    prefix = list(prompt) + [int(t) for t in cpu_tokens[:step]]
-    last = {}
-    for backend, flags in (("cuda", ["--chunk", 1]), ("cpu", ["--weight-type", "bf16"])):
-        path = args.work / f"divergence-{backend}.f32"
-        run_tool(args.tool, model_dir, prefix, "--backend", backend, *flags, "--all-logits", path)
-        last[backend] = np.fromfile(path, dtype=np.float32).reshape(len(prefix), -1)[-1]
-    cpu, cuda = last["cpu"].astype(np.float64), last["cuda"].astype(np.float64)
-    ours, theirs = int(cuda_tokens[step]), int(cpu_tokens[step])
-    margin = float(cpu[theirs] - cpu[ours])
-    max_diff = float(np.abs(cuda - cpu).max())
-    return {"step": step, "cpu_token": theirs, "cuda_token": ours, "cpu_margin": margin,
-            "max_abs_logit_difference": max_diff, "near_tie": margin <= 2 * max_diff}
 
 
 def main() -> int:
@@ -123,15 +81,11 @@ def main() -> int:
     del model
     torch.cuda.empty_cache()
 
-    prefill_path = args.work / "prefill.f32"
-    run_tool(args.tool, model_dir, prompt, "--backend", "cuda", "--chunk", args.chunk,
-             "--all-logits", prefill_path)
-    prefill = np.fromfile(prefill_path, dtype=np.float32).reshape(args.prompt, vocab)
+    prefill = all_logits(args.tool, model_dir, prompt, args.work / "prefill.f32", "--backend",
+                         "cuda", "--chunk", args.chunk)
     decode_prompt = prompt[:args.decode_positions]
-    decode_path = args.work / "decode.f32"
-    run_tool(args.tool, model_dir, decode_prompt, "--backend", "cuda", "--chunk", 1,
-             "--all-logits", decode_path)
-    decode = np.fromfile(decode_path, dtype=np.float32).reshape(len(decode_prompt), vocab)
+    decode = all_logits(args.tool, model_dir, decode_prompt, args.work / "decode.f32",
+                        "--backend", "cuda", "--chunk", 1)
 
     result = {
         "config": args.config.name, "layers": args.layers, "prompt": args.prompt,
@@ -148,24 +102,9 @@ def main() -> int:
                   result[k]["disagreements_outside_near_ties"] == 0) for k in checked)
 
     if args.greedy_tokens > 0:
-        greedy_prompt = prompt[:32]
-        cuda_tokens = run_tool(args.tool, model_dir, greedy_prompt, "--backend", "cuda",
-                               "--greedy", args.greedy_tokens).strip().split(",")
-        cpu_tokens = run_tool(args.tool, model_dir, greedy_prompt, "--backend", "cpu",
-                              "--weight-type", "bf16", "--greedy", args.greedy_tokens
-                              ).strip().split(",")
-        same = [a == b for a, b in zip(cuda_tokens, cpu_tokens)]
-        greedy = {"tokens": args.greedy_tokens, "cuda": cuda_tokens, "cpu": cpu_tokens,
-                  "identical": all(same) and len(cuda_tokens) == len(cpu_tokens),
-                  "first_difference": same.index(False) if not all(same) else None}
-        if greedy["first_difference"] is not None:
-            greedy["divergence"] = near_tie_divergence(args, model_dir, greedy_prompt, cpu_tokens,
-                                                       cuda_tokens, greedy["first_difference"])
-        result["greedy"] = greedy
-        # A continuation may part where the two backends' logits cross: only a near tie (the
-        # rule the per-position comparisons use) explains it.
-        passed = passed and (greedy["identical"] or (
-            len(cuda_tokens) == len(cpu_tokens) and greedy["divergence"]["near_tie"]))
+        result["greedy"] = greedy_on_both_backends(args.tool, model_dir, prompt[:32],
+                                                   args.greedy_tokens, args.work)
+        passed = passed and greedy_passed(result["greedy"])
 
     result["passed"] = passed
     result["seconds"] = round(time.time() - started, 1)
@@ -179,13 +118,7 @@ def main() -> int:
           f"decode rel.err max {d['rel_error_max']:.2e} top-1 {d['top1_agreement']:.3f} "
           f"(near ties {d['near_ties']}, other misses {d['disagreements_outside_near_ties']}) | "
           f"HF bf16 rel.err max {b['rel_error_max']:.2e} top-1 {b['top1_agreement']:.3f}"
-          + (f" | greedy {args.greedy_tokens} identical: {result['greedy']['identical']}"
-             if args.greedy_tokens else "")
-          + (" (parted at step {step}, CPU margin {cpu_margin:.2e} against a logit difference of "
-             "{max_abs_logit_difference:.2e}: {tie})".format(
-                 **result["greedy"]["divergence"],
-                 tie="a near tie" if result["greedy"]["divergence"]["near_tie"] else "NOT a tie")
-             if args.greedy_tokens and "divergence" in result["greedy"] else "")
+          + (f" | {greedy_summary(result['greedy'])}" if args.greedy_tokens else "")
           + f" | {'PASS' if passed else 'FAIL'}", flush=True)
     return 0 if passed else 1
 
