@@ -137,7 +137,8 @@ def main() -> int:
     result["seconds"] = round(time.time() - started, 1)
     args.out.write_text(json.dumps(result, indent=2))
     figures = " | ".join(
-        f"{k}: rel.err max {result[k]['rel_error_max']:.2e} top-1 {result[k]['top1_agreement']:.3f} "
+        f"{k}: rel.err max {result[k]['rel_error_max']:.2e} "
+        f"top-1 {result[k]['top1_agreement']:.3f} "
         f"(near ties {result[k]['near_ties']}, other misses "
         f"{result[k]['disagreements_outside_near_ties']})"
         for k in result if isinstance(result[k], dict) and "rel_error_max" in result[k])
