@@ -11,9 +11,12 @@ namespace pulse {
 DeviceSlotCache::DeviceSlotCache(int32_t num_slots, int32_t num_blocks,
                                  std::unique_ptr<EvictionPolicy> policy)
     : policy_(std::move(policy)),
+      by_recency_(policy_->RanksByRecency()),
       slots_(static_cast<size_t>(std::max(num_slots, 0))),
       slot_of_block_(static_cast<size_t>(std::max(num_blocks, 0)), -1),
-      heap_index_(slots_.size(), -1) {
+      heap_index_(slots_.size(), -1),
+      list_prev_(slots_.size(), -1),
+      list_next_(slots_.size(), -1) {
   free_slots_.reserve(slots_.size());
   for (int32_t slot = this->num_slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
 }
@@ -23,9 +26,19 @@ void DeviceSlotCache::Update(int32_t slot, Change change) {
   Slot& state = slots_[static_cast<size_t>(slot)];
   const bool was_evictable = Evictable(state);
   const bool was_in_use = state.in_use;
+  const bool was_listed = Listed(state);
+  const uint64_t last_use = state.block.has_value() ? state.block->last_use : 0;
   change(state);
   if (!was_in_use && state.in_use) in_use_slots_.push_back(slot);
   const bool evictable = Evictable(state);
+  num_evictable_ += static_cast<int32_t>(evictable) - static_cast<int32_t>(was_evictable);
+  if (by_recency_) {
+    const bool listed = Listed(state);
+    const bool used = listed && was_listed && state.block->last_use != last_use;
+    if (was_listed && (!listed || used)) ListRemove(slot);
+    if (listed && (!was_listed || used)) ListInsert(slot);
+    return;
+  }
   if (!evictable) {
     if (was_evictable) HeapRemove(slot);
     return;
@@ -44,6 +57,30 @@ bool DeviceSlotCache::Before(int32_t a, int32_t b) const {
   const EvictionRank& rank_a = slots_[static_cast<size_t>(a)].rank;
   const EvictionRank& rank_b = slots_[static_cast<size_t>(b)].rank;
   return rank_a < rank_b || (rank_a == rank_b && a < b);
+}
+
+int32_t DeviceSlotCache::Victim() const { return by_recency_ ? list_head_ : evictable_.front(); }
+
+void DeviceSlotCache::ListInsert(int32_t slot) {
+  const uint64_t last_use = slots_[static_cast<size_t>(slot)].block->last_use;
+  int32_t before = list_tail_;
+  while (before >= 0 && slots_[static_cast<size_t>(before)].block->last_use > last_use) {
+    before = list_prev_[static_cast<size_t>(before)];
+  }
+  const int32_t after = before >= 0 ? list_next_[static_cast<size_t>(before)] : list_head_;
+  list_prev_[static_cast<size_t>(slot)] = before;
+  list_next_[static_cast<size_t>(slot)] = after;
+  (before >= 0 ? list_next_[static_cast<size_t>(before)] : list_head_) = slot;
+  (after >= 0 ? list_prev_[static_cast<size_t>(after)] : list_tail_) = slot;
+}
+
+void DeviceSlotCache::ListRemove(int32_t slot) {
+  const int32_t before = list_prev_[static_cast<size_t>(slot)];
+  const int32_t after = list_next_[static_cast<size_t>(slot)];
+  (before >= 0 ? list_next_[static_cast<size_t>(before)] : list_head_) = after;
+  (after >= 0 ? list_prev_[static_cast<size_t>(after)] : list_tail_) = before;
+  list_prev_[static_cast<size_t>(slot)] = -1;
+  list_next_[static_cast<size_t>(slot)] = -1;
 }
 
 void DeviceSlotCache::HeapPlace(int32_t index, int32_t slot) {
@@ -126,11 +163,11 @@ absl::StatusOr<SlotGrant> DeviceSlotCache::Acquire(int32_t block, uint64_t reque
   if (!free_slots_.empty()) {
     grant.slot = free_slots_.back();
     free_slots_.pop_back();
-  } else if (evictable_.empty()) {
+  } else if (num_evictable_ == 0) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "no device slot for host block %d: all %d are pinned or in use", block, num_slots()));
   } else {
-    grant.slot = evictable_.front();
+    grant.slot = Victim();
     const CachedBlock& victim = *slots_[static_cast<size_t>(grant.slot)].block;
     grant.evicted = victim.block;
     ++stats_.evictions;

@@ -77,7 +77,7 @@ class DeviceSlotCache {
   int32_t num_slots() const { return static_cast<int32_t>(slots_.size()); }
   int32_t num_blocks() const { return static_cast<int32_t>(slot_of_block_.size()); }
   int32_t num_free() const { return static_cast<int32_t>(free_slots_.size()); }
-  int32_t num_evictable() const { return static_cast<int32_t>(evictable_.size()); }
+  int32_t num_evictable() const { return num_evictable_; }
   std::optional<int32_t> slot_of(int32_t block) const;
   // The block in `slot`, nullopt when the slot is free.
   std::optional<CachedBlock> block_in(int32_t slot) const;
@@ -98,9 +98,14 @@ class DeviceSlotCache {
   static bool Evictable(const Slot& slot) {
     return slot.block.has_value() && slot.pins == 0 && !slot.in_use;
   }
-  // Applies `change` to a slot, keeping evictable_ and in_use_slots_ in step with it.
+  // Whether a slot is in the recency list: resident and unpinned, in use or not.
+  static bool Listed(const Slot& slot) { return slot.block.has_value() && slot.pins == 0; }
+  // Applies `change` to a slot, keeping the eviction order (evictable_ or the recency list),
+  // num_evictable_ and in_use_slots_ in step with it.
   template <typename Change>
   void Update(int32_t slot, Change change);
+  // The victim: the lowest-ranked evictable slot. Only while num_evictable_ > 0.
+  int32_t Victim() const;
   void Free(int32_t slot);
   // slot_of_block_[block], or -1 for an id out of range.
   int32_t SlotIndex(int32_t block) const {
@@ -115,16 +120,27 @@ class DeviceSlotCache {
   void HeapRemove(int32_t slot);
   void HeapFix(int32_t index);  // the entry at `index` changed its rank
   void HeapPlace(int32_t index, int32_t slot);
+  // The recency list, by_recency_ only: listed slots by last_use, oldest first. A use sets the
+  // newest last_use, so the slots in use this step are its tail: the head is evictable whenever
+  // any listed slot is.
+  void ListInsert(int32_t slot);  // at its last_use's place, found from the tail
+  void ListRemove(int32_t slot);
 
   std::unique_ptr<EvictionPolicy> policy_;
+  const bool by_recency_;  // the policy ranks by last_use alone: the list, not the heap
   std::vector<Slot> slots_;
   std::vector<int32_t> free_slots_;  // a stack; a fresh cache hands out slots 0, 1, 2...
   // The slot of each host block, -1 when it is not resident.
   std::vector<int32_t> slot_of_block_;
-  // The evictable slots, a binary min-heap under Before whose top is the victim: a use, a score
-  // or a step's end costs a sift of the slot's entry (O(log slots) in a flat array).
+  // Without by_recency_, the evictable slots as a binary min-heap under Before whose top is the
+  // victim: a use, a score or a step's end costs a sift of the slot's entry (O(log slots)).
   std::vector<int32_t> evictable_;
   std::vector<int32_t> heap_index_;  // [slot]: its place in evictable_; -1 while not evictable
+  std::vector<int32_t> list_prev_;   // [slot], by_recency_: the recency list's links, -1 at ends
+  std::vector<int32_t> list_next_;
+  int32_t list_head_ = -1;
+  int32_t list_tail_ = -1;
+  int32_t num_evictable_ = 0;
   std::vector<int32_t> in_use_slots_;
   uint64_t use_clock_ = 0;
   CacheStats stats_;

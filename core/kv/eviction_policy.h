@@ -1,7 +1,8 @@
 // The order in which the device block cache (device_slot_cache.h) evicts: a policy ranks every
 // evictable block and the lowest rank leaves first. The cache keeps the ranks in a heap and asks
 // for a block's rank again whenever what it may depend on changes (a use, a score), so an eviction
-// costs O(log slots) whatever the policy.
+// costs O(log slots) whatever the policy; for a policy that ranks by recency alone it keeps a list
+// in use order instead, where a use, a step's end and an eviction cost O(1).
 #pragma once
 
 #include <compare>
@@ -30,12 +31,15 @@ class EvictionPolicy {
   virtual ~EvictionPolicy() = default;
   // A function of `block` alone.
   virtual EvictionRank Rank(const CachedBlock& block) const = 0;
+  // Whether Rank orders blocks as their last_use does and nothing else.
+  virtual bool RanksByRecency() const { return false; }
 };
 
 // Least recently used first.
 class LruEviction final : public EvictionPolicy {
  public:
   EvictionRank Rank(const CachedBlock& block) const override;
+  bool RanksByRecency() const override { return true; }
 };
 
 // Lowest latest selection score first, least recently used among equals: blocks the recent
