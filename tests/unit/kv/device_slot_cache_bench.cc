@@ -5,7 +5,8 @@
 // set): each pick is looked up, acquired on a miss and scored, then the step ends. Args: 1 set
 // (SoloHead) or 8 (HeadWise, one cache a KV head); the percentage of a step's picks that were
 // picked the step before (0: random picks, as random weights give; 90: as a trained model's
-// queries give). The slots are the budget's worth. The picks are drawn before timing.
+// queries give); the eviction policy (0: LRU, the engine's default; 1: score-aware). The slots are
+// the budget's worth. The picks are drawn before timing.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/kv/device_slot_cache.h"
@@ -56,11 +58,17 @@ std::vector<std::vector<std::vector<int32_t>>> DrawPicks(int32_t reuse_percent, 
 void BM_LayerStep(benchmark::State& state) {
   const auto sets = static_cast<int32_t>(state.range(0));
   const auto reuse = static_cast<int32_t>(state.range(1));
+  const bool lru = state.range(2) == 0;
   std::vector<DeviceSlotCache> caches;
   std::vector<std::vector<std::vector<std::vector<int32_t>>>> picks;
   for (int32_t set = 0; set < sets; ++set) {
-    caches.emplace_back(kRequests * kSlotsPerRequest, kRequests * kCandidates,
-                        std::make_unique<ScoreAwareEviction>());
+    std::unique_ptr<EvictionPolicy> policy;
+    if (lru) {
+      policy = std::make_unique<LruEviction>();
+    } else {
+      policy = std::make_unique<ScoreAwareEviction>();
+    }
+    caches.emplace_back(kRequests * kSlotsPerRequest, kRequests * kCandidates, std::move(policy));
     picks.push_back(DrawPicks(reuse, static_cast<uint32_t>(set + 1)));
   }
   int64_t step = 0;
@@ -84,14 +92,9 @@ void BM_LayerStep(benchmark::State& state) {
   }
   const CacheStats& stats = caches[0].stats();
   state.counters["hit_rate"] = double(stats.hits) / double(stats.hits + stats.misses);
-  state.SetLabel(sets == 1 ? "solohead" : "headwise");
+  state.SetLabel(std::string(sets == 1 ? "solohead" : "headwise") + (lru ? " lru" : " score"));
 }
-BENCHMARK(BM_LayerStep)
-    ->Args({1, 0})
-    ->Args({1, 90})
-    ->Args({8, 0})
-    ->Args({8, 90})
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LayerStep)->ArgsProduct({{1, 8}, {0, 90}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace pulse
