@@ -92,7 +92,11 @@ func (m *Model) Close() {
 	C.pulse_model_free(m.model)
 	m.model = nil
 	runtime.SetFinalizer(m, nil)
+	modelFreed()
 }
+
+// modelFreed runs after Close frees a model, from a finalizer too (tests observe it).
+var modelFreed = func() {}
 
 // Info describes the model.
 func (m *Model) Info() ModelInfo { return m.info }
