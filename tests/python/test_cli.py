@@ -3,9 +3,13 @@ output formats, and its usage errors."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import pty
 import re
+import select
 import subprocess
+import time
 
 import pytest
 
@@ -195,6 +199,35 @@ def test_chat_through_a_pipe_answers_every_line(cli, smollm2_path):
     assert replies[0] == "The capital of France is Paris."
     assert replies[1].strip() != ""  # (the 135M model's arithmetic is not under test)
     assert "> " not in proc.stdout  # no prompt when stdin is not a terminal
+
+
+def test_chat_under_a_terminal_prompts_streams_and_ends_at_ctrl_d(cli, smollm2_path):
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([str(cli), "chat", "--model", str(smollm2_path), "--max-tokens", "32",
+                             "--quiet"], stdin=terminal, stdout=terminal, stderr=subprocess.PIPE)
+    os.close(terminal)
+    seen = bytearray()
+
+    def read_until(marker: bytes, count: int = 1) -> None:
+        deadline = time.monotonic() + 120
+        while seen.count(marker) < count:
+            assert time.monotonic() < deadline, f"no {marker!r} in {bytes(seen)!r}"
+            if select.select([controller], [], [], 1)[0]:
+                seen.extend(os.read(controller, 4096))
+
+    try:
+        read_until(b"> ")
+        os.write(controller, b"What is the capital of France?\n")
+        read_until(b"> ", 2)  # the answer, then the next prompt
+        os.write(controller, b"\x04")  # Ctrl-D on an empty line: end of input
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+        os.close(controller)
+    transcript = bytes(seen).decode().replace("\r\n", "\n")
+    assert transcript.startswith("> What is the capital of France?\n")  # the prompt, the echo
+    assert "\nThe capital of France is Paris.\n> " in transcript
+    assert proc.stderr.read() == b""
 
 
 def test_chat_keeps_the_history_within_the_context(cli, smollm2_path):
