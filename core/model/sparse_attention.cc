@@ -58,10 +58,10 @@ SparseAttention::SparseAttention(Backend& backend, const PagedKvLayout& layout, 
       filled_(std::move(filled)),
       offloaded_(offloaded) {}
 
-int32_t SparseAttention::SummaryId(const StepBatch& batch, int32_t seq, int32_t logical) const {
+int32_t SparseAttention::SummaryId(std::span<const int32_t> blocks,
+                                   std::span<const int32_t> host_blocks, int32_t logical) const {
   const auto index = static_cast<size_t>(logical);
-  return batch.offloaded(seq) ? num_blocks_ + batch.host_blocks(seq)[index]
-                              : batch.blocks(seq)[index];
+  return host_blocks.empty() ? blocks[index] : num_blocks_ + host_blocks[index];
 }
 
 absl::Status SparseAttention::Prepare(const StepBatch& batch) {
@@ -79,14 +79,16 @@ absl::Status SparseAttention::Prepare(const StepBatch& batch) {
     }
     const int32_t kv_len = batch.kv_lens()[s];
     const int32_t q_len = batch.q_offsets()[s + 1] - batch.q_offsets()[s];
+    const std::span<const int32_t> blocks = batch.blocks(s);
+    const std::span<const int32_t> host_blocks = batch.host_blocks(s);
     for (int32_t position = kv_len - q_len; position < kv_len; ++position) {
       if ((position + 1) % block_tokens != 0) continue;
       const int32_t logical = position / block_tokens;
-      const int32_t device = batch.blocks(s)[static_cast<size_t>(logical)];
+      const int32_t device = blocks[static_cast<size_t>(logical)];
       staging_.push_back(device);
-      summary_ids.push_back(SummaryId(batch, s, logical));
-      if (batch.offloaded(s)) {
-        writebacks_.push_back({device, batch.host_blocks(s)[static_cast<size_t>(logical)]});
+      summary_ids.push_back(SummaryId(blocks, host_blocks, logical));
+      if (!host_blocks.empty()) {
+        writebacks_.push_back({device, host_blocks[static_cast<size_t>(logical)]});
       }
     }
   }
@@ -130,9 +132,11 @@ absl::Status SparseAttention::Score(int32_t layer, const StepBatch& batch, const
     RowSelection row{.selector = selector, .seq = s, .first_score = num_scores};
     PULSE_ASSIGN_OR_RETURN(row.partition, selector.Partition(batch.kv_lens()[s]));
     const auto first_candidate = static_cast<int32_t>(staging_.size());
+    const std::span<const int32_t> blocks = batch.blocks(s);
+    const std::span<const int32_t> host_blocks = batch.host_blocks(s);
     for (int32_t logical = row.partition.sink_end; logical < row.partition.window_begin;
          ++logical) {
-      staging_.push_back(SummaryId(batch, s, logical));
+      staging_.push_back(SummaryId(blocks, host_blocks, logical));
       query_rows.push_back(first_row);
     }
     const int32_t count = row.partition.num_candidates();
@@ -174,6 +178,7 @@ absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, cons
                          selector.SelectScored(num_tokens, std::move(scores)));
 
   const std::span<const int32_t> blocks = batch.blocks(seq);
+  const std::span<const int32_t> host_blocks = batch.host_blocks(seq);
   SparseAttentionStats step;
   tables.assign(static_cast<size_t>(selection.num_sets), {});
   for (int32_t k = 0; k < selection.num_sets; ++k) {
@@ -182,14 +187,13 @@ absl::Status SparseAttention::Select(int32_t layer, const StepBatch& batch, cons
       int32_t device = blocks[static_cast<size_t>(logical)];
       const bool candidate = logical >= partition.sink_end && logical < partition.window_begin;
       if (candidate) {
-        picked.push_back(SummaryId(batch, seq, logical));
+        picked.push_back(SummaryId(blocks, host_blocks, logical));
         if (device < 0) {
           const float score = selection.scores[static_cast<size_t>(k) * count +
                                                static_cast<size_t>(logical - partition.sink_end)];
           PULSE_ASSIGN_OR_RETURN(
-              device,
-              offloaded_->Resolve(layer, k, batch.host_blocks(seq)[static_cast<size_t>(logical)],
-                                  sparse.key, score));
+              device, offloaded_->Resolve(layer, k, host_blocks[static_cast<size_t>(logical)],
+                                          sparse.key, score));
         }
       } else if (device < 0) {
         return absl::FailedPreconditionError(absl::StrFormat(

@@ -106,9 +106,11 @@ class SparseAttention {
                   std::vector<DeviceBuffer> summaries, DeviceBuffer score_inputs,
                   DeviceBuffer bounds, DeviceBuffer inputs, DeviceBuffer filled,
                   OffloadedKv* offloaded);
-  // The summary of logical block `logical` of sequence `seq`: its device block's, or its host
-  // block's after the device blocks when the sequence is offloaded.
-  int32_t SummaryId(const StepBatch& batch, int32_t seq, int32_t logical) const;
+  // The summary of logical block `logical` of a sequence with device blocks `blocks` and host
+  // blocks `host_blocks` (empty unless it is offloaded): its device block's, or its host block's
+  // after the device blocks when the sequence is offloaded.
+  int32_t SummaryId(std::span<const int32_t> blocks, std::span<const int32_t> host_blocks,
+                    int32_t logical) const;
   // Scores the candidates of every sparse decode row of the step in one call; `rows` gets them.
   absl::Status Score(int32_t layer, const StepBatch& batch, const float* q, int64_t q_stride,
                      std::vector<RowSelection>& rows);
