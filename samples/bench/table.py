@@ -25,15 +25,19 @@ def main() -> None:
     offloaded = [r for r in decode if r.get("budget") is not None and "error" not in r]
     if offloaded:
         print(f"{'mode':<22} {'batch x context':>16} {'budget':>7} {'radius':>7} {'KV GiB':>7} "
-              f"{'recall MB/step':>15} {'recall GB/s':>12} {'slot hits':>10}")
+              f"{'recall MB/step':>15} {'recall GB/s':>12} {'slot hits':>10} {'select ms':>10}")
         for r in offloaded:
             rate = "" if r["pcie_gb_s"] is None else f"{r['pcie_gb_s']:.1f}"
             hits = "" if r["cache_hit_rate"] is None else f"{r['cache_hit_rate']:.1%}"
             radius = r.get("summary_radius")
             radius_text = "" if radius is None else f"{radius:g}"
+            # The host's selection time a step (records from b143954 on).
+            selection = r.get("selection_ms_per_step")
+            selection_text = "" if selection is None else f"{selection:.2f}"
             print(f"{r['mode']:<22} {r['batch']} x {r['context']:>10} {r['budget']:>7} "
                   f"{radius_text:>7} {r['gpu_kv_cap_gib']:>7.2f} "
-                  f"{r['recall_bytes_per_step'] / 1e6:>15.2f} {rate:>12} {hits:>10}")
+                  f"{r['recall_bytes_per_step'] / 1e6:>15.2f} {rate:>12} {hits:>10} "
+                  f"{selection_text:>10}")
     for r in records:
         if r["bench"] == "prefill":
             print(f"prefill {r['context']} tokens (chunks of {r['chunk']}): {r['seconds']:.2f} s, "
