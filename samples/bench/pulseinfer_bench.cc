@@ -67,7 +67,7 @@ struct Args {
   int32_t slot_tokens = 0;   // a request's device slots; 0 (as parsed): its budget
   int32_t block_tokens = 0;  // 0 (as parsed): the library's default
   std::string copy = "auto";
-  double summary_radius = -1;  // < 0: the library's default
+  double summary_radius = -1;  // < 0 (as parsed): the library's default
   std::vector<bool> graphs = {true};
   std::string device = "unknown";
   std::string commit = "unknown";
@@ -188,11 +188,10 @@ Args ParseArgs(int argc, char** argv) {
     Fail("bad --decode-steps or --prefill-chunk");
   if (args.slot_tokens < 0 || args.block_tokens < 0) Fail("bad --slot-tokens or --block-tokens");
   if (args.slot_tokens == 0) args.slot_tokens = args.budget;
-  if (args.block_tokens == 0) {
-    pulse_engine_params defaults;
-    Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
-    args.block_tokens = defaults.block_tokens;
-  }
+  pulse_engine_params defaults;
+  Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
+  if (args.block_tokens == 0) args.block_tokens = defaults.block_tokens;
+  if (args.summary_radius < 0) args.summary_radius = defaults.offload_summary_radius;
   return args;
 }
 
@@ -306,7 +305,7 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
     params.offload_sink_tokens = args.sink;
     params.offload_window_tokens = args.window;
     params.offload_executor = CopyExecutor(args.copy);
-    if (args.summary_radius >= 0) params.offload_summary_radius = args.summary_radius;
+    params.offload_summary_radius = args.summary_radius;
     // Each request's sinks, window and the block written (the engine's resident limit), and
     // one prompt being prefilled.
     const int64_t resident = RoundUp(args.sink, block) + RoundUp(args.window, block) + 2 * block;
@@ -430,8 +429,6 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
   const double kv_read = facts.kv_bytes_per_token * attended;
   const double floor_ms = (facts.weight_bytes_read + kv_read) / (args.hbm_gb_s * 1e9) * 1e3;
   // The device memory the KV takes: the KV cache and, offloaded, the slots.
-  pulse_engine_params defaults;
-  Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
   const double kv_gib =
       facts.kv_bytes_per_token * double(device_blocks) * args.block_tokens / double(1u << 30);
   std::string offload =
@@ -443,19 +440,18 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
     const double ms = after.recall_ms - before.recall_ms;
     const double hits = double(after.slot_hits - before.slot_hits);
     const double lookups = hits + double(after.slot_misses - before.slot_misses);
-    offload =
-        ", \"recall_bytes_per_step\": " + Number(bytes / steps) +
-        ", \"recall_transfers_per_step\": " +
-        Number(double(after.recall_transfers - before.recall_transfers) / steps) +
-        ", \"recall_ms_per_step\": " + Number(ms / steps) + ", \"selection_ms_per_step\": " +
-        Number((after.selection_ms - before.selection_ms) / steps) +
-        ", \"pcie_gb_s\": " + (ms > 0 ? Number(bytes / ms / 1e6) : std::string("null")) +
-        ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
-        ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
-        ", \"window\": " + std::to_string(args.window) +
-        ", \"block_tokens\": " + std::to_string(args.block_tokens) +
-        ", \"slot_tokens\": " + std::to_string(args.slot_tokens) + ", \"summary_radius\": " +
-        Number(args.summary_radius >= 0 ? args.summary_radius : defaults.offload_summary_radius);
+    offload = ", \"recall_bytes_per_step\": " + Number(bytes / steps) +
+              ", \"recall_transfers_per_step\": " +
+              Number(double(after.recall_transfers - before.recall_transfers) / steps) +
+              ", \"recall_ms_per_step\": " + Number(ms / steps) + ", \"selection_ms_per_step\": " +
+              Number((after.selection_ms - before.selection_ms) / steps) +
+              ", \"pcie_gb_s\": " + (ms > 0 ? Number(bytes / ms / 1e6) : std::string("null")) +
+              ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
+              ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
+              ", \"window\": " + std::to_string(args.window) +
+              ", \"block_tokens\": " + std::to_string(args.block_tokens) +
+              ", \"slot_tokens\": " + std::to_string(args.slot_tokens) +
+              ", \"summary_radius\": " + Number(args.summary_radius);
     budget = std::to_string(args.budget);
   }
   records.Write(
