@@ -26,10 +26,9 @@ import subprocess
 import sys
 import time
 
-from logit_compare import (all_logits, compare, greedy_on_both_backends, greedy_passed,
-                           greedy_summary)
+from logit_compare import (REL_ERROR_BOUND, all_logits, compare, cuda_prefill_and_decode,
+                           greedy_on_both_backends, greedy_passed, greedy_summary)
 
-REL_ERROR_BOUND = 2e-2
 TEXT = pathlib.Path(__file__).parent / "texts" / "harbour.txt"
 # SmolLM2-Instruct's chat format (ChatML), written out so that only the tokenizer is involved.
 CHAT_PROMPT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
@@ -93,29 +92,25 @@ def main() -> int:
     prompt = tokenize(args.bin, args.model, TEXT.read_text(), args.work)
     reference = all_logits(tool, args.model, prompt, args.work / "cpu.f32", "--backend", "cpu",
                            "--weight-type", "bf16")
-    prefill = all_logits(tool, args.model, prompt, args.work / "prefill.f32", "--backend", "cuda",
-                         "--chunk", args.chunk)
-    decode_prompt = prompt[:args.decode_positions]
-    decode = all_logits(tool, args.model, decode_prompt, args.work / "decode.f32", "--backend",
-                        "cuda", "--chunk", 1)
+    prefill, decode = cuda_prefill_and_decode(tool, args.model, prompt, args.work, args.chunk,
+                                              args.decode_positions)
     result = {"model": args.model.name, "text": TEXT.name, "prompt": len(prompt),
               "chunk": args.chunk,
               "cuda_prefill_vs_cpu": compare(prefill, reference),
-              "cuda_decode_vs_cpu": compare(decode, reference[:len(decode_prompt)])}
+              "cuda_decode_vs_cpu": compare(decode, reference[:len(decode)])}
     hf = transformers_logits(args.model, prompt)
     if hf is None:
         result["transformers"] = "not run: no gguf package"
         bounded = ("cuda_prefill_vs_cpu", "cuda_decode_vs_cpu")
+        bound = REL_ERROR_BOUND
     else:
         result["transformers"] = hf["version"]
         result["cpu_vs_hf_fp32"] = compare(reference, hf["fp32"])
         result["cuda_prefill_vs_hf_fp32"] = compare(prefill, hf["fp32"])
-        result["cuda_decode_vs_hf_fp32"] = compare(decode, hf["fp32"][:len(decode_prompt)])
+        result["cuda_decode_vs_hf_fp32"] = compare(decode, hf["fp32"][:len(decode)])
         result["hf_bf16_vs_hf_fp32"] = compare(hf["bf16"], hf["fp32"])
         bounded = ("cpu_vs_hf_fp32", "cuda_prefill_vs_hf_fp32", "cuda_decode_vs_hf_fp32")
-    bound = REL_ERROR_BOUND
-    if hf is not None:
-        bound = max(bound, result["hf_bf16_vs_hf_fp32"]["rel_error_max"])
+        bound = max(REL_ERROR_BOUND, result["hf_bf16_vs_hf_fp32"]["rel_error_max"])
     result["rel_error_bound"] = bound
     checked = ("cuda_prefill_vs_cpu", "cuda_decode_vs_cpu") + bounded
     passed = all(result[k]["finite"] and result[k]["disagreements_outside_near_ties"] == 0

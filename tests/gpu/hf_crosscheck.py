@@ -27,10 +27,9 @@ import numpy as np
 import torch
 import transformers
 
-from logit_compare import (all_logits, compare, greedy_on_both_backends, greedy_passed,
-                           greedy_summary)
+from logit_compare import (REL_ERROR_BOUND, compare, cuda_prefill_and_decode,
+                           greedy_on_both_backends, greedy_passed, greedy_summary)
 
-REL_ERROR_BOUND = 2e-2
 TOP1_BOUND = 0.99
 
 
@@ -81,18 +80,15 @@ def main() -> int:
     del model
     torch.cuda.empty_cache()
 
-    prefill = all_logits(args.tool, model_dir, prompt, args.work / "prefill.f32", "--backend",
-                         "cuda", "--chunk", args.chunk)
-    decode_prompt = prompt[:args.decode_positions]
-    decode = all_logits(args.tool, model_dir, decode_prompt, args.work / "decode.f32",
-                        "--backend", "cuda", "--chunk", 1)
+    prefill, decode = cuda_prefill_and_decode(args.tool, model_dir, prompt, args.work, args.chunk,
+                                              args.decode_positions)
 
     result = {
         "config": args.config.name, "layers": args.layers, "prompt": args.prompt,
         "chunk": args.chunk, "transformers": transformers.__version__,
         "torch": torch.__version__, "device": torch.cuda.get_device_name(),
         "cuda_prefill_vs_hf_fp32": compare(prefill, reference),
-        "cuda_decode_vs_hf_fp32": compare(decode, reference[:len(decode_prompt)]),
+        "cuda_decode_vs_hf_fp32": compare(decode, reference[:len(decode)]),
         "hf_bf16_vs_hf_fp32": compare(hf_bf16, reference),
         "cuda_prefill_vs_hf_bf16": compare(prefill, hf_bf16),
     }

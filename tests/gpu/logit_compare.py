@@ -5,6 +5,9 @@ import subprocess
 
 import numpy as np
 
+# The largest relative error of one position's logits either cross-check accepts by default.
+REL_ERROR_BOUND = 2e-2
+
 
 def run_tool(tool: pathlib.Path, model: pathlib.Path, prompt, *args) -> str:
     command = [str(tool), "--model", str(model), "--prompt-ids",
@@ -20,6 +23,18 @@ def all_logits(tool: pathlib.Path, model: pathlib.Path, prompt, path: pathlib.Pa
     """The logits of every position of `prompt` ([len(prompt), vocab] float32)."""
     run_tool(tool, model, prompt, *args, "--all-logits", path)
     return np.fromfile(path, dtype=np.float32).reshape(len(prompt), -1)
+
+
+def cuda_prefill_and_decode(tool: pathlib.Path, model: pathlib.Path, prompt, work: pathlib.Path,
+                            chunk: int, decode_positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """CUDA's logits of every position of `prompt` through prefill in `chunk`-token chunks (the
+    flash prefill kernel, earlier chunks in the cache), and of its first `decode_positions`
+    token by token (the decode kernel)."""
+    prefill = all_logits(tool, model, prompt, work / "prefill.f32", "--backend", "cuda", "--chunk",
+                         chunk)
+    decode = all_logits(tool, model, prompt[:decode_positions], work / "decode.f32", "--backend",
+                        "cuda", "--chunk", 1)
+    return prefill, decode
 
 
 def compare(ours: np.ndarray, reference: np.ndarray) -> dict:
