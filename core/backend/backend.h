@@ -269,10 +269,10 @@ class Backend {
   // out[i] = x row rows[i] (cols values each, both act), for i < count.
   virtual void GatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
                           void* out) = 0;
-  // Quest summaries of whole blocks (core/backend/cpu/block_summary.h): for i < count, the
+  // Quest summaries of whole blocks (core/backend/reference/block_summary.h): for i < count, the
   // per-KV-head channel minimum and maximum of every key of block block_ids[i] of `blocks` (one
   // layer's cache of `layout`), shrunk around their midpoints to `radius` (in [0, 1]) as
-  // cpu::SummarizeBlock does, written as fp32 at summaries + summary_ids[i] * summary elements.
+  // reference::SummarizeBlock does, written as fp32 at summaries + summary_ids[i] * summary elements.
   virtual void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                                const int32_t* block_ids, const int32_t* summary_ids, int32_t count,
                                float radius, float* summaries) = 0;
@@ -289,8 +289,8 @@ class Backend {
   // them): for segment s of `segments` (num_segments of them) and set k < s.num_sets,
   // scores[s.scores_first + k * s.count + i] aggregates (s.aggregate) the bounds on candidate
   // s.first + i of query heads [k * g, (k + 1) * g), g = num_heads / s.num_sets, as
-  // cpu::AggregateHeadBounds does. `max_sets` bounds every segment's num_sets. The segments must
-  // fit the bounds and the scores (cpu::AggregateScores checks what the CPU backend is given).
+  // reference::AggregateHeadBounds does. `max_sets` bounds every segment's num_sets. The segments must
+  // fit the bounds and the scores (reference::AggregateScores checks what the CPU backend is given).
   virtual void AggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
                                const ScoreSegment* segments, int32_t num_segments, int32_t max_sets,
                                float* scores) = 0;

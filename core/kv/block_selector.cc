@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "absl/strings/str_format.h"
-#include "core/backend/cpu/block_summary.h"
+#include "core/backend/reference/block_summary.h"
 #include "core/kv/block_table.h"
 
 namespace pulse {
@@ -120,7 +120,7 @@ absl::StatusOr<BlockSelection> BlockSelector::Select(int32_t num_tokens,
   std::vector<float> scores(static_cast<size_t>(num_sets()) * num_candidates);
   const ScoreSegment segment = Segment(0, partition.num_candidates(), 0);
   PULSE_RETURN_IF_ERROR(
-      cpu::AggregateScores(bounds, num_query_heads_, std::span(&segment, 1), scores));
+      reference::AggregateScores(bounds, num_query_heads_, std::span(&segment, 1), scores));
   return SelectScored(num_tokens, std::move(scores));
 }
 

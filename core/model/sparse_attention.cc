@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_format.h"
-#include "core/backend/cpu/block_summary.h"
+#include "core/backend/reference/block_summary.h"
 #include "core/kv/block_selector.h"
 
 namespace pulse {
@@ -13,8 +13,8 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
     Backend& backend, const PagedKvLayout& layout, int32_t num_layers, int32_t num_blocks,
     int32_t num_heads, int32_t max_seqs, int32_t max_blocks_per_seq, float summary_radius,
     OffloadedKv* offloaded) {
-  PULSE_RETURN_IF_ERROR(cpu::CheckSummaryRadius(summary_radius));
-  const int64_t summary_elems = cpu::BlockSummaryElems(layout);
+  PULSE_RETURN_IF_ERROR(reference::CheckSummaryRadius(summary_radius));
+  const int64_t summary_elems = reference::BlockSummaryElems(layout);
   const int64_t host_blocks = offloaded == nullptr ? 0 : offloaded->options().host_blocks;
   std::vector<DeviceBuffer> summaries;
   for (int32_t layer = 0; layer < num_layers; ++layer) {

@@ -32,7 +32,7 @@ absl::StatusOr<int32_t> Sampler::Sample(std::span<const float> logits,
                                         std::span<const int32_t> history) {
   penalised_ids_.clear();
   const TokenSampling next = Next(history, penalised_ids_);
-  const int32_t token = cpu::SampleRow(logits, next, penalised_ids_, scratch_);
+  const int32_t token = reference::SampleRow(logits, next, penalised_ids_, scratch_);
   if (token < 0) return UnsampleableLogits(logits);
   return token;
 }

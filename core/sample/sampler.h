@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "core/backend/cpu/sampling.h"
+#include "core/backend/reference/sample_row.h"
 #include "core/backend/sampling.h"
 #include "core/base/status.h"
 #include "core/sample/sampling_params.h"
@@ -37,7 +37,7 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 generator_;
   std::vector<int32_t> penalised_ids_;
-  cpu::SampleScratch scratch_;
+  reference::SampleScratch scratch_;
 };
 
 // Why a row of logits cannot be sampled (the first NaN or +inf logit, or no finite one).

@@ -9,14 +9,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend/cpu/attention.h"
-#include "core/backend/cpu/block_summary.h"
+#include "core/backend/reference/block_summary.h"
 #include "core/backend/cpu/copy_thread.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/lanes.h"
 #include "core/backend/cpu/norm.h"
 #include "core/backend/cpu/pointwise.h"
 #include "core/backend/cpu/rope.h"
-#include "core/backend/cpu/sampling.h"
+#include "core/backend/reference/sample_row.h"
 #include "core/base/thread_pool.h"
 
 namespace pulse {
@@ -191,10 +191,10 @@ class CpuBackend final : public Backend {
   void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout, const int32_t* block_ids,
                        const int32_t* summary_ids, int32_t count, float radius,
                        float* summaries) override {
-    const int64_t elems = cpu::BlockSummaryElems(layout);
+    const int64_t elems = reference::BlockSummaryElems(layout);
     const auto* data = static_cast<const float*>(blocks);
     for (int32_t i = 0; i < count; ++i) {
-      Record(cpu::SummarizeBlock(
+      Record(reference::SummarizeBlock(
           layout,
           std::span<const float>(data + block_ids[i] * layout.block_elems(), layout.block_elems()),
           layout.block_tokens, radius,
@@ -204,7 +204,7 @@ class CpuBackend final : public Backend {
   void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,
                    const float* summaries, const int32_t* summary_ids, const int32_t* query_rows,
                    int32_t count, float* bounds) override {
-    const int64_t elems = cpu::BlockSummaryElems(layout);
+    const int64_t elems = reference::BlockSummaryElems(layout);
     const int32_t dim = layout.head_dim;
     const int32_t group = num_heads / layout.num_kv_heads;
     pool_.ParallelFor(count, 16, [&](int64_t begin, int64_t end) {
@@ -212,7 +212,7 @@ class CpuBackend final : public Backend {
         const float* row = q + query_rows[i] * q_stride;
         const float* summary = summaries + summary_ids[i] * elems;
         for (int32_t h = 0; h < num_heads; ++h) {
-          bounds[h * int64_t{count} + i] = cpu::KeyDotUpperBound(
+          bounds[h * int64_t{count} + i] = reference::KeyDotUpperBound(
               std::span<const float>(row + int64_t{h} * dim, dim),
               std::span<const float>(summary + int64_t{h / group} * 2 * dim, 2 * int64_t{dim}));
         }
@@ -233,7 +233,7 @@ class CpuBackend final : public Backend {
           std::max(scores_end, segment.scores_first + int64_t{segment.num_sets} * segment.count);
     }
     const absl::Status status =
-        cpu::AggregateScores(std::span(bounds, static_cast<size_t>(num_heads * bound_stride)),
+        reference::AggregateScores(std::span(bounds, static_cast<size_t>(num_heads * bound_stride)),
                              num_heads, std::span(segments, static_cast<size_t>(num_segments)),
                              std::span(scores, static_cast<size_t>(scores_end)));
     Record(status);
@@ -241,9 +241,9 @@ class CpuBackend final : public Backend {
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {
     pool_.ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
-      cpu::SampleScratch scratch;
+      reference::SampleScratch scratch;
       for (int64_t r = begin; r < end; ++r) {
-        tokens[r] = cpu::SampleRow(
+        tokens[r] = reference::SampleRow(
             std::span<const float>(logits + r * vocab, vocab), params[r],
             std::span<const int32_t>(history + params[r].history_offset, params[r].history_count),
             scratch);

@@ -1,6 +1,6 @@
 // Quest block summaries for sparse decode attention: SummarizeBlocks (per KV head, the channel
 // minimum and maximum of a block's bf16 keys) and ScoreBlocks (every query head's upper bound of
-// q.k over a candidate block's summary). The CPU reference is core/backend/cpu/block_summary.cc.
+// q.k over a candidate block's summary). The CPU reference is core/backend/reference/block_summary.cc.
 //
 // Both are memory bound; their floors at the H200's HBM bandwidth (4.8 TB/s nominal, ~4 TB/s
 // measured), for Llama-3.1-8B (8 KV heads, 32 query heads, head_dim 128, 32-token blocks):

@@ -1,5 +1,5 @@
 // The CUDA backend's Quest block-summary ops against the CPU reference functions of
-// core/backend/cpu/block_summary.h. SummarizeBlocks over random bf16 caches (negative keys, whole
+// core/backend/reference/block_summary.h. SummarizeBlocks over random bf16 caches (negative keys, whole
 // channels below zero, NaN keys, a channel of NaN keys, NaN values that must not be read) must
 // give the reference's summaries exactly: the minimum or maximum of bf16 values is exact in fp32.
 // ScoreBlocks must give the reference's bounds within fp32 rounding of another summation order,
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/backend/bf16.h"
-#include "core/backend/cpu/block_summary.h"
+#include "core/backend/reference/block_summary.h"
 #include "core/backend/cuda/cuda_backend.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backend/op_test_util.h"
@@ -98,13 +98,13 @@ std::vector<float> ReferenceSummaries(const PagedKvLayout& layout,
                                       float radius = 1.0f) {
   PagedKvLayout f32 = layout;
   f32.type = DType::kF32;
-  const int64_t elems = cpu::BlockSummaryElems(f32);
+  const int64_t elems = reference::BlockSummaryElems(f32);
   std::vector<float> summaries(static_cast<size_t>(slots * elems), kUntouched);
   std::vector<float> block(static_cast<size_t>(f32.block_elems()));
   for (size_t i = 0; i < block_ids.size(); ++i) {
     const uint16_t* bits = cache.data() + block_ids[i] * f32.block_elems();
     std::transform(bits, bits + block.size(), block.begin(), Bf16ToF32);  // exact
-    const absl::Status status = cpu::SummarizeBlock(
+    const absl::Status status = reference::SummarizeBlock(
         f32, block, f32.block_tokens, radius,
         std::span<float>(summaries).subspan(static_cast<size_t>(summary_ids[i] * elems),
                                             static_cast<size_t>(elems)));
@@ -129,14 +129,14 @@ ReferenceBounds ScoreOnCpu(const std::vector<float>& q, int64_t q_stride, int32_
   const size_t count = summary_ids.size();
   const size_t dim = static_cast<size_t>(layout.head_dim);
   const size_t group = static_cast<size_t>(num_heads / layout.num_kv_heads);
-  const size_t elems = static_cast<size_t>(cpu::BlockSummaryElems(f32));
+  const size_t elems = static_cast<size_t>(reference::BlockSummaryElems(f32));
   ReferenceBounds out{std::vector<float>(num_heads * count),
                       std::vector<double>(num_heads * count)};
   std::vector<float> bounds(static_cast<size_t>(num_heads));
   for (size_t i = 0; i < count; ++i) {
     const std::span<const float> row(q.data() + query_rows[i] * q_stride, num_heads * dim);
     const absl::Status status =
-        cpu::ScoreBlocks(f32, row, summaries, std::span<const int32_t>(&summary_ids[i], 1), bounds);
+        reference::ScoreBlocks(f32, row, summaries, std::span<const int32_t>(&summary_ids[i], 1), bounds);
     EXPECT_TRUE(status.ok()) << status;
     for (size_t h = 0; h < static_cast<size_t>(num_heads); ++h) {
       const float* lo = summaries.data() + summary_ids[i] * elems + 2 * (h / group) * dim;
@@ -182,7 +182,7 @@ class CudaBlockSummaryFixture : public ::testing::Test {
                                const std::vector<int32_t>& block_ids,
                                const std::vector<int32_t>& summary_ids, int32_t slots,
                                float radius = 1.0f) {
-    const size_t floats = static_cast<size_t>(slots * cpu::BlockSummaryElems(layout));
+    const size_t floats = static_cast<size_t>(slots * reference::BlockSummaryElems(layout));
     DeviceBuffer blocks = Upload(cache);
     DeviceBuffer block_id_buffer = Upload(block_ids);
     DeviceBuffer summary_id_buffer = Upload(summary_ids);
@@ -266,7 +266,7 @@ TEST_P(CudaBlockSummaryTest, SummarizeBlocksMatchesTheReferenceExactly) {
 
   const std::vector<float> expected =
       ReferenceSummaries(layout, cache, block_ids, summary_ids, kSlots);
-  const int64_t elems = cpu::BlockSummaryElems(layout);
+  const int64_t elems = reference::BlockSummaryElems(layout);
   ASSERT_FALSE(std::isnan(expected[summary_ids[0] * elems + channel]));
   ASSERT_TRUE(std::isnan(expected[summary_ids[1] * elems + (2 * last_head + 1) * layout.head_dim +
                                   layout.head_dim - 1]));
@@ -283,7 +283,7 @@ TEST_P(CudaBlockSummaryTest, ScoreBlocksMatchesTheReference) {
   const Shape shape = GetParam();
   const PagedKvLayout layout = Layout(shape, DType::kBF16);
   const int32_t num_heads = shape.num_kv_heads * shape.group;
-  const int64_t elems = cpu::BlockSummaryElems(layout);
+  const int64_t elems = reference::BlockSummaryElems(layout);
   constexpr int32_t kRows = 5;
   constexpr int32_t kSlots = 19;
   constexpr int32_t kCount = 300;  // over several tiles of candidates, not a multiple of one
@@ -350,7 +350,7 @@ TEST_F(CudaBlockSummaryFixture, LlamaShapeSummarizesAndScoresAStep) {
   const std::vector<int32_t> block_ids = DistinctIds(kBlocks, kCount, 9);
   const std::vector<int32_t> summary_ids = DistinctIds(kCount, kCount, 10);
 
-  const int64_t elems = cpu::BlockSummaryElems(layout);
+  const int64_t elems = reference::BlockSummaryElems(layout);
   const size_t floats = static_cast<size_t>(kCount * elems);
   DeviceBuffer blocks = Upload(cache);
   DeviceBuffer block_id_buffer = Upload(block_ids);
@@ -409,7 +409,7 @@ TEST_F(CudaBlockSummaryFixture, AggregateScoresMatchesTheReference) {
   std::vector<float> bounds = RandomValues(static_cast<size_t>(kHeads) * first, 31, -40.0f, 40.0f);
   for (int32_t i = 0; i < first; ++i) bounds[5 * static_cast<size_t>(first) + i] *= 20.0f;
   std::vector<float> expected(static_cast<size_t>(scores_first));
-  ASSERT_TRUE(cpu::AggregateScores(bounds, kHeads, segments, expected).ok());
+  ASSERT_TRUE(reference::AggregateScores(bounds, kHeads, segments, expected).ok());
 
   DeviceBuffer bound_buffer = Upload(bounds);
   DeviceBuffer segment_buffer = Upload(segments);

@@ -3,8 +3,8 @@
 // follows. Selection ranks blocks by that bound. A summary may also keep a narrower box around
 // each channel's midpoint (the summary radius): its "bound" is then an estimate of q.k, the
 // box's center's q.k at radius 0, which picks better blocks than the bound (the accuracy report,
-// samples/bench/results/cpu-smollm2-offload-accuracy.md). The CPU reference; the CUDA kernels
-// are tested against these functions.
+// samples/bench/results/cpu-smollm2-offload-accuracy.md). The reference math: the CPU backend
+// runs it, the selection policy ranks by it, and the CUDA kernels are tested against it.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include "core/backend/paged_kv.h"
 #include "core/base/status.h"
 
-namespace pulse::cpu {
+namespace pulse::reference {
 
 // Floats in one block's summary: [num_kv_heads][2][head_dim], each head's per-channel key minimum
 // row, then its maximum row.
@@ -59,4 +59,4 @@ void AggregateHeadBounds(HeadAggregate aggregate, float logit_scale, const float
 absl::Status AggregateScores(std::span<const float> bounds, int32_t num_heads,
                              std::span<const ScoreSegment> segments, std::span<float> scores);
 
-}  // namespace pulse::cpu
+}  // namespace pulse::reference

@@ -1,5 +1,5 @@
-// The CPU implementation of sampling.h's algorithm: the reference for the CUDA kernel, and the
-// host sampler of the engine.
+// sampling.h's algorithm in plain C++: the CPU backend's op, the reference for the CUDA kernel,
+// and the host sampler of the engine.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 #include "core/backend/sampling.h"
 
-namespace pulse::cpu {
+namespace pulse::reference {
 
 // Memory reused between rows.
 struct SampleScratch {
@@ -25,4 +25,4 @@ struct SampleScratch {
 int32_t SampleRow(std::span<const float> logits, const TokenSampling& params,
                   std::span<const int32_t> history, SampleScratch& scratch);
 
-}  // namespace pulse::cpu
+}  // namespace pulse::reference

@@ -1,10 +1,10 @@
-#include "core/backend/cpu/sampling.h"
+#include "core/backend/reference/sample_row.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-namespace pulse::cpu {
+namespace pulse::reference {
 namespace {
 
 using Candidate = SampleScratch::Candidate;
@@ -105,4 +105,4 @@ int32_t SampleRow(std::span<const float> logits, const TokenSampling& params,
   return SampleKeyId(LargestKeyWithMass(candidates, target + 1));
 }
 
-}  // namespace pulse::cpu
+}  // namespace pulse::reference

@@ -1,4 +1,4 @@
-#include "core/backend/cpu/block_summary.h"
+#include "core/backend/reference/block_summary.h"
 
 #include <algorithm>
 #include <cassert>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "core/backend/summary_radius.h"
 
-namespace pulse::cpu {
+namespace pulse::reference {
 namespace {
 
 absl::Status CheckLayout(const PagedKvLayout& layout) {
@@ -187,4 +187,4 @@ absl::Status AggregateScores(std::span<const float> bounds, int32_t num_heads,
   return absl::OkStatus();
 }
 
-}  // namespace pulse::cpu
+}  // namespace pulse::reference

@@ -4,11 +4,11 @@
 #include <random>
 #include <vector>
 
-#include "core/backend/cpu/block_summary.h"
+#include "core/backend/reference/block_summary.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace pulse::cpu {
+namespace pulse::reference {
 namespace {
 
 using ::testing::ElementsAre;
@@ -303,4 +303,4 @@ TEST(AggregateScoresTest, RejectsSegmentsOutsideTheBoundsOrScores) {
 }
 
 }  // namespace
-}  // namespace pulse::cpu
+}  // namespace pulse::reference
