@@ -9,13 +9,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend/cpu/attention.h"
-#include "core/backend/reference/block_summary.h"
 #include "core/backend/cpu/copy_thread.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/lanes.h"
 #include "core/backend/cpu/norm.h"
 #include "core/backend/cpu/pointwise.h"
 #include "core/backend/cpu/rope.h"
+#include "core/backend/reference/block_summary.h"
 #include "core/backend/reference/sample_row.h"
 #include "core/base/thread_pool.h"
 
@@ -232,10 +232,10 @@ class CpuBackend final : public Backend {
       scores_end =
           std::max(scores_end, segment.scores_first + int64_t{segment.num_sets} * segment.count);
     }
-    const absl::Status status =
-        reference::AggregateScores(std::span(bounds, static_cast<size_t>(num_heads * bound_stride)),
-                             num_heads, std::span(segments, static_cast<size_t>(num_segments)),
-                             std::span(scores, static_cast<size_t>(scores_end)));
+    const absl::Status status = reference::AggregateScores(
+        std::span(bounds, static_cast<size_t>(num_heads * bound_stride)), num_heads,
+        std::span(segments, static_cast<size_t>(num_segments)),
+        std::span(scores, static_cast<size_t>(scores_end)));
     Record(status);
   }
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
