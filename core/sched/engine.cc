@@ -1,9 +1,6 @@
 #include "core/sched/engine.h"
 
-#include <algorithm>
-#include <limits>
 #include <optional>
-#include <string>
 #include <thread>
 #include <utility>
 
@@ -12,67 +9,27 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "core/backend/summary_radius.h"
-#include "core/kv/block_table.h"
-#include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
-#include "core/model/step_batch.h"
+#include "core/sched/capacity.h"
 #include "core/sched/request.h"
+#include "core/sched/request_options.h"
 #include "core/sched/scheduler.h"
+#include "core/sched/step_builder.h"
+#include "core/sched/step_completion.h"
 
 namespace pulse {
 namespace {
 
-constexpr int32_t kMaxBatch = 4096;
-constexpr int32_t kMaxStepTokens = 1 << 16;
-constexpr int32_t kMaxBlockTokens = 4096;
-// The default KV cache: 8 full contexts, but never more than this.
-constexpr int64_t kDefaultKvContexts = 8;
-constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;    // without a backend memory limit
-constexpr int64_t kDefaultHostBytes = int64_t{4} << 30;  // the default host tier at most
-constexpr double kDefaultKvShare = 0.7;                  // of a backend's free memory
-
-// A token the backend drew, or why it could not draw one.
-absl::StatusOr<int32_t> BackendToken(int32_t token) {
-  if (token >= 0) return token;
-  return absl::InvalidArgumentError(
-      "cannot sample: a logit is nan or +inf, or none is finite (the logits stayed on the backend; "
-      "EngineOptions::logits_to_host names the logit)");
-}
-
-// Streams the request's new token into its text: returns the piece the token's event carries,
-// and turns `reason` into kStopString when a stop string ends the text. A finishing request's
-// last piece includes the text held back.
-std::string AppendText(Request& request, int32_t token, FinishReason& reason) {
-  if (!request.text_stream) return {};
-  TextStream::Piece piece = request.text_stream->Add(token);
-  if (piece.stopped) {
-    reason = FinishReason::kStopString;
-  } else if (reason != FinishReason::kNone) {
-    piece.text += request.text_stream->Finish();
-  }
-  request.text += piece.text;
-  return std::move(piece.text);
-}
-
-// A token event to deliver once the engine lock is released.
-struct Delivery {
-  std::shared_ptr<const TokenSink> sink;
-  TokenEvent event;  // its text is set from `text` at delivery
-  std::string text;
-};
-
 class EngineImpl final : public Engine {
  public:
-  // `dense_blocks`: the blocks of the runner's cache that are not offload slots.
   EngineImpl(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-             const EngineOptions& options, ModelRunner runner, const SchedulerLimits& limits,
-             int32_t dense_blocks)
+             EngineCapacity capacity)
       : model_(std::move(model)),
         tokenizer_(std::move(tokenizer)),
-        options_(options),
-        runner_(std::move(runner)),
-        scheduler_(limits, dense_blocks) {}
+        options_(capacity.options),
+        runner_(std::move(capacity.runner)),
+        step_builder_(options_.block_tokens, /*sample_on_backend=*/!options_.logits_to_host),
+        scheduler_(capacity.limits, capacity.dense_blocks) {}
 
   using Engine::Submit;
   absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt, const SamplingParams& params,
@@ -89,22 +46,17 @@ class EngineImpl final : public Engine {
   const EngineOptions& options() const override { return options_; }
 
  private:
-  absl::Status CheckPrompt(const std::vector<int32_t>& prompt) const;
-  // The selection a request with `offload` decodes with (none: dense).
-  absl::StatusOr<std::optional<SelectionOptions>> RequestSelection(
-      const RequestOffload& offload) const;
   // Marks the request finished; its KV blocks go back now unless a step in flight uses them.
   void Finish(Request& request, FinishReason reason, Clock::time_point now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(Request& request, absl::Status error, Clock::time_point now,
             std::vector<Delivery>& deliveries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Admits, forms the batch into batch_ and marks its requests in_step.
+  // Admits, builds the step's inputs into step_builder_ and marks its requests in_step.
   std::vector<ScheduledSequence> Schedule(Clock::time_point now, std::vector<Delivery>& deliveries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, step_mu_);
-  // Applies a finished forward pass: samples, appends, finishes; fills the report.
-  // `logits` (logits_to_host) or `tokens` (sampled by the backend) of the sampled rows.
-  void Complete(const std::vector<ScheduledSequence>& work, const absl::Status& forward,
-                std::span<const float> logits, std::span<const int32_t> tokens,
+  // Applies a finished forward pass (CompleteStep), finishes the requests it ends and fills the
+  // report.
+  void Complete(const std::vector<ScheduledSequence>& work, const ForwardResult& forward,
                 Clock::time_point now, StepReport& report, std::vector<Delivery>& deliveries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the sinks, one delivery at a time, skipping the events of requests released or
@@ -138,13 +90,9 @@ class EngineImpl final : public Engine {
   // waits for a thread that cancels or releases the sink's own request, is forbidden (engine.h).
   absl::Mutex step_mu_;  // one Step at a time; held through the forward pass and the sinks
   ModelRunner runner_ ABSL_GUARDED_BY(step_mu_);
-  StepBatch batch_ ABSL_GUARDED_BY(step_mu_);
-  std::vector<float> logits_ ABSL_GUARDED_BY(step_mu_);  // [logit rows][vocab], grown as needed
-  // The backend's draws of this step: one TokenSampling and token a logit row, and the
-  // penalised ids the TokenSamplings point into.
-  std::vector<TokenSampling> sampling_ ABSL_GUARDED_BY(step_mu_);
-  std::vector<int32_t> penalised_ids_ ABSL_GUARDED_BY(step_mu_);
-  std::vector<int32_t> tokens_ ABSL_GUARDED_BY(step_mu_);
+  StepBuilder step_builder_ ABSL_GUARDED_BY(step_mu_);
+  std::vector<float> logits_ ABSL_GUARDED_BY(step_mu_);    // [logit rows][vocab], grown as needed
+  std::vector<int32_t> tokens_ ABSL_GUARDED_BY(step_mu_);  // the backend's draws, one a logit row
 
   mutable absl::Mutex mu_;  // the requests and the delivery in progress
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
@@ -162,63 +110,14 @@ class EngineImpl final : public Engine {
   EngineStats totals_ ABSL_GUARDED_BY(mu_);  // the totals; the state fields are filled by stats()
 };
 
-absl::Status EngineImpl::CheckPrompt(const std::vector<int32_t>& prompt) const {
-  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  if (prompt.size() >= static_cast<size_t>(options_.max_context)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("the prompt has %u tokens: it must be shorter than max_context (%d)",
-                        prompt.size(), options_.max_context));
-  }
-  const int32_t vocab = model_->config().vocab_size;
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "prompt token %d at position %u is outside the vocabulary [0, %d)", prompt[i], i, vocab));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::optional<SelectionOptions>> EngineImpl::RequestSelection(
-    const RequestOffload& offload) const {
-  using Mode = RequestOffload::Mode;
-  if (offload.mode == Mode::kDense) return std::nullopt;
-  const bool changes = offload.mode != Mode::kEngine || offload.budget_tokens.has_value() ||
-                       offload.sink_tokens.has_value() || offload.window_tokens.has_value();
-  if (!changes) return options_.sparse_attention;
-  if (!options_.sparse_attention) {
-    return absl::FailedPreconditionError(
-        "the request asks for offloaded attention, but this engine was created without it "
-        "(EngineOptions::sparse_attention)");
-  }
-  SelectionOptions selection = *options_.sparse_attention;
-  const Mode engine_mode =
-      selection.mode == SelectionMode::kSoloHead ? Mode::kSoloHead : Mode::kHeadWise;
-  if (offload.mode != Mode::kEngine && offload.mode != engine_mode) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the request asks for %s selection, but this engine's device slots are laid out for %s",
-        offload.mode == Mode::kSoloHead ? "solohead" : "headwise",
-        engine_mode == Mode::kSoloHead ? "solohead" : "headwise"));
-  }
-  selection.budget_tokens = offload.budget_tokens.value_or(selection.budget_tokens);
-  selection.sink_tokens = offload.sink_tokens.value_or(selection.sink_tokens);
-  selection.window_tokens = offload.window_tokens.value_or(selection.window_tokens);
-  const ModelConfig& config = model_->config();
-  PULSE_RETURN_IF_ERROR(BlockSelector::Create({.block_tokens = options_.block_tokens,
-                                               .num_kv_heads = config.num_kv_heads,
-                                               .head_dim = config.head_dim},
-                                              config.num_heads, selection)
-                            .status());
-  return selection;
-}
-
 absl::StatusOr<RequestId> EngineImpl::Submit(std::vector<int32_t> prompt,
                                              const SamplingParams& params, TokenSink sink,
                                              const RequestOffload& offload) {
-  PULSE_RETURN_IF_ERROR(CheckPrompt(prompt));
+  const ModelConfig& config = model_->config();
+  PULSE_RETURN_IF_ERROR(CheckPrompt(prompt, options_.max_context, config.vocab_size));
   PULSE_ASSIGN_OR_RETURN(const std::optional<SelectionOptions> selection,
-                         RequestSelection(offload));
-  PULSE_RETURN_IF_ERROR(params.Validate(model_->config().vocab_size));
+                         RequestSelection(offload, options_, config));
+  PULSE_RETURN_IF_ERROR(params.Validate(config.vocab_size));
   if (!params.stop_strings.empty() && tokenizer_ == nullptr) {
     return absl::FailedPreconditionError("stop strings need a tokenizer, and this engine has none");
   }
@@ -315,18 +214,8 @@ void EngineImpl::Finish(Request& request, FinishReason reason, Clock::time_point
 
 void EngineImpl::Fail(Request& request, absl::Status error, Clock::time_point now,
                       std::vector<Delivery>& deliveries) {
-  request.error = std::move(error);
+  RecordFailure(request, std::move(error), deliveries);
   Finish(request, FinishReason::kError, now);
-  if (request.sink != nullptr) {
-    deliveries.push_back({request.sink,
-                          {.id = request.id,
-                           .token = -1,
-                           .index = request.generated(),
-                           .finished = true,
-                           .reason = FinishReason::kError,
-                           .logits = {}},
-                          {}});
-  }
 }
 
 std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
@@ -336,111 +225,41 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
     request->scheduled = now;
   }
   std::vector<ScheduledSequence> work = scheduler_.FormBatch();
-  batch_.Clear();
-  sampling_.clear();
-  penalised_ids_.clear();
+  step_builder_.Clear();
   std::vector<ScheduledSequence> scheduled;
   scheduled.reserve(work.size());
   for (ScheduledSequence& sequence : work) {
-    Request& request = *sequence.request;
-    const std::span<const int32_t> tokens =
-        std::span<const int32_t>(request.tokens)
-            .subspan(static_cast<size_t>(sequence.begin), static_cast<size_t>(sequence.count));
-    const LogitRows logits = sequence.sample ? LogitRows::kLast : LogitRows::kNone;
-    const int32_t end = sequence.begin + sequence.count;
-    if (request.offload) {
-      OffloadedBlockTable& blocks = *request.offloaded_blocks;
-      if (sequence.decode) {
-        // Only the sinks, the window and the block written stay resident; the blocks that left
-        // the window were written back when they filled.
-        const BlockRange evicted =
-            NonResidentBlocks(sequence.begin, options_.block_tokens, *request.offload);
-        blocks.Evict(evicted.begin, evicted.end);
-        blocks.LimitDevice(scheduler_.ResidentLimit(request));
-      }
-      const absl::Status grown = blocks.Grow(end);
-      if (!grown.ok()) {
-        Fail(request, grown, now, deliveries);  // a bug: the reservations cover the worst case
-        continue;
-      }
-      batch_.AddSequence(tokens, sequence.begin, blocks.device_blocks(), logits,
-                         SparseSelection{*request.offload, request.id}, blocks.host_blocks());
-    } else {
-      const absl::Status grown = request.blocks->Grow(end);
-      if (!grown.ok()) {
-        // The reservation covers the worst case, so this is a bug; it fails only this request.
-        Fail(request, grown, now, deliveries);
-        continue;
-      }
-      batch_.AddSequence(tokens, sequence.begin, request.blocks->blocks(), logits);
+    const absl::Status added = step_builder_.Add(sequence, scheduler_);
+    if (!added.ok()) {
+      // The reservation covers the worst case, so this is a bug; it fails only this request.
+      Fail(*sequence.request, added, now, deliveries);
+      continue;
     }
-    if (sequence.sample && !options_.logits_to_host) {
-      sampling_.push_back(request.sampler.Next(request.tokens, penalised_ids_));
-    }
-    request.in_step = true;
+    sequence.request->in_step = true;
     scheduled.push_back(std::move(sequence));
   }
   return scheduled;
 }
 
-void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const absl::Status& forward,
-                          std::span<const float> logits, std::span<const int32_t> tokens,
+void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const ForwardResult& forward,
                           Clock::time_point now, StepReport& report,
                           std::vector<Delivery>& deliveries) {
-  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
-  const std::vector<int32_t>& eos_ids = model_->config().eos_token_ids;
-  size_t row = 0;
-  for (const ScheduledSequence& sequence : work) {
-    Request& request = *sequence.request;
-    request.in_step = false;
-    if (forward.ok()) {
-      (sequence.decode ? report.decode_tokens : report.prefill_tokens) += sequence.count;
-    }
-    const size_t sample_row = sequence.sample ? row++ : 0;
-    const std::span<const float> row_logits = sequence.sample && !logits.empty()
-                                                  ? logits.subspan(vocab * sample_row, vocab)
-                                                  : std::span<const float>();
-    if (request.state == RequestState::kFinished) {
-      // Cancelled while the step was in flight: its blocks go back now, and nothing is sampled.
-      scheduler_.Remove(request);
-      continue;
-    }
-    if (!forward.ok()) {
-      Fail(request, forward, now, deliveries);
-      continue;
-    }
-    request.computed += sequence.count;
-    if (!sequence.sample) continue;
-    const absl::StatusOr<int32_t> token = options_.logits_to_host
-                                              ? request.sampler.Sample(row_logits, request.tokens)
-                                              : BackendToken(tokens[sample_row]);
-    if (!token.ok()) {
-      Fail(request, token.status(), now, deliveries);
-      continue;
-    }
-    request.tokens.push_back(*token);
-    ++totals_.generated_tokens;
-    if (!request.first_token) request.first_token = now;
-    request.last_token = now;
-    FinishReason reason = request.FinishAfterToken(eos_ids);
-    std::string text = AppendText(request, *token, reason);
-    if (reason != FinishReason::kNone) Finish(request, reason, now);
-    if (request.sink != nullptr) {
-      deliveries.push_back({request.sink,
-                            {.id = request.id,
-                             .token = *token,
-                             .index = request.generated() - 1,
-                             .finished = reason != FinishReason::kNone,
-                             .reason = reason,
-                             .logits = row_logits},
-                            std::move(text)});
+  const StepCompletion completion = CompleteStep(work, forward, model_->config(), now, deliveries);
+  for (const RequestEnd& end : completion.ends) {
+    if (end.reason) {
+      Finish(*end.request, *end.reason, now);
+    } else {
+      scheduler_.Remove(*end.request);  // cancelled while the step was in flight
     }
   }
   report.scheduled = static_cast<int32_t>(work.size());
+  report.prefill_tokens = completion.prefill_tokens;
+  report.decode_tokens = completion.decode_tokens;
+  report.pending = scheduler_.queued() + scheduler_.running();
   if (!work.empty()) ++totals_.steps;
   totals_.prefill_tokens += report.prefill_tokens;
   totals_.decode_tokens += report.decode_tokens;
-  report.pending = scheduler_.queued() + scheduler_.running();
+  totals_.generated_tokens += completion.generated_tokens;
 }
 
 void EngineImpl::Deliver(const std::vector<Delivery>& deliveries) {
@@ -484,22 +303,24 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   }
   // Between steps no slot is in use, so this cannot fail.
   for (const RequestId id : finished) runner_.ForgetSparse(id).IgnoreError();
-  StepReport report;
-  absl::Status forward;
-  std::span<float> logits;
+  ForwardResult forward{.logits_to_host = options_.logits_to_host};
   if (!work.empty() && options_.logits_to_host) {
-    const size_t values = static_cast<size_t>(batch_.num_logit_rows()) *
+    const size_t values = static_cast<size_t>(step_builder_.batch().num_logit_rows()) *
                           static_cast<size_t>(model_->config().vocab_size);
     if (logits_.size() < values) logits_.resize(values);
-    logits = std::span<float>(logits_).first(values);
-    forward = runner_.Forward(batch_, logits);
+    const std::span<float> logits = std::span<float>(logits_).first(values);
+    forward.status = runner_.Forward(step_builder_.batch(), logits);
+    forward.logits = logits;
   } else if (!work.empty()) {
-    tokens_.resize(sampling_.size());
-    forward = runner_.ForwardAndSample(batch_, sampling_, penalised_ids_, tokens_);
+    tokens_.resize(step_builder_.sampling().size());
+    forward.status = runner_.ForwardAndSample(step_builder_.batch(), step_builder_.sampling(),
+                                              step_builder_.penalised_ids(), tokens_);
+    forward.tokens = tokens_;
   }
+  StepReport report;
   {
     absl::MutexLock lock(&mu_);
-    Complete(work, forward, logits, tokens_, Clock::now(), report, deliveries);
+    Complete(work, forward, Clock::now(), report, deliveries);
     totals_.sparse = runner_.sparse_stats();
     totals_.offload = runner_.offload_stats();
   }
@@ -509,131 +330,19 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
 
 }  // namespace
 
-absl::Status EngineOptions::Validate() const {
-  if (max_batch < 1 || max_batch > kMaxBatch) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_batch = %d is outside [1, %d]", max_batch, kMaxBatch));
-  }
-  if (prefill_chunk < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("prefill_chunk = %d must be >= 1", prefill_chunk));
-  }
-  if (max_step_tokens < max_batch || max_step_tokens > kMaxStepTokens) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_step_tokens = %d is outside [max_batch = %d, %d]", max_step_tokens,
-                        max_batch, kMaxStepTokens));
-  }
-  if (block_tokens < 1 || block_tokens > kMaxBlockTokens) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("block_tokens = %d is outside [1, %d]", block_tokens, kMaxBlockTokens));
-  }
-  if (kv_capacity_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("kv_capacity_tokens = %d must be >= 0", kv_capacity_tokens));
-  }
-  if (max_context < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_context = %d must be >= 0", max_context));
-  }
-  if (!SummaryRadiusValid(offload_summary_radius)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("offload_summary_radius = %g is outside [0, 1]", offload_summary_radius));
-  }
-  for (const auto& [name, tokens] : {std::pair{"offload_host_tokens", offload_host_tokens},
-                                     std::pair{"offload_slot_tokens", offload_slot_tokens}}) {
-    if (tokens < 0 || tokens > std::numeric_limits<int32_t>::max()) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s = %d is outside [0, %d]", name, tokens,
-                                                        std::numeric_limits<int32_t>::max()));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model,
                                                        const EngineOptions& options,
                                                        std::shared_ptr<const Tokenizer> tokenizer) {
   if (model == nullptr) return absl::InvalidArgumentError("Engine::Create: no model");
   PULSE_RETURN_IF_ERROR(options.Validate());
-  const ModelConfig& config = model->config();
-  EngineOptions resolved = options;
-  if (resolved.max_context == 0) resolved.max_context = config.max_position;
-  if (resolved.max_context < 2 || resolved.max_context > config.max_position) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_context = %d is outside [2, the model's context %d]",
-                        resolved.max_context, config.max_position));
-  }
-  Backend& backend = model->backend();
-  const PagedKvLayout layout{.block_tokens = resolved.block_tokens,
-                             .num_kv_heads = config.num_kv_heads,
-                             .head_dim = config.head_dim,
-                             .type = backend.kv_type()};
-  // KV bytes of one token in every layer.
-  const int64_t token_bytes =
-      int64_t{config.num_layers} * layout.block_bytes() / layout.block_tokens;
-  if (resolved.kv_capacity_tokens == 0) {
-    // A backend with memory of its own (a GPU) gives the KV cache a share of what is free.
-    const size_t available = backend.AvailableBytes();
-    const int64_t kv_bytes =
-        available == 0 ? kDefaultKvBytes : static_cast<int64_t>(available * kDefaultKvShare);
-    resolved.kv_capacity_tokens = std::max<int64_t>(
-        resolved.block_tokens,
-        std::min(kDefaultKvContexts * resolved.max_context, kv_bytes / token_bytes));
-  }
-  const int64_t num_blocks =
-      (resolved.kv_capacity_tokens + resolved.block_tokens - 1) / resolved.block_tokens;
-  SchedulerLimits limits{.max_batch = resolved.max_batch,
-                         .prefill_chunk = resolved.prefill_chunk,
-                         .max_step_tokens = resolved.max_step_tokens,
-                         .block_tokens = resolved.block_tokens};
-  std::optional<OffloadOptions> offload;
-  if (resolved.sparse_attention) {
-    PULSE_RETURN_IF_ERROR(
-        BlockSelector::Create(layout, config.num_heads, *resolved.sparse_attention).status());
-    if (resolved.offload_host_tokens == 0) {
-      resolved.offload_host_tokens =
-          std::min(kDefaultKvContexts * resolved.max_context, kDefaultHostBytes / token_bytes);
-    }
-    if (resolved.offload_slot_tokens == 0) {
-      resolved.offload_slot_tokens =
-          std::min(int64_t{resolved.max_batch} *
-                       std::min(resolved.sparse_attention->budget_tokens, resolved.max_context),
-                   kDefaultKvBytes / token_bytes);
-    }
-    limits.host_blocks = BlocksForTokens(resolved.offload_host_tokens, resolved.block_tokens);
-    limits.slot_blocks = BlocksForTokens(resolved.offload_slot_tokens, resolved.block_tokens);
-    offload = OffloadOptions{.host_blocks = limits.host_blocks,
-                             .slot_blocks = limits.slot_blocks,
-                             .mode = resolved.sparse_attention->mode,
-                             .eviction = resolved.offload_eviction,
-                             .executor = resolved.offload_executor};
-  }
-  if (num_blocks + limits.slot_blocks > std::numeric_limits<int32_t>::max() ||
-      limits.host_blocks < 0 || limits.slot_blocks < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "kv_capacity_tokens = %d, offload_host_tokens = %d and offload_slot_tokens = %d are too "
-        "many blocks of %d tokens",
-        resolved.kv_capacity_tokens, resolved.offload_host_tokens, resolved.offload_slot_tokens,
-        resolved.block_tokens));
-  }
-  PULSE_ASSIGN_OR_RETURN(KvCache cache,
-                         KvCache::Create(backend, layout, config.num_layers,
-                                         static_cast<int32_t>(num_blocks + limits.slot_blocks)));
-  const ModelRunnerOptions runner_options{
-      .max_step_tokens = resolved.max_step_tokens,
-      .max_seqs = resolved.max_batch,
-      .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens),
-      .offload = offload,
-      .summary_radius = resolved.offload_summary_radius,
-      .decode_graphs = resolved.decode_graphs};
-  PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
-                         ModelRunner::Create(model, std::move(cache), runner_options));
-  if (tokenizer != nullptr && tokenizer->vocab_size() > config.vocab_size) {
+  PULSE_ASSIGN_OR_RETURN(EngineCapacity capacity, AllocateCapacity(model, options));
+  const int32_t vocab_size = model->config().vocab_size;
+  if (tokenizer != nullptr && tokenizer->vocab_size() > vocab_size) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the tokenizer has %d tokens, more than the model's vocabulary (%d)",
-                        tokenizer->vocab_size(), config.vocab_size));
+                        tokenizer->vocab_size(), vocab_size));
   }
-  return std::make_unique<EngineImpl>(std::move(model), std::move(tokenizer), resolved,
-                                      std::move(runner), limits, static_cast<int32_t>(num_blocks));
+  return std::make_unique<EngineImpl>(std::move(model), std::move(tokenizer), std::move(capacity));
 }
 
 }  // namespace pulse

@@ -1,0 +1,116 @@
+#include "core/sched/capacity.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "core/kv/block_selector.h"
+#include "core/kv/block_table.h"
+#include "core/kv/kv_cache.h"
+#include "core/model/offloaded_kv.h"
+
+namespace pulse {
+namespace {
+
+// The default KV cache: 8 full contexts, but never more than this.
+constexpr int64_t kDefaultKvContexts = 8;
+constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;    // without a backend memory limit
+constexpr int64_t kDefaultHostBytes = int64_t{4} << 30;  // the default host tier at most
+constexpr double kDefaultKvShare = 0.7;                  // of a backend's free memory
+
+// The offload tiers of an engine with sparse_attention: resolves the options'
+// offload_host_tokens and offload_slot_tokens, and sets the limits' host and slot blocks.
+// `token_bytes`: KV bytes of one token in every layer.
+absl::StatusOr<OffloadOptions> SizeOffloadTiers(const PagedKvLayout& layout, int32_t num_heads,
+                                                int64_t token_bytes, EngineOptions& options,
+                                                SchedulerLimits& limits) {
+  PULSE_RETURN_IF_ERROR(
+      BlockSelector::Create(layout, num_heads, *options.sparse_attention).status());
+  if (options.offload_host_tokens == 0) {
+    options.offload_host_tokens =
+        std::min(kDefaultKvContexts * options.max_context, kDefaultHostBytes / token_bytes);
+  }
+  if (options.offload_slot_tokens == 0) {
+    options.offload_slot_tokens =
+        std::min(int64_t{options.max_batch} *
+                     std::min(options.sparse_attention->budget_tokens, options.max_context),
+                 kDefaultKvBytes / token_bytes);
+  }
+  limits.host_blocks = BlocksForTokens(options.offload_host_tokens, options.block_tokens);
+  limits.slot_blocks = BlocksForTokens(options.offload_slot_tokens, options.block_tokens);
+  return OffloadOptions{.host_blocks = limits.host_blocks,
+                        .slot_blocks = limits.slot_blocks,
+                        .mode = options.sparse_attention->mode,
+                        .eviction = options.offload_eviction,
+                        .executor = options.offload_executor};
+}
+
+}  // namespace
+
+absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> model,
+                                                const EngineOptions& options) {
+  const ModelConfig& config = model->config();
+  EngineOptions resolved = options;
+  if (resolved.max_context == 0) resolved.max_context = config.max_position;
+  if (resolved.max_context < 2 || resolved.max_context > config.max_position) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_context = %d is outside [2, the model's context %d]",
+                        resolved.max_context, config.max_position));
+  }
+  Backend& backend = model->backend();
+  const PagedKvLayout layout{.block_tokens = resolved.block_tokens,
+                             .num_kv_heads = config.num_kv_heads,
+                             .head_dim = config.head_dim,
+                             .type = backend.kv_type()};
+  // KV bytes of one token in every layer.
+  const int64_t token_bytes =
+      int64_t{config.num_layers} * layout.block_bytes() / layout.block_tokens;
+  if (resolved.kv_capacity_tokens == 0) {
+    // A backend with memory of its own (a GPU) gives the KV cache a share of what is free.
+    const size_t available = backend.AvailableBytes();
+    const int64_t kv_bytes =
+        available == 0 ? kDefaultKvBytes : static_cast<int64_t>(available * kDefaultKvShare);
+    resolved.kv_capacity_tokens = std::max<int64_t>(
+        resolved.block_tokens,
+        std::min(kDefaultKvContexts * resolved.max_context, kv_bytes / token_bytes));
+  }
+  const int64_t num_blocks =
+      (resolved.kv_capacity_tokens + resolved.block_tokens - 1) / resolved.block_tokens;
+  SchedulerLimits limits{.max_batch = resolved.max_batch,
+                         .prefill_chunk = resolved.prefill_chunk,
+                         .max_step_tokens = resolved.max_step_tokens,
+                         .block_tokens = resolved.block_tokens};
+  std::optional<OffloadOptions> offload;
+  if (resolved.sparse_attention) {
+    PULSE_ASSIGN_OR_RETURN(
+        offload, SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));
+  }
+  if (num_blocks + limits.slot_blocks > std::numeric_limits<int32_t>::max() ||
+      limits.host_blocks < 0 || limits.slot_blocks < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv_capacity_tokens = %d, offload_host_tokens = %d and offload_slot_tokens = %d are too "
+        "many blocks of %d tokens",
+        resolved.kv_capacity_tokens, resolved.offload_host_tokens, resolved.offload_slot_tokens,
+        resolved.block_tokens));
+  }
+  PULSE_ASSIGN_OR_RETURN(KvCache cache,
+                         KvCache::Create(backend, layout, config.num_layers,
+                                         static_cast<int32_t>(num_blocks + limits.slot_blocks)));
+  const ModelRunnerOptions runner_options{
+      .max_step_tokens = resolved.max_step_tokens,
+      .max_seqs = resolved.max_batch,
+      .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens),
+      .offload = offload,
+      .summary_radius = resolved.offload_summary_radius,
+      .decode_graphs = resolved.decode_graphs};
+  PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
+                         ModelRunner::Create(std::move(model), std::move(cache), runner_options));
+  return EngineCapacity{.options = resolved,
+                        .limits = limits,
+                        .dense_blocks = static_cast<int32_t>(num_blocks),
+                        .runner = std::move(runner)};
+}
+
+}  // namespace pulse

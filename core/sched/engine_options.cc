@@ -1,0 +1,60 @@
+// EngineOptions::Validate: the bounds of each option on its own (what they resolve to on a model
+// and its backend is capacity.h's).
+#include <cstdint>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "core/backend/summary_radius.h"
+#include "core/sched/engine.h"
+
+namespace pulse {
+namespace {
+
+constexpr int32_t kMaxBatch = 4096;
+constexpr int32_t kMaxStepTokens = 1 << 16;
+constexpr int32_t kMaxBlockTokens = 4096;
+
+}  // namespace
+
+absl::Status EngineOptions::Validate() const {
+  if (max_batch < 1 || max_batch > kMaxBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_batch = %d is outside [1, %d]", max_batch, kMaxBatch));
+  }
+  if (prefill_chunk < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prefill_chunk = %d must be >= 1", prefill_chunk));
+  }
+  if (max_step_tokens < max_batch || max_step_tokens > kMaxStepTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_step_tokens = %d is outside [max_batch = %d, %d]", max_step_tokens,
+                        max_batch, kMaxStepTokens));
+  }
+  if (block_tokens < 1 || block_tokens > kMaxBlockTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block_tokens = %d is outside [1, %d]", block_tokens, kMaxBlockTokens));
+  }
+  if (kv_capacity_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv_capacity_tokens = %d must be >= 0", kv_capacity_tokens));
+  }
+  if (max_context < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_context = %d must be >= 0", max_context));
+  }
+  if (!SummaryRadiusValid(offload_summary_radius)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("offload_summary_radius = %g is outside [0, 1]", offload_summary_radius));
+  }
+  for (const auto& [name, tokens] : {std::pair{"offload_host_tokens", offload_host_tokens},
+                                     std::pair{"offload_slot_tokens", offload_slot_tokens}}) {
+    if (tokens < 0 || tokens > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s = %d is outside [0, %d]", name, tokens,
+                                                        std::numeric_limits<int32_t>::max()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pulse

@@ -1,0 +1,56 @@
+#include "core/sched/step_builder.h"
+
+#include "core/kv/block_selector.h"
+
+namespace pulse {
+namespace {
+
+// Adds an offloaded request's sequence. While the request decodes, only its sinks, its window and
+// the block written stay resident; the blocks that left the window were written back to the host
+// tier when they filled.
+absl::Status AddOffloaded(const ScheduledSequence& sequence, std::span<const int32_t> tokens,
+                          LogitRows logits, int32_t block_tokens, const Scheduler& scheduler,
+                          StepBatch& batch) {
+  Request& request = *sequence.request;
+  OffloadedBlockTable& blocks = *request.offloaded_blocks;
+  if (sequence.decode) {
+    const BlockRange evicted = NonResidentBlocks(sequence.begin, block_tokens, *request.offload);
+    blocks.Evict(evicted.begin, evicted.end);
+    blocks.LimitDevice(scheduler.ResidentLimit(request));
+  }
+  PULSE_RETURN_IF_ERROR(blocks.Grow(sequence.begin + sequence.count));
+  batch.AddSequence(tokens, sequence.begin, blocks.device_blocks(), logits,
+                    SparseSelection{*request.offload, request.id}, blocks.host_blocks());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StepBuilder::StepBuilder(int32_t block_tokens, bool sample_on_backend)
+    : block_tokens_(block_tokens), sample_on_backend_(sample_on_backend) {}
+
+void StepBuilder::Clear() {
+  batch_.Clear();
+  sampling_.clear();
+  penalised_ids_.clear();
+}
+
+absl::Status StepBuilder::Add(const ScheduledSequence& sequence, const Scheduler& scheduler) {
+  Request& request = *sequence.request;
+  const std::span<const int32_t> tokens =
+      std::span<const int32_t>(request.tokens)
+          .subspan(static_cast<size_t>(sequence.begin), static_cast<size_t>(sequence.count));
+  const LogitRows logits = sequence.sample ? LogitRows::kLast : LogitRows::kNone;
+  if (request.offload) {
+    PULSE_RETURN_IF_ERROR(AddOffloaded(sequence, tokens, logits, block_tokens_, scheduler, batch_));
+  } else {
+    PULSE_RETURN_IF_ERROR(request.blocks->Grow(sequence.begin + sequence.count));
+    batch_.AddSequence(tokens, sequence.begin, request.blocks->blocks(), logits);
+  }
+  if (sequence.sample && sample_on_backend_) {
+    sampling_.push_back(request.sampler.Next(request.tokens, penalised_ids_));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pulse
