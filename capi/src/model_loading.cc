@@ -9,7 +9,7 @@
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/backend/cuda/cuda_backend.h"
 #include "core/base/mapped_file.h"
-#include "core/model/gguf_reader.h"
+#include "core/format/gguf_reader.h"
 #include "core/model/tensor_source.h"
 
 namespace pulse::capi {

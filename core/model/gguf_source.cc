@@ -10,9 +10,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "core/model/dequant.h"
+#include "core/format/dequant.h"
+#include "core/format/gguf_reader.h"
 #include "core/model/file_sources.h"
-#include "core/model/gguf_reader.h"
 
 namespace pulse {
 namespace {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/model/gguf_reader.h"
+#include "core/format/gguf_reader.h"
 
 namespace pulse {
 

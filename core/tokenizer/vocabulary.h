@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/model/gguf_reader.h"
+#include "core/format/gguf_reader.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace pulse {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "core/model/dequant.h"
-#include "core/model/gguf_reader.h"
+#include "core/format/dequant.h"
+#include "core/format/gguf_reader.h"
 #include "core/model/tensor_source.h"
 
 namespace pulse {

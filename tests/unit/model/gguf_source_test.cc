@@ -4,13 +4,13 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "core/model/dequant.h"
+#include "core/format/dequant.h"
+#include "core/format/gguf_reader.h"
 #include "core/model/expected_tensors.h"
-#include "core/model/gguf_reader.h"
 #include "core/model/tensor_source.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/unit/model/gguf_writer.h"
+#include "tests/unit/format/gguf_writer.h"
 #include "tests/unit/model/test_configs.h"
 
 namespace pulse {

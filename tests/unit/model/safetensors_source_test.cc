@@ -4,13 +4,13 @@
 #include <functional>
 #include <random>
 
-#include "core/model/dequant.h"
+#include "core/format/dequant.h"
 #include "core/model/expected_tensors.h"
 #include "core/model/tensor_source.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/unit/model/gguf_writer.h"
+#include "tests/unit/format/gguf_writer.h"
 
 namespace pulse {
 namespace {

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "core/model/gguf_reader.h"
+#include "core/format/gguf_reader.h"
 #include "core/tokenizer/byte_level.h"
 #include "core/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
-#include "tests/unit/model/gguf_writer.h"
+#include "tests/unit/format/gguf_writer.h"
 
 namespace pulse::testing {
 

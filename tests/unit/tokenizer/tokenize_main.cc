@@ -22,7 +22,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_join.h"
-#include "core/model/gguf_reader.h"
+#include "core/format/gguf_reader.h"
 #include "core/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/tools/tool_main.h"

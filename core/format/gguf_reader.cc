@@ -1,4 +1,4 @@
-#include "core/model/gguf_reader.h"
+#include "core/format/gguf_reader.h"
 
 #include <bit>
 #include <cstring>

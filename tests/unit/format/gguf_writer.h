@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/model/dequant.h"
-#include "core/model/gguf_reader.h"
+#include "core/format/dequant.h"
+#include "core/format/gguf_reader.h"
 
 namespace pulse::testing {
 

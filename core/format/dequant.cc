@@ -1,4 +1,4 @@
-#include "core/model/dequant.h"
+#include "core/format/dequant.h"
 
 #include <cstring>
 #include <limits>

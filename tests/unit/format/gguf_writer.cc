@@ -1,4 +1,4 @@
-#include "tests/unit/model/gguf_writer.h"
+#include "tests/unit/format/gguf_writer.h"
 
 #include <unistd.h>
 

@@ -1,10 +1,10 @@
-#include "core/model/gguf_reader.h"
+#include "core/format/gguf_reader.h"
 
 #include <limits>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/unit/model/gguf_writer.h"
+#include "tests/unit/format/gguf_writer.h"
 
 namespace pulse {
 namespace {

@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/base/mapped_file.h"
 #include "core/base/status.h"
-#include "core/model/dequant.h"
+#include "core/format/dequant.h"
 
 namespace pulse {
 
