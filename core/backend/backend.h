@@ -22,6 +22,7 @@
 #include "core/backend/dtype.h"
 #include "core/backend/paged_kv.h"
 #include "core/backend/sampling.h"
+#include "core/backend/sparse_tables.h"
 #include "core/base/status.h"
 
 namespace pulse {
@@ -272,7 +273,9 @@ class Backend {
   // Quest summaries of whole blocks (core/backend/reference/block_summary.h): for i < count, the
   // per-KV-head channel minimum and maximum of every key of block block_ids[i] of `blocks` (one
   // layer's cache of `layout`), shrunk around their midpoints to `radius` (in [0, 1]) as
-  // reference::SummarizeBlock does, written as fp32 at summaries + summary_ids[i] * summary elements.
+  // reference::SummarizeBlock does, written as fp32 at summaries + summary_ids[i] * summary
+  // elements. An entry whose block id is negative is skipped (a step's list is padded to its
+  // shape).
   virtual void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                                const int32_t* block_ids, const int32_t* summary_ids, int32_t count,
                                float radius, float* summaries) = 0;
@@ -289,8 +292,9 @@ class Backend {
   // them): for segment s of `segments` (num_segments of them) and set k < s.num_sets,
   // scores[s.scores_first + k * s.count + i] aggregates (s.aggregate) the bounds on candidate
   // s.first + i of query heads [k * g, (k + 1) * g), g = num_heads / s.num_sets, as
-  // reference::AggregateHeadBounds does. `max_sets` bounds every segment's num_sets. The segments must
-  // fit the bounds and the scores (reference::AggregateScores checks what the CPU backend is given).
+  // reference::AggregateHeadBounds does. `max_sets` bounds every segment's num_sets. The segments
+  // must fit the bounds and the scores (reference::AggregateScores checks what the CPU backend is
+  // given).
   virtual void AggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
                                const ScoreSegment* segments, int32_t num_segments, int32_t max_sets,
                                float* scores) = 0;
@@ -300,6 +304,44 @@ class Backend {
   virtual void SampleTokens(const float* logits, int64_t rows, int64_t vocab,
                             const TokenSampling* params, const int32_t* history,
                             int32_t* tokens) = 0;
+
+  // --- the device-driven sparse step (sparse_tables.h) -------------------------------------
+  // For each of the `num_segments` segments s and set k < s.num_sets (max_sets bounds them):
+  // picked[s.picks_first + k * s.picks + j] for j < s.picks are the indices in [0, s.count) of
+  // the s.picks candidates whose scores (scores[s.scores_first + k * s.count + i]) have the
+  // smallest SelectionKey, the lower index first among equal keys, in increasing order
+  // (reference::SelectTopBlocks).
+  virtual void SelectTopBlocks(const float* scores, const ScoreSegment* segments,
+                               int32_t num_segments, int32_t max_sets, int32_t* picked) = 0;
+  // A layer's sparse block tables from its picks, offloaded picks resolved through the slot
+  // directory: hits are stamped, misses take the least recently used slots the step has not
+  // used (score-aware: the lowest score first) and are listed for EnqueueRecall, as
+  // reference::BuildSparseTables does, bit for bit.
+  virtual void BuildSparseTables(const SparseTableBuild& build) = 0;
+  // Enqueues on the copy stream, after the compute enqueued so far, the recall of the misses of
+  // `list` (written by the BuildSparseTables of `layer` enqueued before; read when the copy
+  // runs) from the host tier into the slots of the layer's cache `layer_blocks` (slot s is block
+  // first_slot + s of `layout`): whole blocks when num_sets is 1, else set k's key and value
+  // fragments of KV head k. Arms `done` with its end. InvalidArgument, with nothing enqueued, for
+  // an event of another backend.
+  virtual absl::Status EnqueueRecall(const RecallList& list, int32_t num_sets,
+                                     const HostTierView& host, int32_t layer, void* layer_blocks,
+                                     int32_t first_slot, const PagedKvLayout& layout,
+                                     CopyEvent& done) = 0;
+  // Enqueues on the copy stream, after the compute enqueued so far, the write-back of `count`
+  // entries (backend memory, read when the copy runs; a negative device block is skipped) of the
+  // layer's cache `layer_blocks` into the host tier, and arms `done` with its end.
+  virtual absl::Status EnqueueWriteBack(const WriteBackEntry* entries, int32_t count,
+                                        const HostTierView& host, int32_t layer,
+                                        const void* layer_blocks, const PagedKvLayout& layout,
+                                        CopyEvent& done) = 0;
+  // Frees the slots that hold any of the `count` host blocks `blocks` (backend memory) in every
+  // set of `directory`.
+  virtual void ForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,
+                           int32_t count) = 0;
+  // How many times a caller has waited for the device since the backend was made: CopyToHost,
+  // Synchronize and SynchronizeCopy each count once. A decode step should cost one (its tokens).
+  virtual int64_t host_waits() const = 0;
 
  protected:
   template <MemoryTier>

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+
+#include "core/backend/host_device.h"
 
 namespace pulse {
 
@@ -25,9 +28,11 @@ enum class HeadAggregate : int32_t {
 };
 
 // One sparse row's candidates in a step's bounds ([num_heads][bound_stride]: column i is
-// candidate i of the step) and the score rows they become: the query heads split into
-// `num_sets` consecutive groups, each aggregated into `count` scores at
-// scores[scores_first + set * count + i]. Copied to the device as bytes.
+// candidate i of the step), the score rows they become, and the picks selection makes of them:
+// the query heads split into `num_sets` consecutive groups, each aggregated into `count` scores
+// at scores[scores_first + set * count + i], of which each set picks `picks` candidates, written
+// at picked[picks_first + set * picks + j] (Backend::SelectTopBlocks). Copied to the device as
+// bytes.
 struct ScoreSegment {
   int32_t first = 0;  // the segment's first candidate (column of the bounds)
   int32_t count = 0;
@@ -35,7 +40,25 @@ struct ScoreSegment {
   HeadAggregate aggregate = HeadAggregate::kSoftmaxSum;
   float logit_scale = 1.0f;
   int32_t scores_first = 0;
+  int32_t picks = 0;  // at most count
+  int32_t picks_first = 0;
 };
-static_assert(std::is_trivially_copyable_v<ScoreSegment> && sizeof(ScoreSegment) == 24);
+static_assert(std::is_trivially_copyable_v<ScoreSegment> && sizeof(ScoreSegment) == 32);
+
+// A key that orders a candidate as selection ranks it, the smallest first: the higher score
+// first, NaN after every number, -0 equal to +0. Candidates with equal keys rank by index, the
+// lower first. The score's bits made to order as unsigned integers, then inverted.
+PULSE_HOST_DEVICE inline uint32_t SelectionKey(float score) {
+  if (score != score) return 0xffffffffu;  // NaN
+  const float normalized = score + 0.0f;   // -0 becomes +0
+#if defined(__CUDA_ARCH__)
+  const uint32_t bits = __float_as_uint(normalized);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &normalized, sizeof(bits));
+#endif
+  const uint32_t ordered = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+  return ~ordered;
+}
 
 }  // namespace pulse

@@ -17,6 +17,7 @@
 #include "core/backend/cpu/rope.h"
 #include "core/backend/reference/block_summary.h"
 #include "core/backend/reference/sample_row.h"
+#include "core/backend/reference/sparse_selection.h"
 #include "core/base/thread_pool.h"
 
 namespace pulse {
@@ -106,9 +107,11 @@ class CpuBackend final : public Backend {
     return Synchronize();
   }
   absl::Status Synchronize() override {
+    host_waits_.fetch_add(1, std::memory_order_relaxed);
     absl::MutexLock lock(&mu_);
     return std::exchange(error_, absl::OkStatus());
   }
+  int64_t host_waits() const override { return host_waits_.load(std::memory_order_relaxed); }
 
   absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) override {
     PULSE_ASSIGN_OR_RETURN(void* data, AllocateFrom(host_, bytes, "host"));
@@ -126,8 +129,9 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  // Compute runs on the calling thread: waiting for the copy thread is all it takes.
-  absl::Status WaitForCopy(const CopyEvent& event) override { return SynchronizeCopy(event); }
+  // Compute runs on the calling thread: waiting for the copy thread is all it takes (and the
+  // backend's ordinary way of running a step, so not counted as a host wait).
+  absl::Status WaitForCopy(const CopyEvent& event) override { return WaitForCopyThread(event); }
 
   absl::StatusOr<bool> CopyDone(const CopyEvent& event) override {
     PULSE_ASSIGN_OR_RETURN(const CpuCopyEvent* own, OwnEvent<const CpuCopyEvent>(event));
@@ -135,9 +139,8 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status SynchronizeCopy(const CopyEvent& event) override {
-    PULSE_ASSIGN_OR_RETURN(const CpuCopyEvent* own, OwnEvent<const CpuCopyEvent>(event));
-    if (own->completion != nullptr) copy_thread_.Wait(*own->completion);
-    return absl::OkStatus();
+    host_waits_.fetch_add(1, std::memory_order_relaxed);
+    return WaitForCopyThread(event);
   }
 
   absl::StatusOr<double> CopySeconds(const CopyEvent& start, const CopyEvent& end) override {
@@ -194,6 +197,7 @@ class CpuBackend final : public Backend {
     const int64_t elems = reference::BlockSummaryElems(layout);
     const auto* data = static_cast<const float*>(blocks);
     for (int32_t i = 0; i < count; ++i) {
+      if (block_ids[i] < 0) continue;
       Record(reference::SummarizeBlock(
           layout,
           std::span<const float>(data + block_ids[i] * layout.block_elems(), layout.block_elems()),
@@ -251,6 +255,84 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void SelectTopBlocks(const float* scores, const ScoreSegment* segments, int32_t num_segments,
+                       int32_t max_sets, int32_t* picked) override {
+    int64_t scores_end = 0;
+    int64_t picks_end = 0;
+    for (const ScoreSegment& segment : std::span(segments, static_cast<size_t>(num_segments))) {
+      if (segment.num_sets > max_sets) {
+        Record(absl::InvalidArgumentError(absl::StrFormat(
+            "SelectTopBlocks: a segment of %d sets, at most %d", segment.num_sets, max_sets)));
+        return;
+      }
+      scores_end =
+          std::max(scores_end, segment.scores_first + int64_t{segment.num_sets} * segment.count);
+      picks_end =
+          std::max(picks_end, segment.picks_first + int64_t{segment.num_sets} * segment.picks);
+    }
+    Record(reference::SelectTopBlocks(std::span(scores, static_cast<size_t>(scores_end)),
+                                      std::span(segments, static_cast<size_t>(num_segments)),
+                                      std::span(picked, static_cast<size_t>(picks_end))));
+  }
+  void BuildSparseTables(const SparseTableBuild& build) override {
+    Record(reference::BuildSparseTables(build));
+  }
+  void ForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,
+                   int32_t count) override {
+    reference::ForgetSlots(directory, std::span(blocks, static_cast<size_t>(count)));
+  }
+
+  // Compute has run by now (it runs on the calling thread), so the lists are read here and the
+  // copy thread moves the chunks they name.
+  absl::Status EnqueueRecall(const RecallList& list, int32_t num_sets, const HostTierView& host,
+                             int32_t layer, void* layer_blocks, int32_t first_slot,
+                             const PagedKvLayout& layout, CopyEvent& done) override {
+    PULSE_ASSIGN_OR_RETURN(CpuCopyEvent * event, OwnEvent<CpuCopyEvent>(done));
+    const int64_t block_bytes = layout.block_bytes();
+    const int64_t fragment = layout.head_elems() * static_cast<int64_t>(DTypeBytes(layout.type));
+    const int64_t values = layout.value_offset() * static_cast<int64_t>(DTypeBytes(layout.type));
+    std::vector<CopyChunk> chunks;
+    for (int32_t set = 0; set < num_sets; ++set) {
+      for (int32_t i = 0; i < list.counts[set]; ++i) {
+        const RecallEntry& entry = list.entries[int64_t{set} * list.capacity + i];
+        if (entry.host_block < 0 || entry.host_block >= host.num_blocks) {
+          return absl::InvalidArgumentError(absl::StrFormat("EnqueueRecall: host block %d of %d",
+                                                            entry.host_block, host.num_blocks));
+        }
+        const char* src = HostTierBlock(host, layer, block_bytes, entry.host_block);
+        char* dst = static_cast<char*>(layer_blocks) + (first_slot + entry.slot) * block_bytes;
+        if (num_sets == 1) {
+          chunks.push_back({src, dst, static_cast<size_t>(block_bytes)});
+          continue;
+        }
+        for (const int64_t offset : {set * fragment, values + set * fragment}) {
+          chunks.push_back({src + offset, dst + offset, static_cast<size_t>(fragment)});
+        }
+      }
+    }
+    event->completion = copy_thread_.Enqueue(chunks);
+    return absl::OkStatus();
+  }
+  absl::Status EnqueueWriteBack(const WriteBackEntry* entries, int32_t count,
+                                const HostTierView& host, int32_t layer, const void* layer_blocks,
+                                const PagedKvLayout& layout, CopyEvent& done) override {
+    PULSE_ASSIGN_OR_RETURN(CpuCopyEvent * event, OwnEvent<CpuCopyEvent>(done));
+    const int64_t block_bytes = layout.block_bytes();
+    std::vector<CopyChunk> chunks;
+    for (const WriteBackEntry& entry : std::span(entries, static_cast<size_t>(count))) {
+      if (entry.device_block < 0) continue;
+      if (entry.host_block < 0 || entry.host_block >= host.num_blocks) {
+        return absl::InvalidArgumentError(absl::StrFormat("EnqueueWriteBack: host block %d of %d",
+                                                          entry.host_block, host.num_blocks));
+      }
+      chunks.push_back({static_cast<const char*>(layer_blocks) + entry.device_block * block_bytes,
+                        HostTierBlock(host, layer, block_bytes, entry.host_block),
+                        static_cast<size_t>(block_bytes)});
+    }
+    event->completion = copy_thread_.Enqueue(chunks);
+    return absl::OkStatus();
+  }
+
  protected:
   void Free(void* data, size_t bytes) override { Release(device_, data, bytes); }
   void FreeHost(void* data, size_t bytes) override { Release(host_, data, bytes); }
@@ -282,6 +364,12 @@ class CpuBackend final : public Backend {
     return data;
   }
 
+  absl::Status WaitForCopyThread(const CopyEvent& event) {
+    PULSE_ASSIGN_OR_RETURN(const CpuCopyEvent* own, OwnEvent<const CpuCopyEvent>(event));
+    if (own->completion != nullptr) copy_thread_.Wait(*own->completion);
+    return absl::OkStatus();
+  }
+
   // Keeps the first failure of an op for the next Synchronize or CopyToHost.
   void Record(absl::Status status) {
     if (status.ok()) return;
@@ -300,6 +388,7 @@ class CpuBackend final : public Backend {
   Budget device_ ABSL_GUARDED_BY(mu_);
   Budget host_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> host_waits_ = 0;
   cpu::CopyThread copy_thread_;  // last: it finishes its queue before anything else goes
 };
 

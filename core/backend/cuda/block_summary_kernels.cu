@@ -1,6 +1,7 @@
 // Quest block summaries for sparse decode attention: SummarizeBlocks (per KV head, the channel
 // minimum and maximum of a block's bf16 keys) and ScoreBlocks (every query head's upper bound of
-// q.k over a candidate block's summary). The CPU reference is core/backend/reference/block_summary.cc.
+// q.k over a candidate block's summary). The CPU reference is
+// core/backend/reference/block_summary.cc.
 //
 // Both are memory bound; their floors at the H200's HBM bandwidth (4.8 TB/s nominal, ~4 TB/s
 // measured), for Llama-3.1-8B (8 KV heads, 32 query heads, head_dim 128, 32-token blocks):
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(kThreads)
   if (task >= tasks) return;  // the whole warp
   const int lane = threadIdx.x % kWarp;
   const int32_t i = static_cast<int32_t>(task / layout.num_kv_heads);
+  if (block_ids[i] < 0) return;  // padding: the whole warp
   const int32_t head = static_cast<int32_t>(task % layout.num_kv_heads);
   const int32_t dim = layout.head_dim;
   const int32_t tokens = layout.block_tokens;

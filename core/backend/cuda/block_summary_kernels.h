@@ -21,9 +21,9 @@ inline int64_t BlockSummaryFloats(const PagedKvLayout& layout) {
 // For i < count: the summary of the keys of every token of block block_ids[i] of `blocks` (one
 // layer's bf16 cache of `layout`), written at summaries + summary_ids[i] * BlockSummaryFloats.
 // NaN keys are skipped as fminf and fmaxf skip them; boxes shrink to `radius` as
-// reference::SummarizeBlock's do, bit for bit. The summary_ids must be distinct.
-// cudaErrorInvalidValue for a layout that is not bf16 with positive sizes, a negative count, or a
-// radius outside [0, 1].
+// reference::SummarizeBlock's do, bit for bit; a negative block id is skipped. The summary_ids must
+// be distinct. cudaErrorInvalidValue for a layout that is not bf16 with positive sizes, a negative
+// count, or a radius outside [0, 1].
 cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                                   const int32_t* block_ids, const int32_t* summary_ids,
                                   int32_t count, float radius, float* summaries,
@@ -40,10 +40,10 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
                               float* bounds, cudaStream_t stream);
 
 // For each of the `num_segments` segments (device memory) and each of its sets: its scores from
-// `bounds` ([num_heads][bound_stride]) as reference::AggregateHeadBounds computes them (softmax sums in
-// double; the per-head totals are summed in another order, so a score may differ in its last
-// bits). The segments must be valid as reference::AggregateScores checks; `max_sets`: at least every
-// segment's num_sets. cudaErrorInvalidValue for num_heads outside [1, 128], max_sets outside
+// `bounds` ([num_heads][bound_stride]) as reference::AggregateHeadBounds computes them (softmax
+// sums in double; the per-head totals are summed in another order, so a score may differ in its
+// last bits). The segments must be valid as reference::AggregateScores checks; `max_sets`: at least
+// every segment's num_sets. cudaErrorInvalidValue for num_heads outside [1, 128], max_sets outside
 // [1, 65535], or a negative segment count.
 inline constexpr int32_t kAggregateMaxHeads = 128;
 cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,

@@ -72,6 +72,17 @@ absl::Status CopyEngine::Enqueue(const CopyPlan& plan, cudaEvent_t after, cudaEv
   return absl::OkStatus();
 }
 
+absl::Status CopyEngine::EnqueueLaunch(cudaEvent_t after, cudaEvent_t done, std::string_view op,
+                                       absl::FunctionRef<cudaError_t(cudaStream_t)> launch) {
+  absl::MutexLock lock(&mu_);
+  if (after != nullptr) PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), after, 0));
+  if (const cudaError_t error = launch(stream_.get()); error != cudaSuccess) {
+    return CudaStatus(error, op);
+  }
+  PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, stream_.get()));
+  return absl::OkStatus();
+}
+
 absl::Status CopyEngine::Gather(const CopyPlan& plan) {
   size_t count = 0;
   for (const CopyChunk& chunk : plan.chunks) {

@@ -10,9 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend/copy_plan.h"
 #include "core/backend/cuda/handles.h"
@@ -34,6 +36,10 @@ class CopyEngine {
   // Enqueues `plan` (which ValidateCopyPlan accepted) after `after` (when not null) and records
   // `done` at its end.
   absl::Status Enqueue(const CopyPlan& plan, cudaEvent_t after, cudaEvent_t done);
+  // Enqueues what `launch` launches on the copy stream (`op` names it in errors) after `after`
+  // and records `done` at its end.
+  absl::Status EnqueueLaunch(cudaEvent_t after, cudaEvent_t done, std::string_view op,
+                             absl::FunctionRef<cudaError_t(cudaStream_t)> launch);
 
  private:
   struct Staging;

@@ -3,11 +3,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend/bf16.h"
@@ -17,6 +19,7 @@
 #include "core/backend/cuda/handles.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/lt_gemm.h"
+#include "core/backend/cuda/sparse_selection_kernels.h"
 #include "core/backend/summary_radius.h"
 #include "core/base/thread_pool.h"
 
@@ -158,12 +161,14 @@ class CudaBackend final : public Backend {
     if (bytes != 0) {
       Record(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyToHost");
     }
+    host_waits_.fetch_add(1, std::memory_order_relaxed);
     return SynchronizeLocked();
   }
 
   absl::Status Synchronize() override {
     absl::MutexLock lock(&mu_);
     if (Capturing()) return absl::FailedPreconditionError("Synchronize inside a graph capture");
+    host_waits_.fetch_add(1, std::memory_order_relaxed);
     return SynchronizeLocked();
   }
 
@@ -218,6 +223,26 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status EnqueueRecall(const RecallList& list, int32_t num_sets, const HostTierView& host,
+                             int32_t layer, void* layer_blocks, int32_t first_slot,
+                             const PagedKvLayout& layout, CopyEvent& done) override {
+    return EnqueueListCopy(done, "EnqueueRecall", [&](cudaStream_t stream) {
+      return cuda::LaunchRecallList(list, num_sets, host, layer, layer_blocks, first_slot, layout,
+                                    copy_gather_blocks_, stream);
+    });
+  }
+
+  absl::Status EnqueueWriteBack(const WriteBackEntry* entries, int32_t count,
+                                const HostTierView& host, int32_t layer, const void* layer_blocks,
+                                const PagedKvLayout& layout, CopyEvent& done) override {
+    return EnqueueListCopy(done, "EnqueueWriteBack", [&](cudaStream_t stream) {
+      return cuda::LaunchWriteBackList(entries, count, host, layer, layer_blocks, layout,
+                                       copy_gather_blocks_, stream);
+    });
+  }
+
+  int64_t host_waits() const override { return host_waits_.load(std::memory_order_relaxed); }
+
   absl::Status WaitForCopy(const CopyEvent& event) override {
     PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* own, OwnEvent<const CudaCopyEvent>(event));
     absl::MutexLock lock(&mu_);
@@ -233,6 +258,7 @@ class CudaBackend final : public Backend {
 
   absl::Status SynchronizeCopy(const CopyEvent& event) override {
     PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* own, OwnEvent<const CudaCopyEvent>(event));
+    host_waits_.fetch_add(1, std::memory_order_relaxed);
     PULSE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(own->event.get()));
     return absl::OkStatus();
   }
@@ -425,6 +451,24 @@ class CudaBackend final : public Backend {
            "AggregateScores");
   }
 
+  void SelectTopBlocks(const float* scores, const ScoreSegment* segments, int32_t num_segments,
+                       int32_t max_sets, int32_t* picked) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchSelectTopBlocks(scores, segments, num_segments, max_sets, picked, stream()),
+           "SelectTopBlocks");
+  }
+
+  void BuildSparseTables(const SparseTableBuild& build) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchBuildSparseTables(build, stream()), "BuildSparseTables");
+  }
+
+  void ForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,
+                   int32_t count) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchForgetSlots(directory, blocks, count, stream()), "ForgetSlots");
+  }
+
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {
     absl::MutexLock lock(&mu_);
@@ -565,6 +609,24 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // Enqueues what `launch` launches on the copy stream (a kernel over a list the device built)
+  // after the compute enqueued so far, and arms `done` with its end.
+  absl::Status EnqueueListCopy(CopyEvent& done, std::string_view op,
+                               absl::FunctionRef<cudaError_t(cudaStream_t)> launch) {
+    PULSE_ASSIGN_OR_RETURN(CudaCopyEvent * event, OwnEvent<CudaCopyEvent>(done));
+    {
+      absl::MutexLock lock(&mu_);
+      if (Capturing()) {
+        return absl::FailedPreconditionError(absl::StrFormat("%s inside a graph capture", op));
+      }
+      PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_marker_.get(), stream_));
+    }
+    PULSE_RETURN_IF_ERROR(
+        copy_engine_->EnqueueLaunch(compute_marker_.get(), event->event.get(), op, launch));
+    event->armed = true;
+    return absl::OkStatus();
+  }
+
   absl::Status SynchronizeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Record(cudaStreamSynchronize(stream_), "Synchronize");
     return std::exchange(error_, absl::OkStatus());
@@ -601,6 +663,7 @@ class CudaBackend final : public Backend {
   uint64_t scratch_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped when a scratch buffer moves
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   Capture capture_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> host_waits_ = 0;
   cudaStream_t capture_stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // made by the first capture
 };
 

@@ -1,0 +1,242 @@
+// The device-driven sparse step's selection kernels: the top-k of each sparse row's candidate
+// scores, the layer's block tables through the slot directory (hits, victims, the recall list),
+// and forgetting a finished request's slots. reference/sparse_selection.cc says what each
+// computes; the results are the same bit for bit (integer and comparison work only).
+//
+// Floors: these read a few KB a layer (scores: 4 bytes a candidate; picks and directory entries:
+// 4-16 bytes a pick; a set's slot state when it has misses: 12 bytes a slot, once a radix pass),
+// so each is a launch and a few block barriers: a few microseconds, 32 layers a step.
+#include <climits>
+
+#include "core/backend/cuda/block_select.cuh"
+#include "core/backend/cuda/device_math.cuh"
+#include "core/backend/cuda/launch.cuh"
+#include "core/backend/cuda/sparse_selection_kernels.h"
+
+namespace pulse::cuda {
+namespace {
+
+constexpr int kTopThreads = 256;
+constexpr int kTableThreads = 512;
+
+__global__ void __launch_bounds__(kTopThreads)
+    SelectTopBlocksKernel(const float* __restrict__ scores,
+                          const ScoreSegment* __restrict__ segments, int32_t* __restrict__ picked) {
+  WaitForPriorGrids();
+  __shared__ BlockSelectScratch<kTopThreads> scratch;
+  const ScoreSegment segment = segments[blockIdx.x];
+  const auto set = static_cast<int32_t>(blockIdx.y);
+  if (set >= segment.num_sets) return;
+  const float* set_scores = scores + segment.scores_first + int64_t{set} * segment.count;
+  int32_t* out = picked + segment.picks_first + int64_t{set} * segment.picks;
+  BlockSelectSmallest<kTopThreads, uint32_t>(
+      segment.count, segment.picks, [&](int32_t i) { return SelectionKey(set_scores[i]); },
+      [&](int32_t position, int32_t i) { out[position] = i; }, scratch);
+}
+
+__device__ __forceinline__ float StoredScore(float score) {
+  return score != score ? -INFINITY : score;
+}
+
+// The row whose picks hold pair `pair` of a set: the last with picks_before <= pair.
+__device__ int32_t RowOfPair(const SparseTableRow* rows, int32_t num_rows, int32_t pair) {
+  int32_t low = 0;
+  int32_t high = num_rows - 1;
+  while (low < high) {
+    const int32_t middle = (low + high + 1) / 2;
+    if (rows[middle].picks_before <= pair) {
+      low = middle;
+    } else {
+      high = middle - 1;
+    }
+  }
+  return low;
+}
+
+struct TableShared {
+  BlockSelectScratch<kTableThreads> select;
+  int32_t counts[kSparseCounters];
+  int32_t misses;
+  int32_t evictable;
+};
+
+// A block a set: the rows' fixed entries, then their picks in (row, pick) order (hits resolved
+// and stamped, misses listed in that order), then the misses' victims.
+__global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseTableBuild build) {
+  WaitForPriorGrids();
+  __shared__ TableShared shared;
+  const auto set = static_cast<int32_t>(blockIdx.x);
+  const auto tid = static_cast<int32_t>(threadIdx.x);
+  const SlotDirectoryView& directory = build.directory;
+  const int32_t step = *build.step;
+  const int64_t stride = build.table_stride;
+  if (tid < kSparseCounters) shared.counts[tid] = 0;
+  for (int32_t r = 0; r < build.num_rows; ++r) {
+    const SparseTableRow row = build.rows[r];
+    const int32_t picks = build.segments[row.segment].picks;
+    const int32_t table_row = row.table_first + set;
+    int32_t* table = build.tables + table_row * stride;
+    const int32_t fixed = row.sink_blocks + row.window_blocks;
+    for (int32_t i = tid; i < fixed; i += kTableThreads) {
+      table[i < row.sink_blocks ? i : i + picks] = build.fixed_blocks[row.fixed_first + i];
+    }
+    if (tid == 0) build.kv_lens[table_row] = row.kv_len;
+  }
+  const bool listed = set < directory.num_sets;
+  RecallEntry* recalls =
+      listed ? build.recalls.entries + int64_t{set} * build.recalls.capacity : nullptr;
+  __syncthreads();
+
+  const SparseTableRow& last = build.rows[build.num_rows - 1];
+  const int32_t pairs = last.picks_before + build.segments[last.segment].picks;
+  using Scan = cub::BlockScan<int32_t, kTableThreads>;
+  int32_t misses = 0;
+  for (int32_t base = 0; base < pairs; base += kTableThreads) {
+    const int32_t pair = base + tid;
+    int32_t missed = 0;
+    RecallEntry miss{};
+    if (pair < pairs) {
+      const int32_t r = RowOfPair(build.rows, build.num_rows, pair);
+      const SparseTableRow row = build.rows[r];
+      const ScoreSegment segment = build.segments[row.segment];
+      const int32_t j = pair - row.picks_before;
+      const int32_t pick = build.picked[segment.picks_first + int64_t{set} * segment.picks + j];
+      const int32_t candidate = segment.first + pick;
+      int32_t& stamp =
+          build.pick_stamps[int64_t{set} * build.num_summaries + build.summary_ids[candidate]];
+      if (stamp == step - 1) atomicAdd(&shared.counts[kSparseReused], 1);
+      stamp = step;
+      const int32_t block = build.candidate_blocks[candidate];
+      const int64_t entry = (row.table_first + set) * stride + row.sink_blocks + j;
+      if (row.offloaded == 0 || !listed) {
+        build.tables[entry] = block;
+      } else {
+        const float score =
+            build.scores[segment.scores_first + int64_t{set} * segment.count + pick];
+        const int32_t slot = directory.slot_of_block[int64_t{set} * directory.num_blocks + block];
+        if (slot >= 0) {
+          const int64_t at = int64_t{set} * directory.num_slots + slot;
+          directory.last_used[at] = step;
+          directory.score[at] = StoredScore(score);
+          build.tables[entry] = directory.first_slot + slot;
+          atomicAdd(&shared.counts[kSparseHits], 1);
+        } else {
+          // Slot 0 until a victim is found (the table never names a block outside the cache).
+          build.tables[entry] = directory.first_slot;
+          missed = 1;
+          miss = {block, -1, static_cast<int32_t>(entry), score};
+        }
+      }
+    }
+    int32_t position = 0;
+    int32_t total = 0;
+    Scan(shared.select.scan).ExclusiveSum(missed, position, total);
+    __syncthreads();
+    if (missed != 0 && misses + position < build.recalls.capacity) {
+      recalls[misses + position] = miss;
+    }
+    misses += total;
+  }
+  if (!listed) {
+    __syncthreads();
+    if (tid < kSparseCounters && shared.counts[tid] != 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(build.counters + tid),
+                static_cast<unsigned long long>(shared.counts[tid]));
+    }
+    return;
+  }
+  // The slots the step has not used, and the misses' victims among them.
+  if (tid == 0) shared.evictable = 0;
+  __syncthreads();  // the hits' stamps and the misses are written
+  int32_t evictable = 0;
+  for (int32_t slot = tid; slot < directory.num_slots; slot += kTableThreads) {
+    evictable += directory.last_used[int64_t{set} * directory.num_slots + slot] < step ? 1 : 0;
+  }
+  if (evictable != 0) atomicAdd(&shared.evictable, evictable);
+  __syncthreads();
+  const int32_t victims = min(min(misses, build.recalls.capacity), shared.evictable);
+  BlockSelectSmallest<kTableThreads, uint64_t>(
+      directory.num_slots, victims,
+      [&](int32_t slot) {
+        return directory.last_used[int64_t{set} * directory.num_slots + slot] < step
+                   ? VictimKey(directory, set, slot)
+                   : ~uint64_t{0};
+      },
+      [&](int32_t position, int32_t slot) { recalls[position].slot = slot; }, shared.select);
+  for (int32_t i = tid; i < victims; i += kTableThreads) {
+    RecallEntry& miss = recalls[i];
+    const int64_t at = int64_t{set} * directory.num_slots + miss.slot;
+    if (const int32_t evicted = directory.block_of_slot[at]; evicted >= 0) {
+      directory.slot_of_block[int64_t{set} * directory.num_blocks + evicted] = -1;
+      atomicAdd(&shared.counts[kSparseEvictions], 1);
+    }
+    directory.slot_of_block[int64_t{set} * directory.num_blocks + miss.host_block] = miss.slot;
+    directory.block_of_slot[at] = miss.host_block;
+    directory.last_used[at] = step;
+    directory.score[at] = StoredScore(miss.score);
+    build.tables[miss.table_index] = directory.first_slot + miss.slot;
+  }
+  if (tid == 0) {
+    build.recalls.counts[set] = victims;
+    shared.counts[kSparseMisses] = victims;
+    shared.counts[kSparseOverflow] = misses - victims;
+  }
+  __syncthreads();
+  if (tid < kSparseCounters && shared.counts[tid] != 0) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(build.counters + tid),
+              static_cast<unsigned long long>(shared.counts[tid]));
+  }
+}
+
+__global__ void ForgetSlotsKernel(SlotDirectoryView directory, const int32_t* __restrict__ blocks,
+                                  int32_t count) {
+  WaitForPriorGrids();
+  const int64_t task = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (task >= int64_t{count} * directory.num_sets) return;
+  const auto set = static_cast<int32_t>(task / count);
+  const int32_t block = blocks[task % count];
+  if (block < 0 || block >= directory.num_blocks) return;
+  int32_t& slot = directory.slot_of_block[int64_t{set} * directory.num_blocks + block];
+  if (slot < 0) return;
+  const int64_t at = int64_t{set} * directory.num_slots + slot;
+  directory.block_of_slot[at] = -1;
+  directory.last_used[at] = -1;
+  directory.score[at] = 0.0f;
+  slot = -1;
+}
+
+}  // namespace
+
+cudaError_t LaunchSelectTopBlocks(const float* scores, const ScoreSegment* segments,
+                                  int32_t num_segments, int32_t max_sets, int32_t* picked,
+                                  cudaStream_t stream) {
+  if (num_segments < 0 || max_sets < 1 || max_sets > 65535) return cudaErrorInvalidValue;
+  if (num_segments == 0) return cudaSuccess;
+  return LaunchKernel(SelectTopBlocksKernel,
+                      dim3(static_cast<unsigned>(num_segments), static_cast<unsigned>(max_sets)),
+                      kTopThreads, 0, stream, scores, segments, picked);
+}
+
+cudaError_t LaunchBuildSparseTables(const SparseTableBuild& build, cudaStream_t stream) {
+  if (build.num_rows < 0 || build.num_sets < 1 || build.num_sets > 65535 ||
+      (build.directory.num_sets != 0 && build.directory.num_sets != build.num_sets)) {
+    return cudaErrorInvalidValue;
+  }
+  if (build.num_rows == 0) return cudaSuccess;
+  return LaunchKernel(BuildSparseTablesKernel, dim3(static_cast<unsigned>(build.num_sets)),
+                      kTableThreads, 0, stream, build);
+}
+
+cudaError_t LaunchForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,
+                              int32_t count, cudaStream_t stream) {
+  if (count < 0) return cudaErrorInvalidValue;
+  const int64_t tasks = int64_t{count} * directory.num_sets;
+  if (tasks == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  const int64_t grid = CeilDiv(tasks, kThreads);
+  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+  return LaunchKernel(ForgetSlotsKernel, dim3(static_cast<unsigned>(grid)), kThreads, 0, stream,
+                      directory, blocks, count);
+}
+
+}  // namespace pulse::cuda
