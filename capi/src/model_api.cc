@@ -7,6 +7,7 @@
 #include "capi/src/model_loading.h"
 #include "capi/src/params.h"
 #include "capi/src/versioned_struct.h"
+#include "core/model/expected_tensors.h"
 
 using pulse::capi::ErrorSubject;
 using pulse::capi::Guard;
@@ -74,7 +75,7 @@ pulse_status pulse_model_info_get(const pulse_model* model, pulse_model_info* in
     value.vocab_size = config.vocab_size;
     value.context_length = config.max_position;
     value.tie_word_embeddings = config.tie_word_embeddings ? 1 : 0;
-    value.parameter_count = config.ParameterCount();
+    value.parameter_count = pulse::ParameterCount(config);
     value.architecture = model->architecture.c_str();
     value.format = model->format.c_str();
     value.stored_type = model->stored_type.c_str();

@@ -10,6 +10,7 @@
 #include "core/backend/cuda/cuda_backend.h"
 #include "core/base/mapped_file.h"
 #include "core/format/gguf_reader.h"
+#include "core/format/hf_config.h"
 #include "core/model/tensor_source.h"
 
 namespace pulse::capi {

@@ -51,6 +51,12 @@ std::vector<TensorInfo> ExpectedTensors(const ModelConfig& config) {
   return tensors;
 }
 
+int64_t ParameterCount(const ModelConfig& config) {
+  int64_t count = 0;
+  for (const TensorInfo& tensor : ExpectedTensors(config)) count += tensor.elements();
+  return count;
+}
+
 absl::Status CheckTensors(const TensorSource& source) {
   absl::flat_hash_map<std::string_view, const TensorInfo*> present;
   for (const TensorInfo& tensor : source.tensors()) present[tensor.name] = &tensor;

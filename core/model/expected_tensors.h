@@ -2,10 +2,11 @@
 // and a check of a TensorSource against them.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/model/config.h"
+#include "core/format/config.h"
 #include "core/model/tensor_source.h"
 
 namespace pulse {
@@ -15,6 +16,9 @@ namespace pulse {
 // mlp gate/up/down_proj; then model.norm.weight and lm_head.weight unless tie_word_embeddings.
 // stored_type is left empty.
 std::vector<TensorInfo> ExpectedTensors(const ModelConfig& config);
+
+// Number of weights of `config`: the elements of ExpectedTensors (tied embeddings counted once).
+int64_t ParameterCount(const ModelConfig& config);
 
 // OK when `source` has every tensor of ExpectedTensors(source.config()) with the expected shape;
 // otherwise InvalidArgument listing every missing tensor and every shape mismatch (both shapes).

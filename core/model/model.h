@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/backend/backend.h"
-#include "core/model/config.h"
+#include "core/format/config.h"
 #include "core/model/tensor_source.h"
 
 namespace pulse {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/mapped_file.h"
 #include "core/format/dequant.h"
+#include "core/format/hf_config.h"
 #include "core/format/safetensors_reader.h"
 #include "core/model/file_sources.h"
 #include "nlohmann/json.hpp"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/model/config.h"
+#include "core/format/config.h"
 
 namespace pulse {
 
@@ -47,8 +47,5 @@ absl::StatusOr<std::unique_ptr<TensorSource>> OpenTensorSource(const std::string
 // A source of deterministic random weights (seeded) for `config`, at real shapes.
 absl::StatusOr<std::unique_ptr<TensorSource>> OpenRandomSource(const ModelConfig& config,
                                                                uint64_t seed);
-
-// Parses a Hugging Face config.json text.
-absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text);
 
 }  // namespace pulse

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/model/config.h"
+#include "core/format/config.h"
 #include "core/sched/engine.h"
 #include "core/sched/request.h"
 #include "core/sched/scheduler.h"

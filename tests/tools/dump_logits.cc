@@ -31,6 +31,7 @@
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/backend/cuda/cuda_backend.h"
 #include "core/base/mapped_file.h"
+#include "core/format/hf_config.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
 #include "core/model/model.h"

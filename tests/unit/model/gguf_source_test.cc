@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/format/gguf_writer.h"
-#include "tests/unit/model/test_configs.h"
+#include "tests/unit/format/test_configs.h"
 
 namespace pulse {
 namespace {
@@ -255,7 +255,7 @@ TEST(SmolLm2Test, OpensWithTheKnownConfig) {
   EXPECT_TRUE(config.rope_freq_factors.empty());
   EXPECT_EQ(config.bos_token_id, 1);
   EXPECT_THAT(config.eos_token_ids, ElementsAre(2));
-  EXPECT_EQ(config.ParameterCount(), 134'515'008);
+  EXPECT_EQ(ParameterCount(config), 134'515'008);
   EXPECT_TRUE(CheckTensors(**source).ok()) << CheckTensors(**source);
   EXPECT_EQ((*source)->tensors().size(), 272u);
   EXPECT_EQ((*source)->metadata().at("tokenizer.ggml.tokens"), "[array of 49152 string]");

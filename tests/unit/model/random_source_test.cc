@@ -4,7 +4,7 @@
 #include "core/model/tensor_source.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/unit/model/test_configs.h"
+#include "tests/unit/format/test_configs.h"
 
 namespace pulse {
 namespace {

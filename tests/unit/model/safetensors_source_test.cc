@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/format/dequant.h"
+#include "core/format/hf_config.h"
 #include "core/model/expected_tensors.h"
 #include "core/model/tensor_source.h"
 #include "gmock/gmock.h"

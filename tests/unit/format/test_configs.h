@@ -1,7 +1,7 @@
-// Small model configs shared by the model tests.
+// Small model configs shared by the format and model tests.
 #pragma once
 
-#include "core/model/config.h"
+#include "core/format/config.h"
 
 namespace pulse::testing {
 

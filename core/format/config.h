@@ -53,8 +53,6 @@ struct ModelConfig {
   // Checks that every size is positive, bounded and consistent (heads divide, head_dim even,
   // token ids inside the vocabulary...); InvalidArgument naming the field otherwise.
   absl::Status Validate() const;
-  // Number of weights (tied embeddings counted once).
-  int64_t ParameterCount() const;
   // Per-pair inverse frequencies [head_dim / 2]: 1 / theta^(2i / head_dim), with rope_scaling
   // and rope_freq_factors applied. Computed in double, rounded to float once.
   std::vector<float> RopeInverseFrequencies() const;

@@ -1,7 +1,8 @@
+#include "core/format/hf_config.h"
+
 #include <cmath>
 #include <numbers>
 
-#include "core/model/tensor_source.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

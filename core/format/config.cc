@@ -1,11 +1,10 @@
-#include "core/model/config.h"
+#include "core/format/config.h"
 
 #include <cmath>
 #include <numbers>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/model/expected_tensors.h"
 
 namespace pulse {
 namespace {
@@ -115,12 +114,6 @@ absl::Status ModelConfig::Validate() const {
     PULSE_RETURN_IF_ERROR(CheckTokenId("eos_token_id", eos, vocab_size));
   }
   return absl::OkStatus();
-}
-
-int64_t ModelConfig::ParameterCount() const {
-  int64_t count = 0;
-  for (const TensorInfo& tensor : ExpectedTensors(*this)) count += tensor.elements();
-  return count;
 }
 
 std::vector<float> ModelConfig::RopeInverseFrequencies() const {

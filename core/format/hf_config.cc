@@ -1,13 +1,13 @@
 // ParseHfConfig: a Hugging Face config.json (LlamaConfig, MistralConfig, Qwen2Config) to a
 // ModelConfig, with transformers' defaults for the fields a file leaves out or sets to null.
+#include "core/format/hf_config.h"
+
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "core/model/config.h"
-#include "core/model/tensor_source.h"
 #include "nlohmann/json.hpp"
 
 namespace pulse {
