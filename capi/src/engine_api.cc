@@ -110,7 +110,7 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.slot_hits = totals.offload.cache.hits;
     value.slot_misses = totals.offload.cache.misses;
     value.slot_evictions = totals.offload.cache.evictions;
-    value.selection_ms = totals.sparse.selection_seconds * 1e3;
+    value.selection_ms = totals.sparse.planning_seconds * 1e3;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

@@ -1,6 +1,10 @@
 #include "capi/src/params.h"
 
+#include <limits>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "core/backend/summary_radius.h"
 
 namespace pulse::capi {
 
@@ -26,17 +30,17 @@ pulse_engine_params DefaultEngineParams() {
   params.block_tokens = options.block_tokens;
   params.max_context = options.max_context;
   params.kv_capacity_tokens = options.kv_capacity_tokens;
-  const SelectionOptions selection;
+  const OffloadConfig offload;
   params.offload_mode = PULSE_OFFLOAD_OFF;
-  params.offload_budget_tokens = selection.budget_tokens;
-  params.offload_sink_tokens = selection.sink_tokens;
-  params.offload_window_tokens = selection.window_tokens;
+  params.offload_budget_tokens = offload.selection.budget_tokens;
+  params.offload_sink_tokens = offload.selection.sink_tokens;
+  params.offload_window_tokens = offload.selection.window_tokens;
   params.offload_executor = PULSE_COPY_AUTO;
   params.offload_eviction = PULSE_EVICT_LRU;
-  params.offload_host_tokens = options.offload_host_tokens;
-  params.offload_slot_tokens = options.offload_slot_tokens;
+  params.offload_host_tokens = offload.host_tokens;
+  params.offload_slot_tokens = offload.slot_tokens;
   params.decode_graphs = options.decode_graphs ? 1 : 0;
-  params.offload_summary_radius = options.offload_summary_radius;
+  params.offload_summary_radius = offload.summary_radius;
   return params;
 }
 
@@ -53,8 +57,11 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
                                                    params.decode_graphs, "; expected 0 or 1"));
   }
   options.decode_graphs = params.decode_graphs == 1;
-  // EngineOptions::Validate refuses a radius outside [0, 1], naming the field.
-  options.offload_summary_radius = static_cast<float>(params.offload_summary_radius);
+  if (!SummaryRadiusValid(static_cast<float>(params.offload_summary_radius))) {
+    return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_summary_radius is ",
+                                                   params.offload_summary_radius,
+                                                   "; expected a value in [0, 1]"));
+  }
   if (params.offload_mode == PULSE_OFFLOAD_OFF) return options;
   if (params.offload_mode != PULSE_OFFLOAD_HEADWISE &&
       params.offload_mode != PULSE_OFFLOAD_SOLOHEAD) {
@@ -63,25 +70,25 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
                                                    "; expected PULSE_OFFLOAD_OFF, _HEADWISE or "
                                                    "_SOLOHEAD"));
   }
-  SelectionOptions selection;
-  selection.mode = params.offload_mode == PULSE_OFFLOAD_HEADWISE ? SelectionMode::kHeadWise
-                                                                 : SelectionMode::kSoloHead;
-  selection.budget_tokens = params.offload_budget_tokens;
-  selection.sink_tokens = params.offload_sink_tokens;
-  selection.window_tokens = params.offload_window_tokens;
-  options.sparse_attention = selection;
+  OffloadConfig offload;
+  offload.summary_radius = static_cast<float>(params.offload_summary_radius);
+  offload.selection.mode = params.offload_mode == PULSE_OFFLOAD_HEADWISE ? SelectionMode::kHeadWise
+                                                                         : SelectionMode::kSoloHead;
+  offload.selection.budget_tokens = params.offload_budget_tokens;
+  offload.selection.sink_tokens = params.offload_sink_tokens;
+  offload.selection.window_tokens = params.offload_window_tokens;
   switch (params.offload_executor) {
     case PULSE_COPY_AUTO:
-      options.offload_executor = CopyExecutor::kAuto;
+      offload.executor = CopyExecutor::kAuto;
       break;
     case PULSE_COPY_GATHER:
-      options.offload_executor = CopyExecutor::kGather;
+      offload.executor = CopyExecutor::kGather;
       break;
     case PULSE_COPY_BATCH_DMA:
-      options.offload_executor = CopyExecutor::kBatchDma;
+      offload.executor = CopyExecutor::kBatchDma;
       break;
     case PULSE_COPY_PER_CHUNK:
-      options.offload_executor = CopyExecutor::kPerChunk;
+      offload.executor = CopyExecutor::kPerChunk;
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_executor is ",
@@ -93,10 +100,20 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
         absl::StrCat("pulse_engine_params.offload_eviction is ", params.offload_eviction,
                      "; expected PULSE_EVICT_LRU or PULSE_EVICT_SCORE"));
   }
-  options.offload_eviction =
+  offload.eviction =
       params.offload_eviction == PULSE_EVICT_SCORE ? EvictionKind::kScoreAware : EvictionKind::kLru;
-  options.offload_host_tokens = params.offload_host_tokens;
-  options.offload_slot_tokens = params.offload_slot_tokens;
+  for (const auto& [name, tokens] :
+       {std::pair{"offload_host_tokens", params.offload_host_tokens},
+        std::pair{"offload_slot_tokens", params.offload_slot_tokens}}) {
+    if (tokens < 0 || tokens > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.", name, " is ", tokens,
+                                                     "; expected 0 (the default) to ",
+                                                     std::numeric_limits<int32_t>::max()));
+    }
+  }
+  offload.host_tokens = params.offload_host_tokens;
+  offload.slot_tokens = params.offload_slot_tokens;
+  options.offload = offload;
   return options;
 }
 

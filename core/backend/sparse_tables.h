@@ -29,20 +29,20 @@ struct SlotDirectoryView {
   float* score = nullptr;            // [num_sets][num_slots]: its block's latest score
 };
 
-// One sparse decode row's block tables in a layer: for each of its segment's sets, one table of
-// sink_blocks fixed blocks, then the set's picks (increasing candidate order), then
-// window_blocks fixed blocks, holding kv_len tokens. A pick of a row that is not offloaded is the
-// dense block its candidate names; of an offloaded row, the slot holding the host block its
-// candidate names (a hit), or a victim slot the block is recalled into (a miss).
+// One sparse decode row's block tables in a layer: row r's table for set k is table row
+// r * num_sets + k, holding sink_blocks fixed blocks, then the set's picks (increasing candidate
+// order), then window_blocks fixed blocks: kv_len tokens. A pick of a row that is not offloaded
+// is the dense block its candidate names; of an offloaded row, the slot holding the host block
+// its candidate names (a hit), or a victim slot the block is recalled into (a miss).
 struct SparseTableRow {
   int32_t segment = 0;      // its ScoreSegment (candidates, scores and picks)
-  int32_t table_first = 0;  // its tables are rows table_first + set of the tables
   int32_t fixed_first = 0;  // its fixed blocks: sink_blocks, then window_blocks
   int32_t sink_blocks = 0;
   int32_t window_blocks = 0;
   int32_t kv_len = 0;
   int32_t offloaded = 0;     // 1: candidate blocks are host blocks resolved through the directory
   int32_t picks_before = 0;  // the picks of the rows before it, in each set (the misses' order)
+  int32_t reserved = 0;
 };
 static_assert(std::is_trivially_copyable_v<SparseTableRow> && sizeof(SparseTableRow) == 32);
 
@@ -76,13 +76,14 @@ struct RecallList {
   int32_t capacity = 0;            // at least a set's slots
 };
 
-// Totals a step's sparse layers add up on the device (int64 each), read back with its tokens.
+// What a step's sparse layers count on the device, a row each (int64 counters[row][counter]),
+// read back with its tokens.
 enum SparseCounter : int32_t {
-  kSparseHits = 0,  // picks of offloaded rows found in a slot
-  kSparseMisses,    // picks of offloaded rows recalled
-  kSparseEvictions,
-  kSparseReused,    // picks that the same set picked in the step before (stamp step - 1)
-  kSparseOverflow,  // misses beyond the evictable slots (a bug: the plan checks the capacity)
+  kSparseHits = 0,   // picks of offloaded rows found in a slot
+  kSparseMisses,     // picks of offloaded rows recalled
+  kSparseEvictions,  // blocks the row's misses displaced
+  kSparseReused,     // picks that the same set picked in the step before (stamp step - 1)
+  kSparseOverflow,   // misses beyond the evictable slots (a bug: the plan checks the capacity)
   kSparseCounters,
 };
 
@@ -107,7 +108,7 @@ struct SparseTableBuild {
   int32_t table_stride = 0;
   int32_t* kv_lens = nullptr;   // out: one a table row
   RecallList recalls;           // out (when the directory has sets)
-  int64_t* counters = nullptr;  // [kSparseCounters], added to
+  int64_t* counters = nullptr;  // [num_rows][kSparseCounters], added to
 };
 
 // Where the host tier keeps a block: the tier is chunks of blocks_per_chunk blocks of every layer

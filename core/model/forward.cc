@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -70,7 +71,8 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
   const int64_t q_dim = int64_t{config.num_heads} * config.head_dim;
   const int64_t kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
   const int64_t inter = config.intermediate_size;
-  Scratch scratch;
+  StepContext context;
+  StepContext::Scratch& scratch = context.scratch;
   PULSE_ASSIGN_OR_RETURN(
       scratch.inputs, backend.Allocate(static_cast<size_t>(InputInts(
                                            tokens, seqs, options.max_blocks_per_seq, logit_rows)) *
@@ -89,31 +91,44 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
                          AllocateArray(backend, logit_rows * config.vocab_size, f32));
   PULSE_ASSIGN_OR_RETURN(scratch.sampling,
                          backend.Allocate(static_cast<size_t>(logit_rows) * sizeof(TokenSampling)));
-  PULSE_ASSIGN_OR_RETURN(scratch.tokens,
-                         backend.Allocate(static_cast<size_t>(logit_rows) * sizeof(int32_t)));
-  std::unique_ptr<OffloadedKv> offloaded;
+  context.counters_offset = static_cast<size_t>((logit_rows + 1) / 2 * 2) * sizeof(int32_t);
+  PULSE_ASSIGN_OR_RETURN(
+      scratch.outputs,
+      backend.Allocate(context.counters_offset +
+                       static_cast<size_t>(seqs * kSparseCounters) * sizeof(int64_t)));
+  std::unique_ptr<SparseAttention> sparse;
   if (options.offload) {
-    if (options.offload->slot_blocks <= 0 || options.offload->slot_blocks >= cache.num_blocks()) {
+    const int32_t block_tokens = layout.block_tokens;
+    const bool tiered = options.offload->host_tokens > 0 && options.offload->slot_tokens > 0;
+    const int64_t slots =
+        tiered ? (options.offload->slot_tokens + block_tokens - 1) / block_tokens : 0;
+    if (slots >= cache.num_blocks()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "model runner: %d device slots of a KV cache of %d blocks (the rest is the dense pool)",
-          options.offload->slot_blocks, cache.num_blocks()));
+          slots, cache.num_blocks()));
     }
     PULSE_ASSIGN_OR_RETURN(
-        offloaded,
-        OffloadedKv::Create(backend, cache, cache.num_blocks() - options.offload->slot_blocks,
-                            *options.offload));
+        sparse,
+        SparseAttention::Create(backend, cache, cache.num_blocks() - static_cast<int32_t>(slots),
+                                *options.offload,
+                                {.max_seqs = options.max_seqs,
+                                 .max_blocks_per_seq = options.max_blocks_per_seq,
+                                 .max_step_tokens = options.max_step_tokens,
+                                 .num_heads = config.num_heads}));
+    PULSE_ASSIGN_OR_RETURN(context.sparse, sparse->NewStep(context.counters()));
   }
-  ModelRunner runner(std::move(model), std::move(cache), options, std::move(scratch));
-  runner.offloaded_ = std::move(offloaded);
-  return runner;
+  return ModelRunner(std::move(model), std::move(cache), options, std::move(context),
+                     std::move(sparse));
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
-                         const ModelRunnerOptions& options, Scratch scratch)
+                         const ModelRunnerOptions& options, StepContext context,
+                         std::unique_ptr<SparseAttention> sparse)
     : model_(std::move(model)),
       cache_(std::move(cache)),
       options_(options),
-      scratch_(std::move(scratch)) {
+      context_(std::move(context)),
+      sparse_(std::move(sparse)) {
   const ModelConfig& config = model_->config();
   hidden_ = config.hidden_size;
   q_dim_ = int64_t{config.num_heads} * config.head_dim;
@@ -125,7 +140,7 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
 
 absl::Status ModelRunner::Forward(const StepBatch& batch, std::span<float> logits) {
   PULSE_RETURN_IF_ERROR(Upload(batch));
-  PULSE_RETURN_IF_ERROR(RunStep());
+  if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, {}, 0);
   return CopyLogits(logits);
 }
 
@@ -134,26 +149,27 @@ absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
                                            std::span<const int32_t> penalised_ids,
                                            std::span<int32_t> tokens) {
   PULSE_RETURN_IF_ERROR(Upload(batch));
-  PULSE_RETURN_IF_ERROR(RunStep());
+  if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, {}, 0);
   return SampleLogits(sampling, penalised_ids, tokens);
 }
 
 absl::Status ModelRunner::RunStep() {
-  if (IsDenseDecode(step_.max_q_len, *batch_) && options_.decode_graphs &&
+  if (IsDenseDecode(context_.step.max_q_len, *batch_) && options_.decode_graphs &&
       model_->backend().SupportsGraphs()) {
     PULSE_ASSIGN_OR_RETURN(const bool replayed, ReplayGraph());
     if (replayed) return absl::OkStatus();
   }
   Embed();
   PULSE_RETURN_IF_ERROR(RunLayers());
+  if (sparse_planned_) PULSE_RETURN_IF_ERROR(sparse_->FinishStep(*context_.sparse));
   Logits();
   return absl::OkStatus();
 }
 
 absl::StatusOr<bool> ModelRunner::ReplayGraph() {
   Backend& backend = model_->backend();
-  const StepShape shape = {step_.num_tokens, step_.num_seqs, step_.num_logit_rows,
-                           step_.max_blocks_per_seq};
+  const StepShape shape = {context_.step.num_tokens, context_.step.num_seqs,
+                           context_.step.num_logit_rows, context_.step.max_blocks_per_seq};
   auto found = graphs_.find(shape);
   if (found == graphs_.end()) {
     if (graphs_.size() >= kMaxStepGraphs) {
@@ -212,26 +228,32 @@ SparseAttentionStats ModelRunner::sparse_stats(uint64_t key) const {
 }
 
 OffloadStats ModelRunner::offload_stats() const {
-  return offloaded_ == nullptr ? OffloadStats{} : offloaded_->stats();
+  return sparse_ == nullptr ? OffloadStats{} : sparse_->offload_stats();
 }
 
-CacheStats ModelRunner::offload_stats(uint64_t key) const {
-  return offloaded_ == nullptr ? CacheStats{} : offloaded_->stats(key);
+absl::Status ModelRunner::ForgetSparse(uint64_t key, std::span<const int32_t> host_blocks) {
+  if (step_open_) {
+    return absl::FailedPreconditionError("ForgetSparse while a step is open");
+  }
+  return sparse_ == nullptr ? absl::OkStatus() : sparse_->Forget(key, host_blocks);
 }
 
-CacheStats ModelRunner::offload_stats(uint64_t key, int32_t layer) const {
-  return offloaded_ == nullptr ? CacheStats{} : offloaded_->layer_stats(key, layer);
+bool ModelRunner::SparseStepOpen() const {
+  return sparse_planned_ && sparse_->Attends(*context_.sparse);
 }
 
-absl::Status ModelRunner::ForgetSparse(uint64_t key) {
-  if (sparse_ != nullptr) sparse_->Forget(key);
-  return offloaded_ == nullptr ? absl::OkStatus() : offloaded_->Forget(key);
-}
-
-absl::Status ModelRunner::EndStep() {
-  if (!step_open_) return absl::OkStatus();
+absl::Status ModelRunner::EndStep(const absl::Status& read, std::span<const int64_t> counters,
+                                  int64_t output_reads) {
+  if (!step_open_) return read;
   step_open_ = false;
-  return offloaded_ == nullptr ? absl::OkStatus() : offloaded_->EndStep();
+  step_host_waits_ = model_->backend().host_waits() - waits_before_ - output_reads;
+  if (!sparse_planned_) return read;
+  sparse_planned_ = false;
+  if (!read.ok()) {
+    sparse_->Abandon(*context_.sparse);
+    return read;
+  }
+  return sparse_->Collect(*context_.sparse, counters);
 }
 
 absl::Status ModelRunner::Check(const StepBatch& batch) const {
@@ -269,18 +291,24 @@ absl::Status ModelRunner::Check(const StepBatch& batch) const {
           "step batch: sequence %d has %d new of %d tokens in %d blocks of %d tokens", s,
           new_tokens, kv_len, blocks.size(), block_tokens));
     }
-    // Blocks past the dense pool are the offloaded KV's slots.
-    const int32_t dense_blocks =
-        offloaded_ == nullptr ? cache_.num_blocks() : offloaded_->first_slot();
+    // Blocks past the dense pool are the device tier's slots.
+    const int32_t dense_blocks = sparse_ == nullptr ? cache_.num_blocks() : sparse_->first_slot();
+    const int32_t host_blocks = sparse_ == nullptr ? 0 : sparse_->host_blocks();
     const std::span<const int32_t> host = batch.host_blocks(s);
     const bool offloaded = !host.empty();
-    if (offloaded && (!batch.sparse(s) || offloaded_ == nullptr || host.size() != blocks.size())) {
+    if (offloaded && (!batch.sparse(s) || host_blocks == 0 || host.size() != blocks.size())) {
       return absl::InvalidArgumentError(
           absl::StrFormat("step batch: sequence %d has %d host blocks for %d blocks%s", s,
                           host.size(), blocks.size(),
-                          !batch.sparse(s)        ? ", without a sparse selection"
-                          : offloaded_ == nullptr ? ", and the runner has no host tier"
-                                                  : ""));
+                          !batch.sparse(s)   ? ", without a sparse selection"
+                          : host_blocks == 0 ? ", and the runner has no host tier"
+                                             : ""));
+    }
+    if (batch.sparse(s) && sparse_ == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "step batch: sequence %d selects sparsely, and the runner has no sparse attention "
+          "(ModelRunnerOptions::offload)",
+          s));
     }
     // The blocks the new tokens are written to must be resident, and so must every block of a
     // sequence that attends densely.
@@ -293,10 +321,10 @@ absl::Status ModelRunner::Check(const StepBatch& batch) const {
             absl::StrFormat("step batch: sequence %d uses KV block %d of %d as its block %d", s,
                             block, dense_blocks, j));
       }
-      if (offloaded && (host[j] < 0 || host[j] >= offloaded_->options().host_blocks)) {
+      if (offloaded && (host[j] < 0 || host[j] >= host_blocks)) {
         return absl::InvalidArgumentError(
             absl::StrFormat("step batch: sequence %d uses host block %d of %d as its block %d", s,
-                            host[j], offloaded_->options().host_blocks, j));
+                            host[j], host_blocks, j));
       }
     }
   }
@@ -310,9 +338,9 @@ absl::Status ModelRunner::Prepare(const StepBatch& batch) {
 }
 
 absl::Status ModelRunner::Upload(const StepBatch& batch) {
-  PULSE_RETURN_IF_ERROR(EndStep());
+  if (step_open_) EndStep(absl::AbortedError("the step was abandoned"), {}, 0).IgnoreError();
   PULSE_RETURN_IF_ERROR(Check(batch));
-  StepInputs step;
+  StepContext::Inputs step;
   step.num_tokens = batch.num_tokens();
   step.num_seqs = batch.num_seqs();
   step.num_logit_rows = batch.num_logit_rows();
@@ -333,69 +361,87 @@ absl::Status ModelRunner::Upload(const StepBatch& batch) {
         int64_t{step.max_blocks_per_seq} * block_tokens, std::numeric_limits<int32_t>::max()));
   }
 
-  staging_.clear();
+  context_.staging.clear();
   const auto append = [this](std::span<const int32_t> values) {
-    const size_t offset = staging_.size();
-    staging_.insert(staging_.end(), values.begin(), values.end());
+    const size_t offset = context_.staging.size();
+    context_.staging.insert(context_.staging.end(), values.begin(), values.end());
     return offset;
   };
   const size_t tokens = append(batch.tokens());
   const size_t positions = append(batch.positions());
   const size_t kv_lens = append(batch.kv_lens());
   const size_t q_offsets = append(batch.q_offsets());
-  const size_t block_tables = staging_.size();
+  const size_t block_tables = context_.staging.size();
   for (int32_t s = 0; s < step.num_seqs; ++s) {
     const std::span<const int32_t> blocks = batch.blocks(s);
     append(blocks);
     // Positions past a sequence's kv_len are never read.
-    staging_.resize(staging_.size() + static_cast<size_t>(step.max_blocks_per_seq) - blocks.size(),
-                    -1);
+    context_.staging.resize(
+        context_.staging.size() + static_cast<size_t>(step.max_blocks_per_seq) - blocks.size(), -1);
   }
   const size_t logit_rows = append(batch.logit_rows());
 
   Backend& backend = model_->backend();
-  backend.CopyToDevice(scratch_.inputs.data(), staging_.data(), staging_.size() * sizeof(int32_t));
-  const int32_t* device = scratch_.inputs.as<const int32_t>();
+  backend.CopyToDevice(context_.scratch.inputs.data(), context_.staging.data(),
+                       context_.staging.size() * sizeof(int32_t));
+  const int32_t* device = context_.scratch.inputs.as<const int32_t>();
   step.tokens = device + tokens;
   step.positions = device + positions;
   step.kv_lens = device + kv_lens;
   step.q_offsets = device + q_offsets;
   step.block_tables = device + block_tables;
   step.logit_rows = device + logit_rows;
-  step_ = step;
-
+  context_.step = step;
   batch_ = &batch;
-  if (batch.has_sparse()) {
-    if (sparse_ == nullptr) {
-      PULSE_ASSIGN_OR_RETURN(
-          sparse_, SparseAttention::Create(backend, cache_.layout(), cache_.num_layers(),
-                                           cache_.num_blocks(), model_->config().num_heads,
-                                           options_.max_seqs, options_.max_blocks_per_seq,
-                                           options_.summary_radius, offloaded_.get()));
-    }
-    PULSE_RETURN_IF_ERROR(sparse_->Prepare(batch));
-  }
+  waits_before_ = backend.host_waits();
   step_open_ = true;
+  if (batch.has_sparse()) PULSE_RETURN_IF_ERROR(PlanSparse(batch));
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::PlanSparse(const StepBatch& batch) {
+  std::vector<SparseSequence> sequences;
+  int32_t max_host_block = -1;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    const std::optional<SparseSelection>& sparse = batch.sparse(s);
+    const std::span<const int32_t> host = batch.host_blocks(s);
+    for (const int32_t block : host) max_host_block = std::max(max_host_block, block);
+    sequences.push_back({.first_row = batch.q_offsets()[s],
+                         .new_tokens = batch.q_offsets()[s + 1] - batch.q_offsets()[s],
+                         .kv_len = batch.kv_lens()[s],
+                         .blocks = batch.blocks(s),
+                         .host_blocks = host,
+                         .selection = sparse ? &sparse->options : nullptr,
+                         .key = sparse ? sparse->key : 0});
+  }
+  // The host tier grows to hold what the step writes back (the engine grew it at admission).
+  if (max_host_block >= 0) PULSE_RETURN_IF_ERROR(sparse_->host_tier()->Reserve(max_host_block + 1));
+  PULSE_RETURN_IF_ERROR(sparse_->Plan(sequences, *context_.sparse));
+  // The sparse rows count from zero (read back with the step's tokens).
+  counters_.assign(static_cast<size_t>(batch.num_seqs()) * kSparseCounters, 0);
+  model_->backend().CopyToDevice(context_.counters(), counters_.data(),
+                                 counters_.size() * sizeof(int64_t));
+  sparse_planned_ = true;
   return absl::OkStatus();
 }
 
 void ModelRunner::Embed() {
-  model_->backend().Embed(model_->weights().embed.view(), step_.tokens, step_.num_tokens,
-                          scratch_.residual.as<float>());
+  model_->backend().Embed(model_->weights().embed.view(), context_.step.tokens,
+                          context_.step.num_tokens, context_.scratch.residual.as<float>());
 }
 
 PagedKvBatch ModelRunner::KvBatch(int32_t layer) const {
   PagedKvBatch kv;
   kv.blocks = cache_.layer(layer);
   kv.layout = cache_.layout();
-  kv.num_seqs = step_.num_seqs;
-  kv.max_blocks_per_seq = step_.max_blocks_per_seq;
-  kv.block_tables = step_.block_tables;
-  kv.kv_lens = step_.kv_lens;
-  kv.q_offsets = step_.q_offsets;
-  kv.num_rows = step_.num_tokens;
-  kv.max_q_len = step_.max_q_len;
-  kv.max_kv_len = step_.max_kv_len;
+  kv.num_seqs = context_.step.num_seqs;
+  kv.max_blocks_per_seq = context_.step.max_blocks_per_seq;
+  kv.block_tables = context_.step.block_tables;
+  kv.kv_lens = context_.step.kv_lens;
+  kv.q_offsets = context_.step.q_offsets;
+  kv.num_rows = context_.step.num_tokens;
+  kv.max_q_len = context_.step.max_q_len;
+  kv.max_kv_len = context_.step.max_kv_len;
   return kv;
 }
 
@@ -403,85 +449,90 @@ absl::Status ModelRunner::PreAttention(int32_t layer) {
   Backend& backend = model_->backend();
   const ModelConfig& config = model_->config();
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
-  const int64_t rows = step_.num_tokens;
-  float* residual = scratch_.residual.as<float>();
-  void* normed = scratch_.normed.data();
-  float* qkv = scratch_.qkv.as<float>();
+  const int64_t rows = context_.step.num_tokens;
+  float* residual = context_.scratch.residual.as<float>();
+  void* normed = context_.scratch.normed.data();
+  float* qkv = context_.scratch.qkv.as<float>();
   // The residual stream absorbs the previous layer's MLP output here (layer 0 has none).
   if (layer == 0) {
     backend.RmsNorm(residual, w.attn_norm.as<float>(), rows, hidden_, config.rms_norm_eps, normed);
   } else {
-    backend.AddRmsNorm(residual, scratch_.delta.as<float>(), w.attn_norm.as<float>(), rows, hidden_,
-                       config.rms_norm_eps, normed);
+    backend.AddRmsNorm(residual, context_.scratch.delta.as<float>(), w.attn_norm.as<float>(), rows,
+                       hidden_, config.rms_norm_eps, normed);
   }
   backend.Gemm(normed, rows, w.qkv.view(), w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<float>(),
                qkv);
   const float* inv_freq = model_->weights().rope_inv_freq.as<float>();
-  backend.RopeAppendKv(qkv, rows, qkv_dim_, config.num_heads, step_.positions, inv_freq,
+  backend.RopeAppendKv(qkv, rows, qkv_dim_, config.num_heads, context_.step.positions, inv_freq,
                        KvBatch(layer));
-  return batch_->has_sparse() ? sparse_->Summarize(layer, cache_.layer(layer)) : absl::OkStatus();
+  return sparse_planned_ ? sparse_->AfterAppend(layer, *context_.sparse) : absl::OkStatus();
 }
 
 absl::Status ModelRunner::Attention(int32_t layer) {
   const ModelConfig& config = model_->config();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
-  if (batch_->has_sparse() && sparse_->Applies(*batch_)) {
+  if (SparseStepOpen()) {
     const auto row_bytes =
         static_cast<int64_t>(q_dim_ * DTypeBytes(model_->backend().activation_type()));
-    return sparse_->Attend(layer, *batch_, cache_.layer(layer), scratch_.qkv.as<float>(), qkv_dim_,
-                           scale, scratch_.attn.data(), row_bytes);
+    return sparse_->Attend(layer, *context_.sparse, context_.scratch.qkv.as<float>(), qkv_dim_,
+                           scale, context_.scratch.attn.data(), row_bytes, KvBatch(layer));
   }
-  model_->backend().Attention(scratch_.qkv.as<float>(), qkv_dim_, config.num_heads, KvBatch(layer),
-                              scale, scratch_.attn.data());
+  model_->backend().Attention(context_.scratch.qkv.as<float>(), qkv_dim_, config.num_heads,
+                              KvBatch(layer), scale, context_.scratch.attn.data());
   return absl::OkStatus();
 }
 
 void ModelRunner::PostAttention(int32_t layer) {
   Backend& backend = model_->backend();
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
-  const int64_t rows = step_.num_tokens;
-  float* delta = scratch_.delta.as<float>();
-  void* normed = scratch_.normed.data();
-  float* gate_up = scratch_.gate_up.as<float>();
-  void* act = scratch_.act.data();
-  backend.Gemm(scratch_.attn.data(), rows, w.o.view(), nullptr, delta);
-  backend.AddRmsNorm(scratch_.residual.as<float>(), delta, w.mlp_norm.as<float>(), rows, hidden_,
-                     model_->config().rms_norm_eps, normed);
+  const int64_t rows = context_.step.num_tokens;
+  float* delta = context_.scratch.delta.as<float>();
+  void* normed = context_.scratch.normed.data();
+  float* gate_up = context_.scratch.gate_up.as<float>();
+  void* act = context_.scratch.act.data();
+  backend.Gemm(context_.scratch.attn.data(), rows, w.o.view(), nullptr, delta);
+  backend.AddRmsNorm(context_.scratch.residual.as<float>(), delta, w.mlp_norm.as<float>(), rows,
+                     hidden_, model_->config().rms_norm_eps, normed);
   backend.Gemm(normed, rows, w.gate_up.view(), nullptr, gate_up);
   backend.SwiGlu(gate_up, rows, inter_, act);
   backend.Gemm(act, rows, w.down.view(), nullptr, delta);
 }
 
 void ModelRunner::Logits() {
-  const int64_t rows = step_.num_logit_rows;
+  const int64_t rows = context_.step.num_logit_rows;
   if (rows == 0) return;
   Backend& backend = model_->backend();
   const ModelWeights& weights = model_->weights();
-  void* normed = scratch_.normed.data();
-  backend.AddRmsNorm(scratch_.residual.as<float>(), scratch_.delta.as<float>(),
-                     weights.final_norm.as<float>(), step_.num_tokens, hidden_,
+  void* normed = context_.scratch.normed.data();
+  backend.AddRmsNorm(context_.scratch.residual.as<float>(), context_.scratch.delta.as<float>(),
+                     weights.final_norm.as<float>(), context_.step.num_tokens, hidden_,
                      model_->config().rms_norm_eps, normed);
-  backend.GatherRows(normed, hidden_, step_.logit_rows, rows, scratch_.gathered.data());
-  backend.Gemm(scratch_.gathered.data(), rows, weights.output(), nullptr,
-               scratch_.logits.as<float>());
+  backend.GatherRows(normed, hidden_, context_.step.logit_rows, rows,
+                     context_.scratch.gathered.data());
+  backend.Gemm(context_.scratch.gathered.data(), rows, weights.output(), nullptr,
+               context_.scratch.logits.as<float>());
 }
 
 absl::Status ModelRunner::CopyLogits(std::span<float> logits) {
-  const int64_t rows = step_.num_logit_rows;
+  const int64_t rows = context_.step.num_logit_rows;
   if (static_cast<int64_t>(logits.size()) != rows * vocab_) {
     return absl::InvalidArgumentError(
         absl::StrFormat("logits: %d values given for %d rows of %d", logits.size(), rows, vocab_));
   }
-  const absl::Status copied =
-      model_->backend().CopyToHost(logits.data(), scratch_.logits.data(), logits.size_bytes());
-  const absl::Status ended = EndStep();
-  return copied.ok() ? ended : copied;
+  absl::Status read = model_->backend().CopyToHost(logits.data(), context_.scratch.logits.data(),
+                                                   logits.size_bytes());
+  int64_t reads = 1;
+  if (read.ok() && SparseStepOpen()) {
+    read = ReadOutputs(0);
+    ++reads;
+  }
+  return EndStep(read, counters(), reads);
 }
 
 absl::Status ModelRunner::SampleLogits(std::span<const TokenSampling> sampling,
                                        std::span<const int32_t> penalised_ids,
                                        std::span<int32_t> tokens) {
-  const int64_t rows = step_.num_logit_rows;
+  const int64_t rows = context_.step.num_logit_rows;
   if (static_cast<int64_t>(sampling.size()) != rows ||
       static_cast<int64_t>(tokens.size()) != rows) {
     return absl::InvalidArgumentError(
@@ -498,19 +549,34 @@ absl::Status ModelRunner::SampleLogits(std::span<const TokenSampling> sampling,
     }
   }
   Backend& backend = model_->backend();
-  if (penalised_ids_.bytes() < penalised_ids.size_bytes() || penalised_ids_.empty()) {
-    PULSE_ASSIGN_OR_RETURN(penalised_ids_, backend.Allocate(std::max(penalised_ids.size_bytes(),
-                                                                     2 * penalised_ids_.bytes())));
+  StepContext::Scratch& scratch = context_.scratch;
+  if (scratch.penalised_ids.bytes() < penalised_ids.size_bytes() || scratch.penalised_ids.empty()) {
+    PULSE_ASSIGN_OR_RETURN(
+        scratch.penalised_ids,
+        backend.Allocate(std::max(penalised_ids.size_bytes(), 2 * scratch.penalised_ids.bytes())));
   }
-  backend.CopyToDevice(scratch_.sampling.data(), sampling.data(), sampling.size_bytes());
-  backend.CopyToDevice(penalised_ids_.data(), penalised_ids.data(), penalised_ids.size_bytes());
-  backend.SampleTokens(scratch_.logits.as<float>(), rows, vocab_,
-                       scratch_.sampling.as<TokenSampling>(), penalised_ids_.as<int32_t>(),
-                       scratch_.tokens.as<int32_t>());
-  const absl::Status copied =
-      backend.CopyToHost(tokens.data(), scratch_.tokens.data(), tokens.size_bytes());
-  const absl::Status ended = EndStep();
-  return copied.ok() ? ended : copied;
+  backend.CopyToDevice(scratch.sampling.data(), sampling.data(), sampling.size_bytes());
+  backend.CopyToDevice(scratch.penalised_ids.data(), penalised_ids.data(),
+                       penalised_ids.size_bytes());
+  backend.SampleTokens(scratch.logits.as<float>(), rows, vocab_,
+                       scratch.sampling.as<TokenSampling>(), scratch.penalised_ids.as<int32_t>(),
+                       context_.tokens());
+  const absl::Status read = ReadOutputs(tokens.size_bytes());
+  if (read.ok()) std::memcpy(tokens.data(), outputs_.data(), tokens.size_bytes());
+  return EndStep(read, counters(), 1);
+}
+
+absl::Status ModelRunner::ReadOutputs(size_t token_bytes) {
+  const size_t counter_bytes = SparseStepOpen() ? counters_.size() * sizeof(int64_t) : size_t{0};
+  const size_t bytes = counter_bytes > 0 ? context_.counters_offset + counter_bytes : token_bytes;
+  outputs_.resize(bytes);
+  return model_->backend().CopyToHost(outputs_.data(), context_.scratch.outputs.data(), bytes);
+}
+
+std::span<const int64_t> ModelRunner::counters() const {
+  if (outputs_.size() <= context_.counters_offset) return {};
+  return {reinterpret_cast<const int64_t*>(outputs_.data() + context_.counters_offset),
+          (outputs_.size() - context_.counters_offset) / sizeof(int64_t)};
 }
 
 }  // namespace pulse

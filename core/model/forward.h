@@ -2,13 +2,16 @@
 // decode step as data"): Prepare uploads the step's inputs and embeds the tokens; then per layer
 // PreAttention (norm, QKV projection, RoPE, KV append), Attention, PostAttention (O projection,
 // norm, MLP); then Logits. Forward is the plain loop over them; a scheduler may instead run the
-// stages itself. Not thread-safe: one step at a time.
+// stages itself. A step's state (scratch activations, uploaded inputs, its sparse step) is one
+// StepContext; sparse decode attention and offloaded KV are the offload layer's
+// (core/offload/sparse_attention.h). Not thread-safe: one step at a time.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -16,9 +19,10 @@
 #include "core/base/status.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/model.h"
-#include "core/model/offloaded_kv.h"
-#include "core/model/sparse_attention.h"
 #include "core/model/step_batch.h"
+#include "core/model/step_context.h"
+#include "core/offload/offload_config.h"
+#include "core/offload/sparse_attention.h"
 
 namespace pulse {
 
@@ -27,13 +31,11 @@ struct ModelRunnerOptions {
   int32_t max_seqs = 16;           // sequences of one step
   int32_t max_blocks_per_seq = 0;  // the longest block table a sequence may have
   int32_t max_logit_rows = 0;      // logit rows of one step; 0: max_seqs (one a sequence)
-  // The two-tier KV of offloaded sequences (offloaded_kv.h): the cache's last
-  // offload->slot_blocks blocks become the device tier's slots, which no block table may name.
-  std::optional<OffloadOptions> offload = std::nullopt;
-  // How much of each key channel's range a block summary keeps around its midpoint
-  // (Backend::SummarizeBlocks): 1 scores blocks by Quest's upper bound of q.k, 0 (the default)
-  // by the q.k of the box's center, which the accuracy report found to pick better blocks.
-  float summary_radius = 0.0f;
+  // Sparse decode attention for the sequences whose StepBatch entry has a selection (summaries
+  // at offload->summary_radius), and with both tiers sized (host_tokens and slot_tokens > 0)
+  // offloaded KV: the cache's last slot_tokens / block_tokens blocks become the device tier's
+  // slots, which no block table may name. Empty: every sequence attends densely.
+  std::optional<OffloadConfig> offload = std::nullopt;
   // Replay decode steps (one token a sequence, dense attention) as graphs on backends that have
   // them (Backend::SupportsGraphs): one graph per shape (sequences, block-table width), captured
   // the second time the shape runs. The same ops as without, so the same results.
@@ -58,21 +60,23 @@ class ModelRunner {
   const Model& model() const { return *model_; }
   const KvCache& cache() const { return cache_; }
   const ModelRunnerOptions& options() const { return options_; }
-  // Totals of the sparse selections so far (zeros before the first sparse step), of every
+  // Totals of the sparse selections so far (zeros without sparse attention), of every
   // sequence or of the one named `key` (SparseSelection::key).
   SparseAttentionStats sparse_stats() const;
   SparseAttentionStats sparse_stats(uint64_t key) const;
-  // Totals of the offloaded KV's transfers and slot caches (zeros without offload), and the slot
-  // caches' counts of sequence `key`.
+  // Totals of the offloaded KV's transfers and device tier (zeros without offload).
   OffloadStats offload_stats() const;
-  CacheStats offload_stats(uint64_t key) const;
-  // Sequence `key`'s slot-cache counts in one layer (zeros without offload).
-  CacheStats offload_stats(uint64_t key, int32_t layer) const;
   const GraphStats& graph_stats() const { return graph_stats_; }
-  // Forgets what sparse attention and the offloaded KV keep of sequence `key` (a finished
-  // request): its selections, totals and device slots. Between steps only (FailedPrecondition
-  // while a step that reads its slots is in flight).
-  absl::Status ForgetSparse(uint64_t key);
+  // Host waits for the device in the last step besides reading its outputs (its tokens or
+  // logits, and the sparse counters with them): 0 for a step the device drives alone
+  // (Backend::host_waits).
+  int64_t step_host_waits() const { return step_host_waits_; }
+  // The host tier, which the scheduler grows as it admits offloaded requests (null without).
+  HostTier* host_tier() { return sparse_ == nullptr ? nullptr : sparse_->host_tier(); }
+  // Forgets what sparse attention keeps of sequence `key` (a finished request): its statistics,
+  // and the device slots of its host blocks `host_blocks`, which may then serve another. Between
+  // steps only.
+  absl::Status ForgetSparse(uint64_t key, std::span<const int32_t> host_blocks);
 
   // Runs the whole step and writes the wanted rows' logits, [batch.num_logit_rows()][vocab], to
   // the host span `logits` (which must hold exactly that many values).
@@ -101,37 +105,6 @@ class ModelRunner {
                             std::span<const int32_t> penalised_ids, std::span<int32_t> tokens);
 
  private:
-  struct Scratch {
-    DeviceBuffer inputs;  // int32: the packed StepBatch (see Prepare)
-    // fp32, or the backend's activation type (act) for the GEMM inputs.
-    DeviceBuffer residual;  // [tokens][hidden]
-    DeviceBuffer normed;    // act [tokens][hidden]
-    DeviceBuffer qkv;       // [tokens][q_dim + 2 * kv_dim]
-    DeviceBuffer attn;      // act [tokens][q_dim]
-    DeviceBuffer delta;     // [tokens][hidden]: o projection, then MLP output
-    DeviceBuffer gate_up;   // [tokens][2 * intermediate]
-    DeviceBuffer act;       // act [tokens][intermediate]
-    DeviceBuffer gathered;  // act [logit rows][hidden]
-    DeviceBuffer logits;    // [logit rows][vocab]
-    DeviceBuffer sampling;  // TokenSampling [logit rows]
-    DeviceBuffer tokens;    // int32 [logit rows]
-  };
-  // Where the current step's inputs sit in Scratch::inputs.
-  struct StepInputs {
-    int32_t num_tokens = 0;
-    int32_t num_seqs = 0;
-    int32_t num_logit_rows = 0;
-    int32_t max_blocks_per_seq = 0;
-    int32_t max_q_len = 0;
-    int32_t max_kv_len = 0;
-    const int32_t* tokens = nullptr;
-    const int32_t* positions = nullptr;
-    const int32_t* kv_lens = nullptr;
-    const int32_t* q_offsets = nullptr;
-    const int32_t* block_tables = nullptr;
-    const int32_t* logit_rows = nullptr;
-  };
-
   // A decode shape's graph. A shape runs op by op the first time (sizing the backend's scratch
   // memory), is captured the second.
   struct StepGraphEntry {
@@ -145,10 +118,12 @@ class ModelRunner {
   using StepShape = std::array<int32_t, 4>;
 
   ModelRunner(std::shared_ptr<const Model> model, KvCache cache, const ModelRunnerOptions& options,
-              Scratch scratch);
+              StepContext context, std::unique_ptr<SparseAttention> sparse);
   absl::Status Check(const StepBatch& batch) const;
   // Prepare without the embedding.
   absl::Status Upload(const StepBatch& batch);
+  // Plans the step's sparse attention (sequences with a selection) into the context.
+  absl::Status PlanSparse(const StepBatch& batch);
   void Embed();
   // Embedding, layers and logits of the uploaded step: from a graph when it can.
   absl::Status RunStep();
@@ -156,20 +131,31 @@ class ModelRunner {
   absl::StatusOr<bool> ReplayGraph();
   PagedKvBatch KvBatch(int32_t layer) const;
   absl::Status RunLayers();
-  // Waits for the step's write-backs and releases the device slots it read.
-  absl::Status EndStep();
+  // Ends the step after its outputs are read (`read` their status, `counters` the sparse rows'
+  // counters read with them, in `output_reads` host waits): collects the sparse counters, or
+  // abandons the sparse step when something failed.
+  absl::Status EndStep(const absl::Status& read, std::span<const int64_t> counters,
+                       int64_t output_reads);
+  // Whether the step's sparse attention ran (its counters must be read).
+  bool SparseStepOpen() const;
+  // Reads the first `token_bytes` of the step's outputs and, when its sparse rows counted, their
+  // counters, in one copy, into outputs_.
+  absl::Status ReadOutputs(size_t token_bytes);
+  // The sparse counters ReadOutputs brought back (empty when none).
+  std::span<const int64_t> counters() const;
 
   std::shared_ptr<const Model> model_;
   KvCache cache_;
   ModelRunnerOptions options_;
-  Scratch scratch_;
-  StepInputs step_;
-  std::vector<int32_t> staging_;      // the host side of Scratch::inputs
-  DeviceBuffer penalised_ids_;        // int32, grown to the longest list SampleLogits was given
+  StepContext context_;
+  std::unique_ptr<SparseAttention> sparse_;  // with options.offload
   const StepBatch* batch_ = nullptr;  // the step's batch, from Prepare to the end of the step
-  std::unique_ptr<OffloadedKv> offloaded_;   // with options.offload
-  std::unique_ptr<SparseAttention> sparse_;  // made by the first step with a sparse sequence
-  bool step_open_ = false;                   // from Prepare to the end of the step
+  bool step_open_ = false;            // from Prepare to the end of the step
+  bool sparse_planned_ = false;       // the step has sequences with a selection
+  int64_t waits_before_ = 0;          // Backend::host_waits() when the step began
+  int64_t step_host_waits_ = 0;
+  std::vector<int64_t> counters_;  // zeros of the step's sparse counters, uploaded at its start
+  std::vector<char> outputs_;      // the host side of the step's outputs (tokens, counters)
   std::map<StepShape, StepGraphEntry> graphs_;
   int64_t graph_clock_ = 0;  // for StepGraphEntry::last_used
   GraphStats graph_stats_;

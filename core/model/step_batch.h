@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "core/kv/block_selector.h"
+#include "core/offload/selection.h"
 
 namespace pulse {
 
@@ -16,7 +16,7 @@ namespace pulse {
 enum class LogitRows : uint8_t { kNone, kLast, kAll };
 
 // Sparse attention for a sequence's decode steps: in every layer its query attends only to the
-// blocks the selector picks (core/kv/block_selector.h). `key` names the sequence from step to
+// blocks the selector picks (core/offload/selection.h). `key` names the sequence from step to
 // step (the engine's request id), for the block reuse statistic.
 struct SparseSelection {
   SelectionOptions options;

@@ -6,10 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "core/kv/block_selector.h"
 #include "core/kv/block_table.h"
 #include "core/kv/kv_cache.h"
-#include "core/model/offloaded_kv.h"
+#include "core/offload/selection.h"
 
 namespace pulse {
 namespace {
@@ -20,31 +19,26 @@ constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;    // without a backend me
 constexpr int64_t kDefaultHostBytes = int64_t{4} << 30;  // the default host tier at most
 constexpr double kDefaultKvShare = 0.7;                  // of a backend's free memory
 
-// The offload tiers of an engine with sparse_attention: resolves the options'
-// offload_host_tokens and offload_slot_tokens, and sets the limits' host and slot blocks.
-// `token_bytes`: KV bytes of one token in every layer.
-absl::StatusOr<OffloadOptions> SizeOffloadTiers(const PagedKvLayout& layout, int32_t num_heads,
-                                                int64_t token_bytes, EngineOptions& options,
-                                                SchedulerLimits& limits) {
-  PULSE_RETURN_IF_ERROR(
-      BlockSelector::Create(layout, num_heads, *options.sparse_attention).status());
-  if (options.offload_host_tokens == 0) {
-    options.offload_host_tokens =
+// The offload tiers of an engine with offload: resolves their sizes left at 0 and sets the
+// limits' host and slot blocks. `token_bytes`: KV bytes of one token in every layer.
+absl::Status SizeOffloadTiers(const PagedKvLayout& layout, int32_t num_heads, int64_t token_bytes,
+                              EngineOptions& options, SchedulerLimits& limits) {
+  OffloadConfig& offload = *options.offload;
+  PULSE_RETURN_IF_ERROR(BlockSelector::Create(layout, num_heads, offload.selection).status());
+  if (offload.host_tokens == 0) {
+    offload.host_tokens =
         std::min(kDefaultKvContexts * options.max_context, kDefaultHostBytes / token_bytes);
   }
-  if (options.offload_slot_tokens == 0) {
-    options.offload_slot_tokens =
-        std::min(int64_t{options.max_batch} *
-                     std::min(options.sparse_attention->budget_tokens, options.max_context),
-                 kDefaultKvBytes / token_bytes);
+  if (offload.slot_tokens == 0) {
+    offload.slot_tokens = std::min(
+        int64_t{options.max_batch} * std::min(offload.selection.budget_tokens, options.max_context),
+        kDefaultKvBytes / token_bytes);
   }
-  limits.host_blocks = BlocksForTokens(options.offload_host_tokens, options.block_tokens);
-  limits.slot_blocks = BlocksForTokens(options.offload_slot_tokens, options.block_tokens);
-  return OffloadOptions{.host_blocks = limits.host_blocks,
-                        .slot_blocks = limits.slot_blocks,
-                        .mode = options.sparse_attention->mode,
-                        .eviction = options.offload_eviction,
-                        .executor = options.offload_executor};
+  offload.host_tokens = std::max<int64_t>(offload.host_tokens, options.block_tokens);
+  offload.slot_tokens = std::max<int64_t>(offload.slot_tokens, options.block_tokens);
+  limits.host_blocks = BlocksForTokens(offload.host_tokens, options.block_tokens);
+  limits.slot_blocks = BlocksForTokens(offload.slot_tokens, options.block_tokens);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -82,17 +76,16 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
                          .prefill_chunk = resolved.prefill_chunk,
                          .max_step_tokens = resolved.max_step_tokens,
                          .block_tokens = resolved.block_tokens};
-  std::optional<OffloadOptions> offload;
-  if (resolved.sparse_attention) {
-    PULSE_ASSIGN_OR_RETURN(
-        offload, SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));
+  if (resolved.offload) {
+    PULSE_RETURN_IF_ERROR(
+        SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));
   }
   if (num_blocks + limits.slot_blocks > std::numeric_limits<int32_t>::max() ||
       limits.host_blocks < 0 || limits.slot_blocks < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "kv_capacity_tokens = %d, offload_host_tokens = %d and offload_slot_tokens = %d are too "
-        "many blocks of %d tokens",
-        resolved.kv_capacity_tokens, resolved.offload_host_tokens, resolved.offload_slot_tokens,
+        "kv_capacity_tokens = %d and the offload tiers (%d host blocks, %d slots) are too many "
+        "blocks of %d tokens",
+        resolved.kv_capacity_tokens, limits.host_blocks, limits.slot_blocks,
         resolved.block_tokens));
   }
   PULSE_ASSIGN_OR_RETURN(KvCache cache,
@@ -102,8 +95,7 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
       .max_step_tokens = resolved.max_step_tokens,
       .max_seqs = resolved.max_batch,
       .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens),
-      .offload = offload,
-      .summary_radius = resolved.offload_summary_radius,
+      .offload = resolved.offload,
       .decode_graphs = resolved.decode_graphs};
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(std::move(model), std::move(cache), runner_options));

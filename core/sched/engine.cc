@@ -29,7 +29,7 @@ class EngineImpl final : public Engine {
         options_(capacity.options),
         runner_(std::move(capacity.runner)),
         step_builder_(options_.block_tokens, /*sample_on_backend=*/!options_.logits_to_host),
-        scheduler_(capacity.limits, capacity.dense_blocks) {}
+        scheduler_(capacity.limits, capacity.dense_blocks, runner_.host_tier()) {}
 
   using Engine::Submit;
   absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt, const SamplingParams& params,
@@ -100,8 +100,13 @@ class EngineImpl final : public Engine {
   // The requests Cancel was called on (also those already finished then), until their release:
   // their sinks are not called again.
   absl::flat_hash_set<RequestId> cancelled_ ABSL_GUARDED_BY(mu_);
-  // Requests finished since the last step, whose sparse-attention state the step drops.
-  std::vector<RequestId> sparse_finished_ ABSL_GUARDED_BY(mu_);
+  // Offloaded requests finished since the last step, with their host blocks: the step frees
+  // their device slots before the blocks serve another request.
+  struct SparseEnd {
+    RequestId id;
+    std::vector<int32_t> host_blocks;
+  };
+  std::vector<SparseEnd> sparse_finished_ ABSL_GUARDED_BY(mu_);
   // The request whose sink runs now, and the thread running it (Step's; a default id when none
   // runs).
   std::optional<RequestId> delivering_ ABSL_GUARDED_BY(mu_);
@@ -205,7 +210,13 @@ EngineStats EngineImpl::stats() const {
 
 void EngineImpl::Finish(Request& request, FinishReason reason, Clock::time_point now) {
   ++totals_.finished_requests;
-  if (request.offload) sparse_finished_.push_back(request.id);
+  if (request.offload) {
+    SparseEnd& end = sparse_finished_.emplace_back(SparseEnd{request.id, {}});
+    if (request.offloaded_blocks) {
+      const std::span<const int32_t> blocks = request.offloaded_blocks->host_blocks();
+      end.host_blocks.assign(blocks.begin(), blocks.end());
+    }
+  }
   request.state = RequestState::kFinished;
   request.reason = reason;
   request.finished = now;
@@ -220,16 +231,20 @@ void EngineImpl::Fail(Request& request, absl::Status error, Clock::time_point no
 
 std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
                                                     std::vector<Delivery>& deliveries) {
-  for (const std::shared_ptr<Request>& request : scheduler_.Admit()) {
+  Scheduler::Admitted admitted = scheduler_.Admit();
+  for (const std::shared_ptr<Request>& request : admitted.running) {
     request->state = RequestState::kRunning;
     request->scheduled = now;
+  }
+  for (Scheduler::Admitted::Rejection& rejection : admitted.rejected) {
+    Fail(*rejection.request, std::move(rejection.status), now, deliveries);
   }
   std::vector<ScheduledSequence> work = scheduler_.FormBatch();
   step_builder_.Clear();
   std::vector<ScheduledSequence> scheduled;
   scheduled.reserve(work.size());
   for (ScheduledSequence& sequence : work) {
-    const absl::Status added = step_builder_.Add(sequence, scheduler_);
+    const absl::Status added = step_builder_.Add(sequence);
     if (!added.ok()) {
       // The reservation covers the worst case, so this is a bug; it fails only this request.
       Fail(*sequence.request, added, now, deliveries);
@@ -295,14 +310,17 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   absl::MutexLock step_lock(&step_mu_);
   std::vector<Delivery> deliveries;
   std::vector<ScheduledSequence> work;
-  std::vector<RequestId> finished;
+  std::vector<SparseEnd> finished;
   {
     absl::MutexLock lock(&mu_);
     finished.swap(sparse_finished_);
     work = Schedule(Clock::now(), deliveries);
   }
-  // Between steps no slot is in use, so this cannot fail.
-  for (const RequestId id : finished) runner_.ForgetSparse(id).IgnoreError();
+  // Between steps: enqueued before the step, so no block of theirs is looked up again before
+  // its slots are free (a request admitted now reads its host blocks only once it decodes).
+  for (const SparseEnd& end : finished) {
+    runner_.ForgetSparse(end.id, end.host_blocks).IgnoreError();
+  }
   ForwardResult forward{.logits_to_host = options_.logits_to_host};
   if (!work.empty() && options_.logits_to_host) {
     const size_t values = static_cast<size_t>(step_builder_.batch().num_logit_rows()) *

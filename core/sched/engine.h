@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/kv/block_selector.h"
 #include "core/model/model.h"
-#include "core/model/offloaded_kv.h"
-#include "core/model/sparse_attention.h"
+#include "core/offload/offload_config.h"
+#include "core/offload/selection.h"
+#include "core/offload/sparse_attention.h"
 #include "core/sample/sampling_params.h"
 #include "core/tokenizer/tokenizer.h"
 
@@ -50,27 +50,16 @@ struct EngineOptions {
   // (TokenEvent::logits). Otherwise (the default) the backend samples and only the tokens come
   // back; the tokens are the same either way (core/backend/sampling.h).
   bool logits_to_host = false;
-  // Offloaded sparse decode attention for every request (issue 6): each decode step attends, in
-  // every layer, only to the blocks these options select (core/kv/block_selector.h); prompt
+  // Offloaded sparse decode attention for every request (core/offload/offload_config.h): each
+  // decode step attends, in every layer, only to the blocks offload->selection selects; prompt
   // chunks stay dense. Each full block of a request is written back to the host tier once; while
   // a request decodes only its sinks and window stay in the KV cache (whose size is then
   // kv_capacity_tokens for those and the prompts being prefilled), and the blocks a step selects
-  // are recalled into the device tier's slots, where they stay cached across steps. Empty (the
-  // default): dense attention, every block in the KV cache.
-  std::optional<SelectionOptions> sparse_attention = std::nullopt;
-  // With sparse_attention: the host tier's capacity in tokens (of every layer); 0: 8 full
-  // contexts, capped at 4 GiB of KV.
-  int64_t offload_host_tokens = 0;
-  // With sparse_attention: the device tier's slots in tokens; the requests decoding at once take
-  // their budgets' candidate blocks each. 0: max_batch budgets (or contexts, when shorter),
-  // capped at 1 GiB of KV.
-  int64_t offload_slot_tokens = 0;
-  EvictionKind offload_eviction = EvictionKind::kLru;
-  // With sparse_attention: how a block's key summary scores against a query
-  // (ModelRunnerOptions::summary_radius), in [0, 1]: 1 Quest's upper bound of q.k, 0 (the
-  // default) the q.k of the summary box's center.
-  float offload_summary_radius = 0.0f;
-  CopyExecutor offload_executor = CopyExecutor::kAuto;
+  // are recalled into the device tier's slots, where they stay cached across steps. Its 0 sizes
+  // resolve to defaults: host_tokens 8 full contexts capped at 4 GiB of KV; slot_tokens max_batch
+  // budgets (or contexts, when shorter) capped at 1 GiB of KV. Empty (the default): dense
+  // attention, every block in the KV cache.
+  std::optional<OffloadConfig> offload = std::nullopt;
   // Replay decode steps as graphs where the backend has them (ModelRunnerOptions::decode_graphs).
   bool decode_graphs = true;
 
@@ -147,7 +136,7 @@ struct RequestSnapshot {
 };
 
 // A request's own offloading, within what the engine was created with: by default the engine's
-// (EngineOptions::sparse_attention). An offloading engine may run a request densely (its whole
+// (EngineOptions::offload). An offloading engine may run a request densely (its whole
 // context then stays in the KV cache, reserved at admission), or with its own budget, sink and
 // window; the selection mode is the engine's, since the device slots are laid out for it.
 struct RequestOffload {
@@ -169,8 +158,8 @@ struct EngineStats {
   int32_t running = 0;
   int32_t kv_blocks = 0;         // blocks of the KV cache
   int32_t kv_blocks_in_use = 0;  // allocated or reserved by running requests
-  SparseAttentionStats sparse;   // with EngineOptions::sparse_attention
-  // The offloaded KV (with sparse_attention): host-tier blocks, those reserved by running
+  SparseAttentionStats sparse;   // with EngineOptions::offload
+  // The offloaded KV (with EngineOptions::offload): host-tier blocks, those reserved by running
   // requests, device slots, those the running requests' budgets may take at once, and the
   // transfers and slot-cache counts so far.
   int32_t host_blocks = 0;

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "core/backend/summary_radius.h"
 #include "core/sched/engine.h"
 
 namespace pulse {
@@ -43,17 +42,7 @@ absl::Status EngineOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_context = %d must be >= 0", max_context));
   }
-  if (!SummaryRadiusValid(offload_summary_radius)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("offload_summary_radius = %g is outside [0, 1]", offload_summary_radius));
-  }
-  for (const auto& [name, tokens] : {std::pair{"offload_host_tokens", offload_host_tokens},
-                                     std::pair{"offload_slot_tokens", offload_slot_tokens}}) {
-    if (tokens < 0 || tokens > std::numeric_limits<int32_t>::max()) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s = %d is outside [0, %d]", name, tokens,
-                                                        std::numeric_limits<int32_t>::max()));
-    }
-  }
+  if (offload) PULSE_RETURN_IF_ERROR(offload->Validate());
   return absl::OkStatus();
 }
 

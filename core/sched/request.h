@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/kv/block_selector.h"
 #include "core/kv/block_table.h"
-#include "core/kv/offloaded_block_table.h"
+#include "core/offload/offloaded_block_table.h"
+#include "core/offload/selection.h"
 #include "core/sample/sampler.h"
 #include "core/sample/sampling_params.h"
 #include "core/sched/engine.h"

@@ -28,13 +28,16 @@ absl::StatusOr<std::optional<SelectionOptions>> RequestSelection(const RequestOf
   if (offload.mode == Mode::kDense) return std::nullopt;
   const bool changes = offload.mode != Mode::kEngine || offload.budget_tokens.has_value() ||
                        offload.sink_tokens.has_value() || offload.window_tokens.has_value();
-  if (!changes) return engine.sparse_attention;
-  if (!engine.sparse_attention) {
+  if (!changes) {
+    if (!engine.offload) return std::nullopt;
+    return engine.offload->selection;
+  }
+  if (!engine.offload) {
     return absl::FailedPreconditionError(
         "the request asks for offloaded attention, but this engine was created without it "
-        "(EngineOptions::sparse_attention)");
+        "(EngineOptions::offload)");
   }
-  SelectionOptions selection = *engine.sparse_attention;
+  SelectionOptions selection = engine.offload->selection;
   const Mode engine_mode =
       selection.mode == SelectionMode::kSoloHead ? Mode::kSoloHead : Mode::kHeadWise;
   if (offload.mode != Mode::kEngine && offload.mode != engine_mode) {

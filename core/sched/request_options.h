@@ -8,7 +8,7 @@
 
 #include "core/base/status.h"
 #include "core/format/config.h"
-#include "core/kv/block_selector.h"
+#include "core/offload/selection.h"
 #include "core/sched/engine.h"
 
 namespace pulse {

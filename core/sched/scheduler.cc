@@ -4,34 +4,18 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "core/offload/residency.h"
 
 namespace pulse {
 
-Scheduler::Scheduler(const SchedulerLimits& limits, int32_t num_blocks)
-    : limits_(limits), pool_(num_blocks), host_pool_(limits.host_blocks) {}
-
-int32_t Scheduler::ResidentLimit(const Request& request) const {
-  const int32_t block_tokens = limits_.block_tokens;
-  return BlocksForTokens(request.offload->sink_tokens, block_tokens) +
-         BlocksForTokens(request.offload->window_tokens, block_tokens) + 2;
-}
+Scheduler::Scheduler(const SchedulerLimits& limits, int32_t num_blocks, HostTier* host_tier)
+    : limits_(limits), pool_(num_blocks), host_pool_(limits.host_blocks), host_tier_(host_tier) {}
 
 int32_t Scheduler::BlocksNeeded(const Request& request) const {
   if (!request.offload) return BlocksForTokens(request.max_kv_tokens(), limits_.block_tokens);
-  return std::min(BlocksForTokens(request.max_kv_tokens(), limits_.block_tokens),
-                  std::max(BlocksForTokens(request.prompt_tokens, limits_.block_tokens),
-                           ResidentLimit(request)));
+  return PeakDeviceBlocks(*request.offload, limits_.block_tokens, request.prompt_tokens,
+                          request.max_kv_tokens());
 }
-
-namespace {
-
-// The most candidate blocks the request's selection picks in a step: its budget's, or all its
-// context's when the budget covers it.
-int32_t SlotBlocks(const Request& request, int32_t block_tokens) {
-  return std::min(request.offload->budget_tokens, request.max_kv_tokens()) / block_tokens;
-}
-
-}  // namespace
 
 absl::Status Scheduler::CanEverFit(const Request& request) const {
   const int32_t block_tokens = limits_.block_tokens;
@@ -55,29 +39,45 @@ absl::Status Scheduler::CanEverFit(const Request& request) const {
                         "holds (%d blocks)",
                         request.max_kv_tokens(), host_blocks, host_pool_.capacity()));
   }
-  if (SlotBlocks(request, block_tokens) > limits_.slot_blocks) {
+  if (SlotsNeeded(*request.offload, block_tokens, request.max_kv_tokens()) > limits_.slot_blocks) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the request's budget of %d tokens selects up to %d blocks a step, more "
         "than the device tier's %d slots",
-        request.offload->budget_tokens, SlotBlocks(request, block_tokens), limits_.slot_blocks));
+        request.offload->budget_tokens,
+        SlotsNeeded(*request.offload, block_tokens, request.max_kv_tokens()), limits_.slot_blocks));
   }
   return absl::OkStatus();
 }
 
 void Scheduler::Enqueue(std::shared_ptr<Request> request) { queue_.push_back(std::move(request)); }
 
-std::vector<std::shared_ptr<Request>> Scheduler::Admit() {
-  std::vector<std::shared_ptr<Request>> admitted;
+Scheduler::Admitted Scheduler::Admit() {
+  Admitted admitted;
   while (!queue_.empty() && running() < limits_.max_batch) {
     Request& request = *queue_.front();
     // The head waits for running requests to finish; the ones behind it wait their turn.
     if (request.offload) {
-      const int32_t slots = SlotBlocks(request, limits_.block_tokens);
+      const int32_t slots =
+          SlotsNeeded(*request.offload, limits_.block_tokens, request.max_kv_tokens());
       if (slots_reserved_ + slots > limits_.slot_blocks) break;
       absl::StatusOr<OffloadedBlockTable> blocks =
           OffloadedBlockTable::Create(&pool_, &host_pool_, limits_.block_tokens,
                                       request.max_kv_tokens(), BlocksNeeded(request));
       if (!blocks.ok()) break;
+      // The host tier is pinned as far as the pool may hand out blocks: it reuses freed ids
+      // first, so the blocks allocated or reserved bound the ids it gives.
+      if (host_tier_ != nullptr) {
+        const absl::Status grown =
+            host_tier_->Reserve(host_pool_.allocated() + host_pool_.reserved());
+        if (!grown.ok()) {
+          // With nothing running, no pinned memory will come free for it: it can never run.
+          if (running_.empty()) {
+            admitted.rejected.push_back({std::move(queue_.front()), grown});
+            queue_.pop_front();
+          }
+          break;
+        }
+      }
       request.offloaded_blocks = *std::move(blocks);
       request.slot_blocks = slots;
       slots_reserved_ += slots;
@@ -87,7 +87,7 @@ std::vector<std::shared_ptr<Request>> Scheduler::Admit() {
       if (!blocks.ok()) break;
       request.blocks = *std::move(blocks);
     }
-    admitted.push_back(queue_.front());
+    admitted.running.push_back(queue_.front());
     running_.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/kv/block_pool.h"
+#include "core/offload/host_tier.h"
 #include "core/sched/request.h"
 
 namespace pulse {
@@ -32,28 +33,36 @@ struct ScheduledSequence {
 
 class Scheduler {
  public:
-  // `num_blocks`: the dense pool of device KV blocks.
-  Scheduler(const SchedulerLimits& limits, int32_t num_blocks);
+  // `num_blocks`: the dense pool of device KV blocks. `host_tier` (null without offloading) grows
+  // as offloaded requests are admitted; it must outlive the scheduler.
+  Scheduler(const SchedulerLimits& limits, int32_t num_blocks, HostTier* host_tier);
 
   const BlockPool& pool() const { return pool_; }
   const BlockPool& host_pool() const { return host_pool_; }
   int32_t slots_reserved() const { return slots_reserved_; }
   int32_t slot_capacity() const { return limits_.slot_blocks; }
   // Device KV blocks the request holds at most: its worst case, or for an offloaded request the
-  // larger of its prompt and its resident set (ResidentLimit).
+  // larger of its prompt and its resident set (PeakDeviceBlocks).
   int32_t BlocksNeeded(const Request& request) const;
-  // The device blocks an offloaded request keeps resident while it decodes: its sink blocks,
-  // the window's and the block being written.
-  int32_t ResidentLimit(const Request& request) const;
   // OK when the request could run in an otherwise empty engine; ResourceExhausted saying which
   // capacity it exceeds otherwise.
   absl::Status CanEverFit(const Request& request) const;
 
   void Enqueue(std::shared_ptr<Request> request);
+  // What Admit did: the requests admitted (now holding their block tables), and those refused
+  // because the host tier cannot grow to hold them and nothing running will free it (with why).
+  struct Admitted {
+    struct Rejection {
+      std::shared_ptr<Request> request;
+      absl::Status status;
+    };
+    std::vector<std::shared_ptr<Request>> running;
+    std::vector<Rejection> rejected;
+  };
   // Admits queued requests in order while the batch has room and their KV can be reserved (for
-  // an offloaded request: host blocks for its worst case, device blocks for BlocksNeeded, and
-  // slots for its budget's picks); returns them (now holding their block tables).
-  std::vector<std::shared_ptr<Request>> Admit();
+  // an offloaded request: host blocks for its worst case, pinned in the host tier, device blocks
+  // for BlocksNeeded, and slots for its budget's picks).
+  Admitted Admit();
   // This step's work: one token for every decoding request, then prompt chunks of the
   // prefilling requests in admission order within the step's token budget.
   std::vector<ScheduledSequence> FormBatch() const;
@@ -67,6 +76,7 @@ class Scheduler {
   const SchedulerLimits limits_;
   BlockPool pool_;
   BlockPool host_pool_;
+  HostTier* const host_tier_;
   int32_t slots_reserved_ = 0;
   std::deque<std::shared_ptr<Request>> queue_;
   std::vector<std::shared_ptr<Request>> running_;  // in admission order

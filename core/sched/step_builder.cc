@@ -1,6 +1,6 @@
 #include "core/sched/step_builder.h"
 
-#include "core/kv/block_selector.h"
+#include "core/offload/residency.h"
 
 namespace pulse {
 namespace {
@@ -9,15 +9,10 @@ namespace {
 // the block written stay resident; the blocks that left the window were written back to the host
 // tier when they filled.
 absl::Status AddOffloaded(const ScheduledSequence& sequence, std::span<const int32_t> tokens,
-                          LogitRows logits, int32_t block_tokens, const Scheduler& scheduler,
-                          StepBatch& batch) {
+                          LogitRows logits, int32_t block_tokens, StepBatch& batch) {
   Request& request = *sequence.request;
   OffloadedBlockTable& blocks = *request.offloaded_blocks;
-  if (sequence.decode) {
-    const BlockRange evicted = NonResidentBlocks(sequence.begin, block_tokens, *request.offload);
-    blocks.Evict(evicted.begin, evicted.end);
-    blocks.LimitDevice(scheduler.ResidentLimit(request));
-  }
+  if (sequence.decode) KeepResidentSet(blocks, *request.offload, block_tokens, sequence.begin);
   PULSE_RETURN_IF_ERROR(blocks.Grow(sequence.begin + sequence.count));
   batch.AddSequence(tokens, sequence.begin, blocks.device_blocks(), logits,
                     SparseSelection{*request.offload, request.id}, blocks.host_blocks());
@@ -35,14 +30,14 @@ void StepBuilder::Clear() {
   penalised_ids_.clear();
 }
 
-absl::Status StepBuilder::Add(const ScheduledSequence& sequence, const Scheduler& scheduler) {
+absl::Status StepBuilder::Add(const ScheduledSequence& sequence) {
   Request& request = *sequence.request;
   const std::span<const int32_t> tokens =
       std::span<const int32_t>(request.tokens)
           .subspan(static_cast<size_t>(sequence.begin), static_cast<size_t>(sequence.count));
   const LogitRows logits = sequence.sample ? LogitRows::kLast : LogitRows::kNone;
   if (request.offload) {
-    PULSE_RETURN_IF_ERROR(AddOffloaded(sequence, tokens, logits, block_tokens_, scheduler, batch_));
+    PULSE_RETURN_IF_ERROR(AddOffloaded(sequence, tokens, logits, block_tokens_, batch_));
   } else {
     PULSE_RETURN_IF_ERROR(request.blocks->Grow(sequence.begin + sequence.count));
     batch_.AddSequence(tokens, sequence.begin, request.blocks->blocks(), logits);

@@ -24,9 +24,8 @@ class StepBuilder {
   void Clear();
   // Adds the sequence's tokens to the batch (and, when it is sampled on the backend, its draw,
   // which advances its request's sampler). Fails, adding nothing to the batch, only when the
-  // request's blocks cannot grow to cover them: a bug, since the admission reserved its worst case
-  // (`scheduler` admitted it and bounds an offloaded request's resident blocks).
-  absl::Status Add(const ScheduledSequence& sequence, const Scheduler& scheduler);
+  // request's blocks cannot grow to cover them: a bug, since the admission reserved its worst case.
+  absl::Status Add(const ScheduledSequence& sequence);
 
   const StepBatch& batch() const { return batch_; }
   std::span<const TokenSampling> sampling() const { return sampling_; }

@@ -22,7 +22,8 @@
 // every request's whole context and the device slots every request's budget (or --slot-tokens a
 // request: as many as the context keeps every recalled block resident, which leaves the step's
 // cost without its recall); the record adds the recall bytes a timed step moved, the copy
-// engine's rate on them, the slot-cache hit rate and the host's block-selection time a step.
+// engine's rate on them, the slot-cache hit rate and the host's time planning a step's selection
+// (selection_ms_per_step: the selection itself runs on the device).
 // Its HBM floor counts the KV of the tokens attended (the budget, at most the context). And each
 // in every setting of --graphs (default on): decode steps replayed as graphs (where the backend
 // has them: pulse_engine_params.decode_graphs) or launched op by op; the record says which.

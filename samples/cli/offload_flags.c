@@ -90,7 +90,7 @@ void print_offload_stats(pulse_engine* engine) {
           : 0.0;
   fprintf(stderr,
           "sparse attention: %lld selections, %.1f%% of the context attended, %lld of %lld "
-          "scored blocks picked, %.1f%% of them picked the step before too; selection %.3f ms on "
+          "scored blocks picked, %.1f%% of them picked the step before too; planning %.3f ms on "
           "the host (%.3f ms a step)\n",
           (long long)stats.sparse_selections, attended, (long long)stats.sparse_picked_blocks,
           (long long)stats.sparse_candidate_blocks, reused, stats.selection_ms,

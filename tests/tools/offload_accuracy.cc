@@ -10,19 +10,24 @@
 // The text is tokenized with the model's tokenizer and cut into windows of each size, spread
 // evenly over it. In a window, the first tokens (a multiple of the block size, `eval` + 1 short of
 // the window) are prefilled densely once; then the last `eval` tokens are fed one a step, teacher
-// forced, to every configuration at once - dense, head-wise at each budget, and SoloHead with
+// forced, to every configuration in turn - dense, head-wise at each budget, and SoloHead with
 // each head aggregate at each budget - as sequences sharing the prefilled blocks (so they all see
-// the same context), each with blocks of its own for the tokens it appends. Each step scores the
-// next token of the text: ppl = exp(mean of -log p); agreement = the share of steps whose argmax
-// equals dense attention's; reuse = the share of picked blocks that the same (layer, set) picked
-// the step before. Blocks are summarized at --summary-radius (ModelRunnerOptions::summary_radius:
-// 1 ranks them by Quest's upper bound of q.k, 0 by the q.k of the key box's center). Records are
+// the same context), each with blocks of its own for the tokens it appends. A configuration's
+// steps run back to back, one sequence a step: the rows of one step select in one mode, and the
+// step that last picked a block is kept per block (core/offload/block_summaries.h), so two
+// configurations picking from the shared blocks in one step would count each other's picks as
+// reused. Each step scores the next token of the text: ppl = exp(mean of -log p); agreement =
+// the share of steps whose argmax equals dense attention's; reuse = the share of picked blocks
+// that the same (layer, set) picked the step before (none for a window's first step, which has
+// no step before). Blocks are summarized at --summary-radius (OffloadConfig::summary_radius: 1
+// ranks them by Quest's upper bound of q.k, 0 by the q.k of the key box's center). Records are
 // JSON Lines, "bench": "accuracy"; a table is printed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -125,6 +130,8 @@ struct Config {
   double nll = 0;
   int64_t predictions = 0;
   int64_t agreeing = 0;
+  int64_t picked_blocks = 0;
+  int64_t reused_blocks = 0;  // of picked_blocks, those the step before picked
 };
 
 std::vector<Config> Configs(const Args& args) {
@@ -187,21 +194,31 @@ absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window
   PULSE_RETURN_IF_ERROR(runner.Forward(batch, none));
 
   const size_t vocab = static_cast<size_t>(runner.model().config().vocab_size);
-  std::vector<float> logits(configs.size() * vocab);
-  for (int32_t position = context; position < context + eval; ++position) {
-    batch.Clear();
-    for (size_t c = 0; c < configs.size(); ++c) {
+  std::vector<float> logits(vocab);
+  // Dense attention's greedy token at each evaluated position (configs[0] is dense).
+  std::vector<int32_t> dense(static_cast<size_t>(eval));
+  for (size_t c = 0; c < configs.size(); ++c) {
+    Config& config = configs[c];
+    for (int32_t position = context; position < context + eval; ++position) {
+      const SparseAttentionStats before =
+          config.sparse ? runner.sparse_stats(config.sparse->key) : SparseAttentionStats{};
+      batch.Clear();
       batch.AddSequence(window.subspan(position, 1), position, tables[c], LogitRows::kLast,
-                        configs[c].sparse);
-    }
-    PULSE_RETURN_IF_ERROR(runner.Forward(batch, logits));
-    const int32_t next = window[position + 1];
-    const int32_t dense = Argmax(std::span<const float>(logits).first(vocab));
-    for (size_t c = 0; c < configs.size(); ++c) {
-      const std::span<const float> row = std::span<const float>(logits).subspan(c * vocab, vocab);
-      configs[c].nll += NegativeLogLikelihood(row, next);
-      configs[c].predictions += 1;
-      configs[c].agreeing += Argmax(row) == dense ? 1 : 0;
+                        config.sparse);
+      PULSE_RETURN_IF_ERROR(runner.Forward(batch, logits));
+      const int32_t next = window[position + 1];
+      const int32_t argmax = Argmax(logits);
+      const auto step = static_cast<size_t>(position - context);
+      if (c == 0) dense[step] = argmax;
+      config.nll += NegativeLogLikelihood(logits, next);
+      config.predictions += 1;
+      config.agreeing += argmax == dense[step] ? 1 : 0;
+      if (config.sparse) {
+        const SparseAttentionStats after = runner.sparse_stats(config.sparse->key);
+        config.picked_blocks += after.picked_blocks - before.picked_blocks;
+        // The step before a window's first step was another config's, or another window's.
+        if (position > context) config.reused_blocks += after.reused_blocks - before.reused_blocks;
+      }
     }
   }
   return absl::OkStatus();
@@ -240,14 +257,15 @@ absl::Status Run(const Args& args) {
                                .type = model->backend().kv_type()};
     PULSE_ASSIGN_OR_RETURN(
         KvCache cache, KvCache::Create(model->backend(), layout, config.num_layers, num_blocks));
-    const int32_t rows = static_cast<int32_t>(configs.size());
+    // Sparse attention over resident blocks only (no host tier): each sequence's own selection.
+    const OffloadConfig offload{.summary_radius = args.summary_radius};
     PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                            ModelRunner::Create(model, std::move(cache),
-                                               {.max_step_tokens = std::max(size, rows),
-                                                .max_seqs = rows,
+                                               {.max_step_tokens = size,
+                                                .max_seqs = 1,
                                                 .max_blocks_per_seq = size / block_tokens + 2,
-                                                .max_logit_rows = rows,
-                                                .summary_radius = args.summary_radius}));
+                                                .max_logit_rows = 1,
+                                                .offload = offload}));
     const int64_t stride = (static_cast<int64_t>(tokens.size()) - size) / args.per_window;
     for (int32_t w = 0; w < args.per_window; ++w) {
       PULSE_RETURN_IF_ERROR(EvaluateWindow(
@@ -259,9 +277,8 @@ absl::Status Run(const Args& args) {
       const double agreement = static_cast<double>(c.agreeing) / c.predictions;
       const SparseAttentionStats stats =
           c.sparse ? runner.sparse_stats(c.sparse->key) : SparseAttentionStats{};
-      const double reuse = stats.picked_blocks > 0
-                               ? static_cast<double>(stats.reused_blocks) / stats.picked_blocks
-                               : 1.0;
+      const double reuse =
+          c.picked_blocks > 0 ? static_cast<double>(c.reused_blocks) / c.picked_blocks : 1.0;
       const double attended =
           stats.context_tokens > 0
               ? static_cast<double>(stats.attended_tokens) / stats.context_tokens

@@ -323,16 +323,16 @@ typedef struct pulse_engine_stats {
   int32_t slot_blocks_in_use; /* reserved by running requests' budgets */
   int64_t recall_bytes;       /* moved host -> device */
   int64_t recall_transfers;   /* contiguous chunks moved (a block, or a head's K or V) */
-  int64_t recall_plans;       /* (step, layer) recalls that moved something */
+  int64_t recall_plans;       /* (step, layer) recalls enqueued (with or without misses) */
   double recall_ms;           /* the copy engine's time on them; / steps: per step */
   int64_t writeback_bytes;    /* moved device -> host, each full block once a layer */
   int64_t slot_hits;          /* selected blocks found in a slot */
   int64_t slot_misses;        /* selected blocks recalled */
   int64_t slot_evictions;     /* cached blocks a recall displaced */
   /* Fields appended after version 3. */
-  /* Host time selecting blocks once a layer's scores are on the host (ranking each request's
-   * candidates, looking them up in the block cache, queuing their recall), during which the
-   * device waits; / steps: per step. */
+  /* Host time planning the steps' sparse selection (each request's candidates and tables'
+   * inputs, uploaded once a step; selection itself runs on the device, which does not wait for
+   * the host inside a step); / steps: per step. */
   double selection_ms;
 } pulse_engine_stats;
 

@@ -55,10 +55,16 @@ __device__ int32_t RowOfPair(const SparseTableRow* rows, int32_t num_rows, int32
 
 struct TableShared {
   BlockSelectScratch<kTableThreads> select;
-  int32_t counts[kSparseCounters];
-  int32_t misses;
   int32_t evictable;
 };
+
+// Adds one to a row's counter (rows are few and picks spread over them: global atomics).
+__device__ __forceinline__ void Count(const SparseTableBuild& build, int32_t row,
+                                      SparseCounter counter) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(build.counters + int64_t{row} * kSparseCounters +
+                                                  counter),
+            1ull);
+}
 
 // A block a set: the rows' fixed entries, then their picks in (row, pick) order (hits resolved
 // and stamped, misses listed in that order), then the misses' victims.
@@ -70,11 +76,10 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
   const SlotDirectoryView& directory = build.directory;
   const int32_t step = *build.step;
   const int64_t stride = build.table_stride;
-  if (tid < kSparseCounters) shared.counts[tid] = 0;
   for (int32_t r = 0; r < build.num_rows; ++r) {
     const SparseTableRow row = build.rows[r];
     const int32_t picks = build.segments[row.segment].picks;
-    const int32_t table_row = row.table_first + set;
+    const int32_t table_row = r * build.num_sets + set;
     int32_t* table = build.tables + table_row * stride;
     const int32_t fixed = row.sink_blocks + row.window_blocks;
     for (int32_t i = tid; i < fixed; i += kTableThreads) {
@@ -104,10 +109,10 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
       const int32_t candidate = segment.first + pick;
       int32_t& stamp =
           build.pick_stamps[int64_t{set} * build.num_summaries + build.summary_ids[candidate]];
-      if (stamp == step - 1) atomicAdd(&shared.counts[kSparseReused], 1);
+      if (stamp == step - 1) Count(build, r, kSparseReused);
       stamp = step;
       const int32_t block = build.candidate_blocks[candidate];
-      const int64_t entry = (row.table_first + set) * stride + row.sink_blocks + j;
+      const int64_t entry = (int64_t{r} * build.num_sets + set) * stride + row.sink_blocks + j;
       if (row.offloaded == 0 || !listed) {
         build.tables[entry] = block;
       } else {
@@ -119,7 +124,7 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
           directory.last_used[at] = step;
           directory.score[at] = StoredScore(score);
           build.tables[entry] = directory.first_slot + slot;
-          atomicAdd(&shared.counts[kSparseHits], 1);
+          Count(build, r, kSparseHits);
         } else {
           // Slot 0 until a victim is found (the table never names a block outside the cache).
           build.tables[entry] = directory.first_slot;
@@ -137,12 +142,9 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
     }
     misses += total;
   }
-  if (!listed) {
-    __syncthreads();
-    if (tid < kSparseCounters && shared.counts[tid] != 0) {
-      atomicAdd(reinterpret_cast<unsigned long long*>(build.counters + tid),
-                static_cast<unsigned long long>(shared.counts[tid]));
-    }
+  if (!listed) return;
+  if (misses == 0) {
+    if (tid == 0) build.recalls.counts[set] = 0;
     return;
   }
   // The slots the step has not used, and the misses' victims among them.
@@ -165,26 +167,35 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
       [&](int32_t position, int32_t slot) { recalls[position].slot = slot; }, shared.select);
   for (int32_t i = tid; i < victims; i += kTableThreads) {
     RecallEntry& miss = recalls[i];
+    const auto row = static_cast<int32_t>(miss.table_index / stride / build.num_sets);
     const int64_t at = int64_t{set} * directory.num_slots + miss.slot;
     if (const int32_t evicted = directory.block_of_slot[at]; evicted >= 0) {
       directory.slot_of_block[int64_t{set} * directory.num_blocks + evicted] = -1;
-      atomicAdd(&shared.counts[kSparseEvictions], 1);
+      Count(build, row, kSparseEvictions);
     }
+    Count(build, row, kSparseMisses);
     directory.slot_of_block[int64_t{set} * directory.num_blocks + miss.host_block] = miss.slot;
     directory.block_of_slot[at] = miss.host_block;
     directory.last_used[at] = step;
     directory.score[at] = StoredScore(miss.score);
     build.tables[miss.table_index] = directory.first_slot + miss.slot;
   }
-  if (tid == 0) {
-    build.recalls.counts[set] = victims;
-    shared.counts[kSparseMisses] = victims;
-    shared.counts[kSparseOverflow] = misses - victims;
-  }
+  if (tid == 0) build.recalls.counts[set] = victims;
+  // The misses past the victims (an overflow, which the plan prevents) are the offloaded picks
+  // whose blocks are still not resident.
+  if (victims == misses) return;
   __syncthreads();
-  if (tid < kSparseCounters && shared.counts[tid] != 0) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(build.counters + tid),
-              static_cast<unsigned long long>(shared.counts[tid]));
+  for (int32_t pair = tid; pair < pairs; pair += kTableThreads) {
+    const int32_t r = RowOfPair(build.rows, build.num_rows, pair);
+    const SparseTableRow row = build.rows[r];
+    if (row.offloaded == 0) continue;
+    const ScoreSegment segment = build.segments[row.segment];
+    const int32_t pick =
+        build.picked[segment.picks_first + int64_t{set} * segment.picks + pair - row.picks_before];
+    const int32_t block = build.candidate_blocks[segment.first + pick];
+    if (directory.slot_of_block[int64_t{set} * directory.num_blocks + block] < 0) {
+      Count(build, r, kSparseOverflow);
+    }
   }
 }
 

@@ -1,7 +1,6 @@
 #include "core/backend/reference/sparse_selection.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -71,14 +70,16 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
   const SlotDirectoryView& directory = build.directory;
   const int32_t step = *build.step;
   const int64_t stride = build.table_stride;
-  std::array<int64_t, kSparseCounters> counts = {};
+  const auto count = [&build](int32_t row, SparseCounter counter) -> int64_t& {
+    return build.counters[int64_t{row} * kSparseCounters + counter];
+  };
   for (int32_t set = 0; set < build.num_sets; ++set) {
     if (set < directory.num_sets) build.recalls.counts[set] = 0;
     std::vector<RecallEntry> misses;
     for (int32_t r = 0; r < build.num_rows; ++r) {
       const SparseTableRow& row = build.rows[r];
       const ScoreSegment& segment = build.segments[row.segment];
-      const int32_t table_row = row.table_first + set;
+      const int32_t table_row = r * build.num_sets + set;
       if (segment.num_sets != build.num_sets ||
           row.sink_blocks + segment.picks + row.window_blocks > stride ||
           (row.offloaded != 0 && set >= directory.num_sets)) {
@@ -104,7 +105,7 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
                               picks[j], segment.count, summary, build.num_summaries));
         }
         int32_t& stamp = build.pick_stamps[int64_t{set} * build.num_summaries + summary];
-        counts[kSparseReused] += stamp == step - 1 ? 1 : 0;
+        count(r, kSparseReused) += stamp == step - 1 ? 1 : 0;
         stamp = step;
         const int32_t block = build.candidate_blocks[candidate];
         int32_t& entry = table[row.sink_blocks + j];
@@ -130,7 +131,7 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
         directory.last_used[at] = step;
         directory.score[at] = StoredScore(score);
         entry = directory.first_slot + slot;
-        ++counts[kSparseHits];
+        ++count(r, kSparseHits);
       }
     }
     if (misses.empty()) continue;
@@ -142,15 +143,22 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
     }
     const std::vector<int32_t> victims = Smallest(
         std::move(evictable), std::min(misses.size(), static_cast<size_t>(build.recalls.capacity)));
-    counts[kSparseOverflow] += static_cast<int64_t>(misses.size() - victims.size());
+    // A miss's row, from its table entry.
+    const auto row_of = [&](const RecallEntry& miss) {
+      return static_cast<int32_t>(miss.table_index / stride / build.num_sets);
+    };
+    for (size_t i = victims.size(); i < misses.size(); ++i) {
+      ++count(row_of(misses[i]), kSparseOverflow);
+    }
     RecallEntry* recalls = build.recalls.entries + int64_t{set} * build.recalls.capacity;
     for (size_t i = 0; i < victims.size(); ++i) {
       RecallEntry miss = misses[i];
+      const int32_t row = row_of(miss);
       const int32_t slot = victims[i];
       const int64_t at = int64_t{set} * directory.num_slots + slot;
       if (const int32_t evicted = directory.block_of_slot[at]; evicted >= 0) {
         directory.slot_of_block[int64_t{set} * directory.num_blocks + evicted] = -1;
-        ++counts[kSparseEvictions];
+        ++count(row, kSparseEvictions);
       }
       directory.slot_of_block[int64_t{set} * directory.num_blocks + miss.host_block] = slot;
       directory.block_of_slot[at] = miss.host_block;
@@ -159,12 +167,9 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
       build.tables[miss.table_index] = directory.first_slot + slot;
       miss.slot = slot;
       recalls[i] = miss;
-      ++counts[kSparseMisses];
+      ++count(row, kSparseMisses);
     }
     build.recalls.counts[set] = static_cast<int32_t>(victims.size());
-  }
-  for (int32_t counter = 0; counter < kSparseCounters; ++counter) {
-    build.counters[counter] += counts[static_cast<size_t>(counter)];
   }
   return absl::OkStatus();
 }

@@ -30,9 +30,12 @@ class OffloadBackendTest : public ::pulse::testing::BackendModelTest {
  protected:
   void SetUp() override { LoadOnBackend(::pulse::testing::SmallConfig(512), 3); }
 
-  ModelRunner MakeRunner(std::optional<OffloadOptions> offload) {
+  // `offload` empty: dense attention; without tiers: sparse rows over resident blocks.
+  ModelRunner MakeRunner(std::optional<OffloadConfig> offload) {
     const ModelConfig& config = model_->config();
-    const int32_t slots = offload ? offload->slot_blocks : 0;
+    const auto slots =
+        static_cast<int32_t>(offload && offload->host_tokens > 0 ? offload->slot_tokens : 0) /
+        kBlockTokens;
     absl::StatusOr<KvCache> cache = KvCache::Create(model_->backend(),
                                                     {.block_tokens = kBlockTokens,
                                                      .num_kv_heads = config.num_kv_heads,
@@ -90,6 +93,15 @@ class OffloadBackendTest : public ::pulse::testing::BackendModelTest {
   }
 };
 
+// Both tiers: a host block for each of the sequence's blocks, `slots` device slots.
+OffloadConfig Tiers(SelectionMode mode, int32_t slots,
+                    CopyExecutor executor = CopyExecutor::kAuto) {
+  return {.selection = {.mode = mode},
+          .host_tokens = kBlocksPerSeq * kBlockTokens,
+          .slot_tokens = slots * kBlockTokens,
+          .executor = executor};
+}
+
 SparseSelection Selection(SelectionMode mode, int32_t budget) {
   return {.options = {.mode = mode,
                       .budget_tokens = budget,
@@ -106,16 +118,18 @@ TEST_P(OffloadBackendTest, ACoveringBudgetGivesTheDenseLogitsWithEveryExecutor) 
                                         CopyExecutor::kBatchDma, CopyExecutor::kPerChunk}) {
       SCOPED_TRACE(std::string(CopyExecutorName(executor)) +
                    (mode == SelectionMode::kSoloHead ? " solohead" : " headwise"));
-      ModelRunner runner = MakeRunner(OffloadOptions{.host_blocks = kBlocksPerSeq,
-                                                     .slot_blocks = kBlocksPerSeq,
-                                                     .mode = mode,
-                                                     .executor = executor});
+      ModelRunner runner = MakeRunner(Tiers(mode, kBlocksPerSeq, executor));
       ExpectBitwiseEqual(Decode(runner, Selection(mode, 1 << 20), true), dense);
       const OffloadStats stats = runner.offload_stats();
       EXPECT_GT(stats.recall_bytes, 0);
       EXPECT_GT(stats.cache.hits, stats.cache.misses);
       // 340 tokens of KV: 21 full blocks, each written back once a layer.
       EXPECT_EQ(stats.writeback_blocks, 21 * model_->config().num_layers);
+      // The device drove every decode step: the host waited only for the logits (and the
+      // counters), except where the baseline executors plan the recall on the host.
+      const bool planned_on_host =
+          executor == CopyExecutor::kBatchDma || executor == CopyExecutor::kPerChunk;
+      EXPECT_EQ(runner.step_host_waits(), planned_on_host ? model_->config().num_layers : 0);
     }
   }
 }
@@ -123,10 +137,9 @@ TEST_P(OffloadBackendTest, ACoveringBudgetGivesTheDenseLogitsWithEveryExecutor) 
 TEST_P(OffloadBackendTest, ASmallBudgetGivesTheResidentSelectionsLogits) {
   for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
     SCOPED_TRACE(mode == SelectionMode::kSoloHead ? "solohead" : "headwise");
-    ModelRunner resident_runner = MakeRunner(std::nullopt);
+    ModelRunner resident_runner = MakeRunner(OffloadConfig{});
     const auto resident = Decode(resident_runner, Selection(mode, 128), false);
-    ModelRunner runner =
-        MakeRunner(OffloadOptions{.host_blocks = kBlocksPerSeq, .slot_blocks = 6, .mode = mode});
+    ModelRunner runner = MakeRunner(Tiers(mode, 6));
     ExpectBitwiseEqual(Decode(runner, Selection(mode, 128), true), resident);
     EXPECT_GT(runner.offload_stats().cache.evictions, 0);
   }

@@ -3,8 +3,7 @@
 // random scores with ties, -0, NaN and infinities at small and large candidate counts;
 // BuildSparseTables over many random steps (solohead and headwise, LRU and score-aware, few and
 // many slots), comparing tables, recall lists, counters and the whole directory after each step;
-// ForgetSlots; and the copy engine's recall and write-back of device-built lists, against the
-// bytes they must move. Skipped without a CUDA device.
+// and ForgetSlots. Skipped without a CUDA device.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -197,7 +196,6 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
         const auto fixed_first = static_cast<int32_t>(fixed.size());
         fixed.insert(fixed.end(), {900 + r, 901 + r, 902 + r});
         table_rows.push_back({.segment = r,
-                              .table_first = r * c.sets,
                               .fixed_first = fixed_first,
                               .sink_blocks = 1,
                               .window_blocks = 2,
@@ -211,7 +209,7 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
       std::vector<int32_t> kv_lens(static_cast<size_t>(rows * c.sets), -5);
       std::vector<RecallEntry> entries(static_cast<size_t>(c.sets * c.slots));
       std::vector<int32_t> counts(static_cast<size_t>(c.sets), -5);
-      std::vector<int64_t> counters(kSparseCounters, 0);
+      std::vector<int64_t> counters(static_cast<size_t>(rows * kSparseCounters), 0);
       SparseTableBuild build{
           .segments = segments.data(),
           .rows = table_rows.data(),
@@ -247,7 +245,7 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
       const DeviceBuffer d_kv_lens = Upload(std::vector<int32_t>(kv_lens.size(), -5));
       const DeviceBuffer d_entries = Upload(std::vector<RecallEntry>(entries.size()));
       const DeviceBuffer d_counts = Upload(std::vector<int32_t>(counts.size(), -5));
-      const DeviceBuffer d_counters = Upload(std::vector<int64_t>(kSparseCounters, 0));
+      const DeviceBuffer d_counters = Upload(std::vector<int64_t>(counters.size(), 0));
       SparseTableBuild device = build;
       device.segments = d_segments.as<ScoreSegment>();
       device.rows = d_rows.as<SparseTableRow>();
@@ -280,106 +278,13 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
               << "set " << s << " miss " << i;
         }
       }
-      ASSERT_EQ(Download<int64_t>(d_counters, kSparseCounters), counters);
+      ASSERT_EQ(Download<int64_t>(d_counters, counters.size()), counters);
       ASSERT_EQ(Download<int32_t>(d_slot_of_block, slot_of_block.size()), slot_of_block);
       ASSERT_EQ(Download<int32_t>(d_block_of_slot, block_of_slot.size()), block_of_slot);
       ASSERT_EQ(Download<int32_t>(d_last_used, last_used.size()), last_used);
       ASSERT_EQ(Download<float>(d_slot_scores, slot_scores.size()), slot_scores);
       ASSERT_EQ(Download<int32_t>(d_pick_stamps, pick_stamps.size()), pick_stamps);
     }
-  }
-}
-
-// The copy engine's kernels over device-built lists move exactly the bytes the lists name:
-// whole blocks (one set) or one KV head's key and value fragments (headwise), from a host tier
-// of two chunks, and filled blocks back.
-TEST_F(CudaSparseSelectionTest, RecallAndWriteBackListsMoveTheirBlocks) {
-  const PagedKvLayout layout{
-      .block_tokens = 16, .num_kv_heads = 4, .head_dim = 64, .type = DType::kBF16};
-  const int64_t block_bytes = layout.block_bytes();
-  constexpr int32_t kLayers = 3;
-  constexpr int32_t kPerChunk = 5;
-  constexpr int32_t kHostBlocks = 2 * kPerChunk;
-  constexpr int32_t kDeviceBlocks = 12;
-  constexpr int32_t kLayer = 1;
-  std::vector<HostBuffer> chunks;
-  std::vector<uint64_t> addresses;
-  std::mt19937 rng(5);
-  for (int c = 0; c < 2; ++c) {
-    absl::StatusOr<HostBuffer> chunk =
-        cuda_->AllocateHost(static_cast<size_t>(kLayers * kPerChunk * block_bytes));
-    ASSERT_TRUE(chunk.ok()) << chunk.status();
-    auto* bytes = chunk->as<uint8_t>();
-    for (size_t i = 0; i < chunk->bytes(); ++i) bytes[i] = static_cast<uint8_t>(rng());
-    addresses.push_back(reinterpret_cast<uint64_t>(chunk->data()));
-    chunks.push_back(*std::move(chunk));
-  }
-  const DeviceBuffer d_addresses = Upload(addresses);
-  const HostTierView host{.chunks = d_addresses.as<uint64_t>(),
-                          .blocks_per_chunk = kPerChunk,
-                          .num_blocks = kHostBlocks};
-  const HostTierView host_side{
-      .chunks = addresses.data(), .blocks_per_chunk = kPerChunk, .num_blocks = kHostBlocks};
-  absl::StatusOr<std::unique_ptr<CopyEvent>> done = cuda_->CreateCopyEvent();
-  ASSERT_TRUE(done.ok());
-  for (const int32_t sets : {1, 4}) {
-    // `cache` is the device cache's bytes before the recall, then the bytes it must hold after.
-    std::vector<uint8_t> cache(static_cast<size_t>(kDeviceBlocks * block_bytes), 0xAB);
-    const DeviceBuffer d_cache = Upload(cache);
-    // Set s recalls host blocks into slots; first_slot 2.
-    std::vector<RecallEntry> entries(static_cast<size_t>(sets * 3));
-    std::vector<int32_t> counts(static_cast<size_t>(sets));
-    for (int32_t s = 0; s < sets; ++s) {
-      counts[static_cast<size_t>(s)] = 1 + s % 3;
-      for (int32_t i = 0; i < counts[static_cast<size_t>(s)]; ++i) {
-        entries[static_cast<size_t>(s * 3 + i)] = {.host_block = (3 * s + 4 * i + 1) % kHostBlocks,
-                                                   .slot = (s + 3 * i) % 9};
-      }
-    }
-    const DeviceBuffer d_entries = Upload(entries);
-    const DeviceBuffer d_counts = Upload(counts);
-    ASSERT_TRUE(cuda_
-                    ->EnqueueRecall({.entries = d_entries.as<RecallEntry>(),
-                                     .counts = d_counts.as<int32_t>(),
-                                     .capacity = 3},
-                                    sets, host, kLayer, d_cache.data(), 2, layout, **done)
-                    .ok());
-    ASSERT_TRUE(cuda_->WaitForCopy(**done).ok());
-    const std::vector<uint8_t> got = Download<uint8_t>(d_cache, cache.size());
-    const int64_t fragment = layout.head_elems() * 2;
-    const int64_t values = layout.value_offset() * 2;
-    for (int32_t s = 0; s < sets; ++s) {
-      for (int32_t i = 0; i < counts[static_cast<size_t>(s)]; ++i) {
-        const RecallEntry& entry = entries[static_cast<size_t>(s * 3 + i)];
-        const char* src = HostTierBlock(host_side, kLayer, block_bytes, entry.host_block);
-        const int64_t dst = (2 + entry.slot) * block_bytes;
-        for (const int64_t offset :
-             sets == 1 ? std::vector<int64_t>{0}
-                       : std::vector<int64_t>{s * fragment, values + s * fragment}) {
-          const int64_t size = sets == 1 ? block_bytes : fragment;
-          std::memcpy(cache.data() + dst + offset, src + offset, static_cast<size_t>(size));
-        }
-      }
-    }
-    EXPECT_EQ(got, cache) << sets << " sets";
-  }
-
-  // Write-back of two filled blocks (a negative entry is padding) into the host tier.
-  std::vector<uint8_t> cache(static_cast<size_t>(kDeviceBlocks * block_bytes));
-  for (uint8_t& byte : cache) byte = static_cast<uint8_t>(rng());
-  const DeviceBuffer d_cache = Upload(cache);
-  const std::vector<WriteBackEntry> filled = {{3, 7}, {-1, 0}, {10, 2}};
-  const DeviceBuffer d_filled = Upload(filled);
-  ASSERT_TRUE(cuda_
-                  ->EnqueueWriteBack(d_filled.as<WriteBackEntry>(), 3, host, kLayer, d_cache.data(),
-                                     layout, **done)
-                  .ok());
-  ASSERT_TRUE(cuda_->SynchronizeCopy(**done).ok());
-  for (const WriteBackEntry& entry : {filled[0], filled[2]}) {
-    EXPECT_EQ(std::memcmp(HostTierBlock(host_side, kLayer, block_bytes, entry.host_block),
-                          cache.data() + entry.device_block * block_bytes,
-                          static_cast<size_t>(block_bytes)),
-              0);
   }
 }
 

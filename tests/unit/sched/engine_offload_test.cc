@@ -37,12 +37,12 @@ EngineOptions Offloaded(SelectionMode mode, int32_t budget, int64_t kv_tokens) {
           .max_step_tokens = 64,
           .block_tokens = kBlockTokens,
           .kv_capacity_tokens = kv_tokens,
-          .sparse_attention = SelectionOptions{.mode = mode,
-                                               .budget_tokens = budget,
-                                               .sink_tokens = kBlockTokens,
-                                               .window_tokens = 2 * kBlockTokens},
-          .offload_host_tokens = 4 * 160,
-          .offload_slot_tokens = 4 * 160};
+          .offload = OffloadConfig{.selection = {.mode = mode,
+                                                 .budget_tokens = budget,
+                                                 .sink_tokens = kBlockTokens,
+                                                 .window_tokens = 2 * kBlockTokens},
+                                   .host_tokens = 4 * 160,
+                                   .slot_tokens = 4 * 160}};
 }
 
 // Runs `prompts` to completion with `max_tokens` each; returns their tokens.
@@ -136,8 +136,8 @@ TEST(EngineOffloadTest, ASmallBudgetAttendsToLessAndDecodesMoreContextThanTheKvC
 TEST(EngineOffloadTest, CapacitiesARequestCanNeverFitAreRefusedAtSubmitByName) {
   std::shared_ptr<const Model> model = TinyModel();
   EngineOptions options = Offloaded(SelectionMode::kSoloHead, 64, 32);
-  options.offload_host_tokens = 80;
-  options.offload_slot_tokens = 32;
+  options.offload->host_tokens = 80;
+  options.offload->slot_tokens = 32;
   std::unique_ptr<Engine> engine = MakeEngine(model, options);
   const auto status = [&](int32_t prompt, int32_t max_tokens) {
     return engine->Submit(Prompt(prompt, TinyConfig().vocab_size, 1), Greedy(max_tokens), nullptr)
@@ -156,7 +156,7 @@ TEST(EngineOffloadTest, CapacitiesARequestCanNeverFitAreRefusedAtSubmitByName) {
 TEST(EngineOffloadTest, SlotsAdmitOneRequestAtATimeWhenTheyHoldOneBudget) {
   std::shared_ptr<const Model> model = TinyModel();
   EngineOptions options = Offloaded(SelectionMode::kHeadWise, 32, 96);
-  options.offload_slot_tokens = 32;  // one budget's 8 blocks
+  options.offload->slot_tokens = 32;  // one budget's 8 blocks
   std::unique_ptr<Engine> engine = MakeEngine(model, options);
   std::vector<RequestId> ids;
   for (const auto& prompt : Prompts(3, 30, 51)) {

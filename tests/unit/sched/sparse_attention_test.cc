@@ -24,7 +24,10 @@ using ::pulse::testing::TinyModel;
 constexpr int32_t kBlockTokens = 4;
 constexpr int32_t kBlocksPerSeq = 40;  // 160 tokens
 
-ModelRunner MakeRunner(std::shared_ptr<const Model> model) {
+// A runner with sparse attention over resident blocks in `mode` (no host tier), or without
+// sparse attention when `mode` is empty.
+ModelRunner MakeRunner(std::shared_ptr<const Model> model,
+                       std::optional<SelectionMode> mode = std::nullopt) {
   const ModelConfig& config = model->config();
   KvCache cache = *KvCache::Create(model->backend(),
                                    {.block_tokens = kBlockTokens,
@@ -33,7 +36,11 @@ ModelRunner MakeRunner(std::shared_ptr<const Model> model) {
                                    config.num_layers, 2 * kBlocksPerSeq);
   absl::StatusOr<ModelRunner> runner = ModelRunner::Create(
       std::move(model), std::move(cache),
-      {.max_step_tokens = 160, .max_seqs = 2, .max_blocks_per_seq = kBlocksPerSeq});
+      {.max_step_tokens = 160,
+       .max_seqs = 2,
+       .max_blocks_per_seq = kBlocksPerSeq,
+       .offload = mode ? std::optional<OffloadConfig>(OffloadConfig{.selection = {.mode = *mode}})
+                       : std::nullopt});
   EXPECT_TRUE(runner.ok()) << runner.status();
   return *std::move(runner);
 }
@@ -79,7 +86,7 @@ TEST(SparseAttentionTest, ABudgetCoveringTheContextIsDenseAttentionBitwise) {
   ModelRunner dense_runner = MakeRunner(model);
   const auto dense = Decode(dense_runner, tokens, 20, 0, std::nullopt);
   for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
-    ModelRunner runner = MakeRunner(model);
+    ModelRunner runner = MakeRunner(model, mode);
     ExpectBitwiseEqual(Decode(runner, tokens, 20, 0, Selection(mode, 1 << 20)), dense);
     const SparseAttentionStats stats = runner.sparse_stats();
     EXPECT_GT(stats.selections, 0);
@@ -94,7 +101,7 @@ TEST(SparseAttentionTest, ASmallBudgetAttendsToFewerTokens) {
   ModelRunner dense_runner = MakeRunner(model);
   const auto dense = Decode(dense_runner, tokens, 10, 0, std::nullopt);
   for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
-    ModelRunner runner = MakeRunner(model);
+    ModelRunner runner = MakeRunner(model, mode);
     const auto sparse = Decode(runner, tokens, 10, 0, Selection(mode, 32));
     const SparseAttentionStats stats = runner.sparse_stats();
     const int32_t layers = TinyConfig().num_layers;
@@ -133,7 +140,7 @@ TEST(SparseAttentionTest, SparseDecodeBesideAPromptChunkLeavesTheChunkDense) {
     ASSERT_TRUE(alone.Forward(batch, expected).ok());
 
     // The same prompt in one step with the first sequence's sparse decode row.
-    ModelRunner runner = MakeRunner(model);
+    ModelRunner runner = MakeRunner(model, mode);
     batch.Clear();
     batch.AddSequence(std::span<const int32_t>(first).first(119), 0, blocks_a, LogitRows::kNone,
                       Selection(mode, 32));

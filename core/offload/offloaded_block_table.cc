@@ -1,4 +1,4 @@
-#include "core/kv/offloaded_block_table.h"
+#include "core/offload/offloaded_block_table.h"
 
 #include <algorithm>
 #include <utility>

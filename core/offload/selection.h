@@ -1,8 +1,9 @@
 // Which KV blocks one decode step of one request attends to in one layer (Quest-style selection):
 // the attention-sink blocks and the recent window always, and the best-scoring other blocks
 // within a token budget, scored by the upper bounds of q.k over the summaries' boxes
-// (block_summary.h: Quest's bound at summary radius 1, the box centre's q.k at 0). The CPU
-// reference; the CUDA selection is tested against it.
+// (block_summary.h: Quest's bound at summary radius 1, the box centre's q.k at 0). The rules;
+// a step's selection runs on the backend (Backend::SelectTopBlocks, in the order of
+// reference::SelectTop, which SelectScored ranks by).
 #pragma once
 
 #include <cstdint>
@@ -104,8 +105,10 @@ class BlockSelector {
   // Score rows a selection has: 1 (solohead) or one a KV head (headwise).
   int32_t num_sets() const;
   // The ScoreSegment of a sequence whose `count` candidates are columns [first, first + count) of
-  // a step's bounds, its scores going to scores_first onwards.
-  ScoreSegment Segment(int32_t first, int32_t count, int32_t scores_first) const;
+  // a step's bounds, its scores going to scores_first onwards and its `picks` picks a set to
+  // picks_first onwards.
+  ScoreSegment Segment(int32_t first, int32_t count, int32_t scores_first, int32_t picks,
+                       int32_t picks_first) const;
 
   const SelectionOptions& options() const { return options_; }
   int32_t num_query_heads() const { return num_query_heads_; }

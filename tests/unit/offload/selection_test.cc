@@ -1,4 +1,4 @@
-#include "core/kv/block_selector.h"
+#include "core/offload/selection.h"
 
 #include <algorithm>
 #include <cmath>

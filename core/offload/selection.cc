@@ -1,12 +1,11 @@
-#include "core/kv/block_selector.h"
+#include "core/offload/selection.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <functional>
 
 #include "absl/strings/str_format.h"
 #include "core/backend/reference/block_summary.h"
+#include "core/backend/reference/sparse_selection.h"
 #include "core/kv/block_table.h"
 
 namespace pulse {
@@ -18,18 +17,6 @@ int32_t TokensInBlocks(int32_t begin, int32_t end, int32_t block_tokens, int32_t
     return static_cast<int32_t>(std::min<int64_t>(int64_t{block} * block_tokens, num_tokens));
   };
   return tokens_before(end) - tokens_before(begin);
-}
-
-// A key that orders candidates as selection ranks them, the first the largest: the higher score
-// first, NaN after every number, the lower candidate first among equals (-0 equals +0). The
-// score's bits, made to order as unsigned integers, above the inverted candidate index.
-uint64_t RankKey(float score, uint32_t candidate) {
-  uint64_t ordered = 0;  // NaN: below every number
-  if (!std::isnan(score)) {
-    const auto bits = std::bit_cast<uint32_t>(score + 0.0f);  // -0 becomes +0
-    ordered = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-  }
-  return ordered << 32 | static_cast<uint32_t>(~candidate);
 }
 
 }  // namespace
@@ -99,13 +86,16 @@ int32_t BlockSelector::num_sets() const {
   return options_.mode == SelectionMode::kSoloHead ? 1 : layout_.num_kv_heads;
 }
 
-ScoreSegment BlockSelector::Segment(int32_t first, int32_t count, int32_t scores_first) const {
+ScoreSegment BlockSelector::Segment(int32_t first, int32_t count, int32_t scores_first,
+                                    int32_t picks, int32_t picks_first) const {
   return ScoreSegment{.first = first,
                       .count = count,
                       .num_sets = num_sets(),
                       .aggregate = options_.aggregate,
                       .logit_scale = logit_scale_,
-                      .scores_first = scores_first};
+                      .scores_first = scores_first,
+                      .picks = picks,
+                      .picks_first = picks_first};
 }
 
 absl::StatusOr<BlockSelection> BlockSelector::Select(int32_t num_tokens,
@@ -118,7 +108,7 @@ absl::StatusOr<BlockSelection> BlockSelector::Select(int32_t num_tokens,
                         num_query_heads_, num_candidates));
   }
   std::vector<float> scores(static_cast<size_t>(num_sets()) * num_candidates);
-  const ScoreSegment segment = Segment(0, partition.num_candidates(), 0);
+  const ScoreSegment segment = Segment(0, partition.num_candidates(), 0, partition.picks, 0);
   PULSE_RETURN_IF_ERROR(
       reference::AggregateScores(bounds, num_query_heads_, std::span(&segment, 1), scores));
   return SelectScored(num_tokens, std::move(scores));
@@ -136,19 +126,11 @@ absl::StatusOr<BlockSelection> BlockSelector::SelectScored(int32_t num_tokens,
   BlockSelection selection{
       .partition = partition, .num_sets = static_cast<int32_t>(sets), .scores = std::move(scores)};
   selection.blocks.reserve(sets * static_cast<size_t>(partition.blocks_per_set()));
-  std::vector<uint64_t> keys(num_candidates);
   std::vector<int32_t> picked(static_cast<size_t>(partition.picks));
   for (size_t set = 0; set < sets; ++set) {
-    const float* set_scores = selection.scores.data() + set * num_candidates;
-    for (size_t i = 0; i < num_candidates; ++i) {
-      keys[i] = RankKey(set_scores[i], static_cast<uint32_t>(i));
-    }
-    const auto best_end = keys.begin() + partition.picks;
-    std::nth_element(keys.begin(), best_end, keys.end(), std::greater<>());
-    std::transform(keys.begin(), best_end, picked.begin(),
-                   [](uint64_t key) { return static_cast<int32_t>(~static_cast<uint32_t>(key)); });
-    std::sort(picked.begin(), picked.end());
-
+    reference::SelectTop(
+        std::span<const float>(selection.scores).subspan(set * num_candidates, num_candidates),
+        picked);
     for (int32_t block = 0; block < partition.sink_end; ++block) selection.blocks.push_back(block);
     for (const int32_t candidate : picked)
       selection.blocks.push_back(partition.sink_end + candidate);

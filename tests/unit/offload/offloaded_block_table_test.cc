@@ -1,6 +1,6 @@
 // OffloadedBlockTable: host blocks for the worst case, device blocks only while resident, and
 // the pools' accounting exact through any sequence of grow, evict and limit.
-#include "core/kv/offloaded_block_table.h"
+#include "core/offload/offloaded_block_table.h"
 
 #include <algorithm>
 #include <optional>

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "core/kv/block_selector.h"
+#include "core/offload/selection.h"
 
 namespace pulse {
 namespace {

@@ -1,10 +1,9 @@
 // Offloaded sparse decode through the ModelRunner on the CPU backend (its copy engine is a
 // thread, so recall and write-back really run beside compute): every full block is written back
-// to the host tier once, blocks that are not resident are recalled into device slots, and the
-// result is bitwise what the same selection gives with every block resident. Capacity faults and
+// to the host tier once, blocks that are not resident are recalled into device slots through the
+// device-side directory, and the result is bitwise what the same selection gives with every
+// block resident. No step waits for the device but to read its logits. Capacity faults and
 // malformed batches give statuses and leave the runner usable.
-#include "core/model/offloaded_kv.h"
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -16,6 +15,7 @@
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
+#include "core/offload/sparse_attention.h"
 #include "gtest/gtest.h"
 #include "tests/unit/bitwise_logits.h"
 #include "tests/unit/sched/tiny_model.h"
@@ -32,10 +32,12 @@ constexpr int32_t kBlockTokens = 4;
 constexpr int32_t kBlocksPerSeq = 40;  // 160 tokens
 constexpr int32_t kDenseBlocks = 2 * kBlocksPerSeq;
 
-ModelRunner MakeRunner(std::shared_ptr<const Model> model,
-                       std::optional<OffloadOptions> offload = std::nullopt) {
+// A runner over a cache of kDenseBlocks dense blocks (and the slots of `offload`'s tiers). The
+// default: sparse selection over resident blocks only, no host tier.
+ModelRunner MakeRunner(std::shared_ptr<const Model> model, const OffloadConfig& offload = {}) {
   const ModelConfig& config = model->config();
-  const int32_t slots = offload ? offload->slot_blocks : 0;
+  const auto slots =
+      static_cast<int32_t>(offload.host_tokens > 0 ? offload.slot_tokens : 0) / kBlockTokens;
   KvCache cache = *KvCache::Create(model->backend(),
                                    {.block_tokens = kBlockTokens,
                                     .num_kv_heads = config.num_kv_heads,
@@ -50,10 +52,13 @@ ModelRunner MakeRunner(std::shared_ptr<const Model> model,
   return *std::move(runner);
 }
 
-OffloadOptions Offload(SelectionMode mode, int32_t slots,
-                       EvictionKind eviction = EvictionKind::kLru) {
-  return {
-      .host_blocks = 2 * kBlocksPerSeq, .slot_blocks = slots, .mode = mode, .eviction = eviction};
+// Both tiers: two sequences' worth of host blocks, `slots` device slots.
+OffloadConfig Offload(SelectionMode mode, int32_t slots,
+                      EvictionKind eviction = EvictionKind::kLru) {
+  return {.selection = {.mode = mode},
+          .host_tokens = 2 * kBlocksPerSeq * kBlockTokens,
+          .slot_tokens = slots * kBlockTokens,
+          .eviction = eviction};
 }
 
 SparseSelection Selection(SelectionMode mode, int32_t budget, uint64_t key = 1) {
@@ -128,7 +133,7 @@ std::vector<std::vector<float>> Decode(ModelRunner& runner, const std::vector<in
   return DecodeAll(runner, {{tokens, sparse, first_block, first_host}}, decode);
 }
 
-TEST(OffloadedKvTest, ABudgetCoveringTheContextIsDenseAttentionBitwise) {
+TEST(OffloadedAttentionTest, ABudgetCoveringTheContextIsDenseAttentionBitwise) {
   std::shared_ptr<const Model> model = TinyModel();
   const std::vector<int32_t> tokens = Prompt(150, TinyConfig().vocab_size, 21);
   ModelRunner dense_runner = MakeRunner(model);
@@ -151,7 +156,7 @@ TEST(OffloadedKvTest, ABudgetCoveringTheContextIsDenseAttentionBitwise) {
   }
 }
 
-TEST(OffloadedKvTest, ASmallBudgetGivesTheResidentSelectionBitwiseAndEvicts) {
+TEST(OffloadedAttentionTest, ASmallBudgetGivesTheResidentSelectionBitwiseAndEvicts) {
   std::shared_ptr<const Model> model = TinyModel();
   const std::vector<int32_t> tokens = Prompt(150, TinyConfig().vocab_size, 22);
   for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
@@ -167,61 +172,41 @@ TEST(OffloadedKvTest, ASmallBudgetGivesTheResidentSelectionBitwiseAndEvicts) {
       EXPECT_GT(stats.cache.hits, 0);
       EXPECT_GT(stats.cache.misses, 0);
       EXPECT_GT(stats.cache.evictions, 0);
-      const CacheStats own = runner.offload_stats(1);
-      EXPECT_EQ(own.hits, stats.cache.hits);
-      EXPECT_EQ(own.misses, stats.cache.misses);
-      // Counted per layer too: the layers add up to the request's counts, and each layer of
-      // this model looked its picks up.
-      CacheStats layers;
-      for (int32_t layer = 0; layer < TinyConfig().num_layers; ++layer) {
-        const CacheStats one = runner.offload_stats(1, layer);
-        EXPECT_GT(one.hits + one.misses, 0) << "layer " << layer;
-        layers.hits += one.hits;
-        layers.misses += one.misses;
-        layers.evictions += one.evictions;
-      }
-      EXPECT_EQ(layers.hits, own.hits);
-      EXPECT_EQ(layers.misses, own.misses);
-      EXPECT_EQ(layers.evictions, own.evictions);
-      EXPECT_EQ(runner.offload_stats(1, TinyConfig().num_layers).hits, 0);
       EXPECT_EQ(runner.sparse_stats(1).picked_blocks, runner.sparse_stats().picked_blocks);
+      EXPECT_GT(runner.sparse_stats().reused_blocks, 0);
+      EXPECT_LT(runner.sparse_stats().reused_blocks, runner.sparse_stats().picked_blocks);
+      // The host waited for the device only to read the logits.
+      EXPECT_EQ(runner.step_host_waits(), 0);
     }
   }
 }
 
-// A step's misses enqueued row by row as the rows are selected (early_recall_bytes of 1: a plan
-// a row with misses) give the logits, bytes and chunks of one plan a layer (early recall off).
-TEST(OffloadedKvTest, RecallingEachRowsMissesEarlyChangesOnlyThePlans) {
+// Two offloaded sequences share each layer's device tier: their picks resolve through one
+// directory, and each gets what its selection gives with every block resident.
+TEST(OffloadedAttentionTest, TwoSequencesSharingTheSlotsGiveTheResidentSelectionBitwise) {
   std::shared_ptr<const Model> model = TinyModel();
   const std::vector<std::vector<int32_t>> tokens = {Prompt(150, TinyConfig().vocab_size, 23),
                                                     Prompt(150, TinyConfig().vocab_size, 24)};
   for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
     SCOPED_TRACE(static_cast<int>(mode));
-    std::vector<std::vector<std::vector<float>>> logits;
-    std::vector<OffloadStats> stats;
-    for (const size_t early : {std::numeric_limits<size_t>::max(), size_t{1}}) {
-      OffloadOptions options = Offload(mode, 12);
-      options.early_recall_bytes = early;
-      ModelRunner runner = MakeRunner(model, options);
-      logits.push_back(
-          DecodeAll(runner,
-                    {{tokens[0], Selection(mode, 32, 1), 0, 0},
-                     {tokens[1], Selection(mode, 32, 2), kBlocksPerSeq, kBlocksPerSeq}},
-                    20));
-      stats.push_back(runner.offload_stats());
-    }
-    ExpectBitwiseEqual(logits[1], logits[0]);
-    EXPECT_GT(stats[0].cache.evictions, 0);
-    EXPECT_EQ(stats[0].early_recalls, 0);
-    EXPECT_GT(stats[1].early_recalls, 0);
-    EXPECT_EQ(stats[1].recall_plans, stats[0].recall_plans);
-    EXPECT_EQ(stats[1].recall_bytes, stats[0].recall_bytes);
-    EXPECT_EQ(stats[1].recall_chunks, stats[0].recall_chunks);
-    EXPECT_EQ(stats[1].cache, stats[0].cache);
+    ModelRunner resident = MakeRunner(model);
+    const auto want = DecodeAll(resident,
+                                {{tokens[0], Selection(mode, 32, 1), 0, std::nullopt},
+                                 {tokens[1], Selection(mode, 32, 2), kBlocksPerSeq, std::nullopt}},
+                                20);
+    ModelRunner runner = MakeRunner(model, Offload(mode, 12));
+    ExpectBitwiseEqual(
+        DecodeAll(runner,
+                  {{tokens[0], Selection(mode, 32, 1), 0, 0},
+                   {tokens[1], Selection(mode, 32, 2), kBlocksPerSeq, kBlocksPerSeq}},
+                  20),
+        want);
+    EXPECT_GT(runner.offload_stats().cache.evictions, 0);
+    EXPECT_EQ(runner.step_host_waits(), 0);
   }
 }
 
-TEST(OffloadedKvTest, AForgottenSequencesHostBlocksServeTheNextOneWithoutStaleSlots) {
+TEST(OffloadedAttentionTest, AForgottenSequencesHostBlocksServeTheNextOneWithoutStaleSlots) {
   std::shared_ptr<const Model> model = TinyModel();
   const std::vector<int32_t> first = Prompt(150, TinyConfig().vocab_size, 23);
   const std::vector<int32_t> second = Prompt(150, TinyConfig().vocab_size, 24);
@@ -231,11 +216,13 @@ TEST(OffloadedKvTest, AForgottenSequencesHostBlocksServeTheNextOneWithoutStaleSl
 
   ModelRunner runner = MakeRunner(model, Offload(mode, 10));
   Decode(runner, first, 20, Selection(mode, 48, 1), 0, 0);
-  ASSERT_TRUE(runner.ForgetSparse(1).ok());
+  std::vector<int32_t> host(kBlocksPerSeq);
+  std::iota(host.begin(), host.end(), 0);
+  ASSERT_TRUE(runner.ForgetSparse(1, host).ok());
   ExpectBitwiseEqual(Decode(runner, second, 20, Selection(mode, 48, 2), 0, 0), expected);
 }
 
-TEST(OffloadedKvTest, ADeviceTierTooSmallForTheStepIsResourceExhaustedAndHarmless) {
+TEST(OffloadedAttentionTest, ADeviceTierTooSmallForTheStepIsResourceExhaustedAndHarmless) {
   std::shared_ptr<const Model> model = TinyModel();
   const std::vector<int32_t> tokens = Prompt(100, TinyConfig().vocab_size, 25);
   const SelectionMode mode = SelectionMode::kHeadWise;
@@ -287,7 +274,7 @@ TEST(OffloadedKvTest, ADeviceTierTooSmallForTheStepIsResourceExhaustedAndHarmles
   EXPECT_EQ(std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)), 0);
 }
 
-TEST(OffloadedKvTest, MalformedOffloadedSequencesAreRefused) {
+TEST(OffloadedAttentionTest, MalformedOffloadedSequencesAreRefused) {
   std::shared_ptr<const Model> model = TinyModel();
   const std::vector<int32_t> tokens = Prompt(60, TinyConfig().vocab_size, 27);
   std::vector<int32_t> blocks(kBlocksPerSeq);
@@ -340,7 +327,7 @@ TEST(OffloadedKvTest, MalformedOffloadedSequencesAreRefused) {
   EXPECT_EQ(no_tier.Forward(batch, none).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(OffloadedKvTest, CreateRefusesCapacitiesThatCannotWork) {
+TEST(OffloadedAttentionTest, CreateRefusesCapacitiesThatCannotWork) {
   std::shared_ptr<const Model> model = TinyModel();
   const ModelConfig& config = model->config();
   const PagedKvLayout layout{.block_tokens = kBlockTokens,
@@ -348,144 +335,79 @@ TEST(OffloadedKvTest, CreateRefusesCapacitiesThatCannotWork) {
                              .head_dim = config.head_dim};
   KvCache cache = *KvCache::Create(model->backend(), layout, config.num_layers, 16);
   Backend& backend = model->backend();
-  EXPECT_EQ(
-      OffloadedKv::Create(backend, cache, 8, {.host_blocks = 0, .slot_blocks = 8}).status().code(),
-      absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      OffloadedKv::Create(backend, cache, 10, {.host_blocks = 4, .slot_blocks = 8}).status().code(),
-      absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(OffloadedKv::Create(backend, cache, 8, {.host_blocks = 4, .slot_blocks = 8}).ok());
+  const SparseLimits limits{.max_seqs = 2, .max_blocks_per_seq = 8, .num_heads = config.num_heads};
+  const OffloadConfig tiers{.host_tokens = 4 * kBlockTokens, .slot_tokens = 8 * kBlockTokens};
+  EXPECT_TRUE(SparseAttention::Create(backend, cache, 8, tiers, limits).ok());
+  // Slots past the cache's end.
+  EXPECT_EQ(SparseAttention::Create(backend, cache, 10, tiers, limits).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  OffloadConfig radius = tiers;
+  radius.summary_radius = 2.0f;
+  EXPECT_EQ(SparseAttention::Create(backend, cache, 8, radius, limits).status().code(),
+            absl::StatusCode::kInvalidArgument);
   // A head's keys of a block of 1 token x 2 fp32 dims are 8 bytes: no head-wise fragments.
   const PagedKvLayout narrow{.block_tokens = 1, .num_kv_heads = 2, .head_dim = 2};
   KvCache small = *KvCache::Create(backend, narrow, 1, 4);
-  EXPECT_EQ(
-      OffloadedKv::Create(backend, small, 2,
-                          {.host_blocks = 4, .slot_blocks = 2, .mode = SelectionMode::kHeadWise})
-          .status()
-          .code(),
-      absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(OffloadedKv::Create(backend, small, 2, {.host_blocks = 4, .slot_blocks = 2}).ok());
-}
-
-// OffloadedKv alone, on the CPU backend, whose device memory is host memory the test can read.
-class OffloadedKvBlocksTest : public ::testing::Test {
- protected:
-  static constexpr PagedKvLayout kLayout{.block_tokens = 4, .num_kv_heads = 2, .head_dim = 8};
-  static constexpr int32_t kCacheBlocks = 8;  // [0, 4) dense, [4, 8) slots
-  static constexpr int32_t kFirstSlot = 4;
-
-  void SetUp() override {
-    backend_ = *CreateCpuBackend({.threads = 1});
-    cache_.emplace(*KvCache::Create(*backend_, kLayout, 1, kCacheBlocks));
-  }
-
-  std::unique_ptr<OffloadedKv> Make(SelectionMode mode) {
-    absl::StatusOr<std::unique_ptr<OffloadedKv>> offloaded = OffloadedKv::Create(
-        *backend_, *cache_, kFirstSlot, {.host_blocks = 6, .slot_blocks = 4, .mode = mode});
-    EXPECT_TRUE(offloaded.ok()) << offloaded.status();
-    return *std::move(offloaded);
-  }
-  std::span<float> Block(int32_t block) {
-    return {static_cast<float*>(cache_->layer(0)) + block * kLayout.block_elems(),
-            static_cast<size_t>(kLayout.block_elems())};
-  }
-  std::span<const float> HostBlock(const OffloadedKv& offloaded, int32_t block) {
-    return {static_cast<const float*>(offloaded.host_layer(0)) + block * kLayout.block_elems(),
-            static_cast<size_t>(kLayout.block_elems())};
-  }
-  // Host block h holds the values 1000 h + i: written through dense block h % 4.
-  void FillHost(OffloadedKv& offloaded) {
-    for (int32_t h = 0; h < 6; ++h) {
-      std::span<float> block = Block(h % 4);
-      for (size_t i = 0; i < block.size(); ++i) block[i] = 1000.0f * h + static_cast<float>(i);
-      const BlockWriteBack write{.device_block = h % 4, .host_block = h};
-      ASSERT_TRUE(offloaded.WriteBack(0, {&write, 1}).ok());
-      ASSERT_TRUE(offloaded.EndStep().ok());
-    }
-  }
-
-  std::shared_ptr<Backend> backend_;
-  std::optional<KvCache> cache_;
-};
-
-TEST_F(OffloadedKvBlocksTest, WriteBackAndRecallMoveWholeBlocks) {
-  std::unique_ptr<OffloadedKv> offloaded = Make(SelectionMode::kSoloHead);
-  FillHost(*offloaded);
-  for (int32_t h = 0; h < 6; ++h) {
-    for (size_t i = 0; i < static_cast<size_t>(kLayout.block_elems()); i += 37) {
-      ASSERT_EQ(HostBlock(*offloaded, h)[i], 1000.0f * h + static_cast<float>(i));
-    }
-  }
-  const absl::StatusOr<int32_t> slot = offloaded->Resolve(0, 0, 5, 1, 1.0f);
-  ASSERT_TRUE(slot.ok()) << slot.status();
-  EXPECT_GE(*slot, kFirstSlot);
-  ASSERT_TRUE(offloaded->Recall(0).ok());
-  ASSERT_TRUE(offloaded->EndStep().ok());
-  EXPECT_TRUE(std::ranges::equal(Block(*slot), HostBlock(*offloaded, 5)));
-  EXPECT_EQ(offloaded->stats().writeback_blocks, 6);
-  EXPECT_EQ(offloaded->stats().recall_chunks, 1);
-  EXPECT_EQ(offloaded->stats().recall_bytes, kLayout.block_bytes());
-  // Resident now: a hit, nothing moves.
-  EXPECT_EQ(offloaded->Resolve(0, 0, 5, 1, 1.0f).value_or(-1), *slot);
-  ASSERT_TRUE(offloaded->Recall(0).ok());
-  EXPECT_EQ(offloaded->stats().recall_chunks, 1);
-  EXPECT_EQ(offloaded->stats(1).hits, 1);
-  EXPECT_EQ(offloaded->stats(1).misses, 1);
-}
-
-TEST_F(OffloadedKvBlocksTest, HeadWiseRecallMovesOneHeadsKeysAndValues) {
-  std::unique_ptr<OffloadedKv> offloaded = Make(SelectionMode::kHeadWise);
-  FillHost(*offloaded);
-  for (int32_t slot = kFirstSlot; slot < kCacheBlocks; ++slot) {
-    std::ranges::fill(Block(slot), -1.0f);
-  }
-  const absl::StatusOr<int32_t> slot = offloaded->Resolve(0, 1, 2, 1, 0.0f);
-  ASSERT_TRUE(slot.ok()) << slot.status();
-  ASSERT_TRUE(offloaded->Recall(0).ok());
-  ASSERT_TRUE(offloaded->EndStep().ok());
-  const std::span<const float> host = HostBlock(*offloaded, 2);
-  const std::span<const float> got = Block(*slot);
-  const int64_t head = kLayout.head_elems();
-  for (int64_t i = 0; i < kLayout.block_elems(); ++i) {
-    const bool head_one = (i / head) % 2 == 1;  // [K h0][K h1][V h0][V h1]
-    ASSERT_EQ(got[i], head_one ? host[i] : -1.0f) << i;
-  }
-  EXPECT_EQ(offloaded->stats().recall_chunks, 2);
-  EXPECT_EQ(offloaded->stats().recall_bytes, kLayout.block_bytes() / 2);
-  EXPECT_EQ(offloaded->Resolve(0, 2, 2, 1, 0.0f).status().code(),
+  OffloadConfig headwise{
+      .selection = {.mode = SelectionMode::kHeadWise}, .host_tokens = 4, .slot_tokens = 2};
+  EXPECT_EQ(SparseAttention::Create(backend, small, 2, headwise, limits).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(offloaded->Resolve(0, 0, 6, 1, 0.0f).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  headwise.selection.mode = SelectionMode::kSoloHead;
+  EXPECT_TRUE(SparseAttention::Create(backend, small, 2, headwise, limits).ok());
+  // The host tier is not pinned when it is made: the runner grows it as blocks are used.
+  absl::StatusOr<std::unique_ptr<SparseAttention>> sparse =
+      SparseAttention::Create(backend, cache, 8, tiers, limits);
+  ASSERT_TRUE(sparse.ok());
+  EXPECT_EQ((*sparse)->host_tier()->pinned_bytes(), 0);
 }
 
-TEST_F(OffloadedKvBlocksTest, AnAbandonedStepLeavesNoSlotClaimingABlockItNeverReceived) {
-  std::unique_ptr<OffloadedKv> offloaded = Make(SelectionMode::kSoloHead);
-  FillHost(*offloaded);
-  ASSERT_TRUE(offloaded->Resolve(0, 0, 3, 1, 0.0f).ok());
-  ASSERT_TRUE(offloaded->EndStep().ok());  // without Recall: the step failed after Resolve
-  const absl::StatusOr<int32_t> slot = offloaded->Resolve(0, 0, 3, 1, 0.0f);
-  ASSERT_TRUE(slot.ok());
-  EXPECT_EQ(offloaded->stats(1).misses, 2);
-  ASSERT_TRUE(offloaded->Recall(0).ok());
-  ASSERT_TRUE(offloaded->EndStep().ok());
-  EXPECT_TRUE(std::ranges::equal(Block(*slot), HostBlock(*offloaded, 3)));
-}
+// A step that fails after its tables were built (here: its tokens are asked for with the wrong
+// sizes, and the next step abandons it) clears the directory; the steps after it still give the
+// resident selection's logits.
+TEST(OffloadedAttentionTest, AnAbandonedStepLeavesTheNextStepsRight) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const std::vector<int32_t> tokens = Prompt(150, TinyConfig().vocab_size, 28);
+  const SelectionMode mode = SelectionMode::kSoloHead;
+  ModelRunner resident = MakeRunner(model);
+  const auto want = Decode(resident, tokens, 10, Selection(mode, 32), 0, std::nullopt);
 
-TEST_F(OffloadedKvBlocksTest, AStepsSelectionBeyondTheSlotsIsResourceExhausted) {
-  std::unique_ptr<OffloadedKv> offloaded = Make(SelectionMode::kSoloHead);
-  FillHost(*offloaded);
-  for (int32_t h = 0; h < 4; ++h) ASSERT_TRUE(offloaded->Resolve(0, 0, h, 1, 0.0f).ok());
-  EXPECT_EQ(offloaded->Resolve(0, 0, 4, 1, 0.0f).status().code(),
-            absl::StatusCode::kResourceExhausted);
-  ASSERT_TRUE(offloaded->Recall(0).ok());
-  ASSERT_TRUE(offloaded->EndStep().ok());
-  // The next step may evict them.
-  const absl::StatusOr<int32_t> slot = offloaded->Resolve(0, 0, 4, 1, 0.0f);
-  ASSERT_TRUE(slot.ok()) << slot.status();
-  ASSERT_TRUE(offloaded->Recall(0).ok());
-  ASSERT_TRUE(offloaded->EndStep().ok());
-  EXPECT_TRUE(std::ranges::equal(Block(*slot), HostBlock(*offloaded, 4)));
-  EXPECT_EQ(offloaded->stats().cache.evictions, 1);
+  ModelRunner runner = MakeRunner(model, Offload(mode, 8));
+  std::vector<int32_t> blocks(kBlocksPerSeq);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::vector<int32_t> host(kBlocksPerSeq);
+  std::iota(host.begin(), host.end(), 0);
+  // A first decode step run through the stages and abandoned before its tokens are read.
+  StepBatch batch;
+  std::vector<float> none;
+  batch.AddSequence(std::span<const int32_t>(tokens).first(140), 0, blocks, LogitRows::kNone,
+                    Selection(mode, 32), host);
+  ASSERT_TRUE(runner.Forward(batch, none).ok());
+  const BlockRange evicted = NonResidentBlocks(140, kBlockTokens, Selection(mode, 32).options);
+  for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[static_cast<size_t>(j)] = -1;
+  batch.Clear();
+  batch.AddSequence(std::span<const int32_t>(tokens).subspan(140, 1), 140, blocks, LogitRows::kLast,
+                    Selection(mode, 32), host);
+  ASSERT_TRUE(runner.Prepare(batch).ok());
+  for (int32_t layer = 0; layer < TinyConfig().num_layers; ++layer) {
+    ASSERT_TRUE(runner.PreAttention(layer).ok());
+    ASSERT_TRUE(runner.Attention(layer).ok());
+    runner.PostAttention(layer);
+  }
+  runner.Logits();
+  std::vector<float> wrong_size(3);
+  EXPECT_EQ(runner.CopyLogits(wrong_size).code(), absl::StatusCode::kInvalidArgument);
+  // The step is open until the next one begins: nothing may be forgotten meanwhile.
+  EXPECT_EQ(runner.ForgetSparse(1, host).code(), absl::StatusCode::kFailedPrecondition);
+  // Continued, the runner's steps (the abandoned one again first) give the resident logits.
+  std::vector<std::vector<float>> continued;
+  for (int32_t i = 140; i < 150; ++i) {
+    batch.Clear();
+    batch.AddSequence(std::span<const int32_t>(tokens).subspan(i, 1), i, blocks, LogitRows::kLast,
+                      Selection(mode, 32), host);
+    continued.emplace_back(TinyConfig().vocab_size);
+    ASSERT_TRUE(runner.Forward(batch, continued.back()).ok());
+  }
+  ExpectBitwiseEqual(continued, want);
 }
 
 }  // namespace

@@ -1,0 +1,64 @@
+// One micro-batch's state of a step, apart from the model and its caches: the scratch
+// activations its layers write, where its uploaded inputs sit, its sparse step (the offload
+// layer's tables, recall lists and copy events) and its outputs (sampled tokens and the sparse
+// counters, read back together). The model runner keeps one; interleaving micro-batches of one
+// step needs one each.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/backend/backend.h"
+#include "core/offload/sparse_step.h"
+
+namespace pulse {
+
+struct StepContext {
+  struct Scratch {
+    DeviceBuffer inputs;  // int32: the packed StepBatch (ModelRunner::Upload)
+    // fp32, or the backend's activation type (act) for the GEMM inputs.
+    DeviceBuffer residual;  // [tokens][hidden]
+    DeviceBuffer normed;    // act [tokens][hidden]
+    DeviceBuffer qkv;       // [tokens][q_dim + 2 * kv_dim]
+    DeviceBuffer attn;      // act [tokens][q_dim]
+    DeviceBuffer delta;     // [tokens][hidden]: o projection, then MLP output
+    DeviceBuffer gate_up;   // [tokens][2 * intermediate]
+    DeviceBuffer act;       // act [tokens][intermediate]
+    DeviceBuffer gathered;  // act [logit rows][hidden]
+    DeviceBuffer logits;    // [logit rows][vocab]
+    DeviceBuffer sampling;  // TokenSampling [logit rows]
+    // int32 tokens [logit rows] (padded to 8 bytes), then the sparse counters, int64
+    // [sequences][kSparseCounters]: one read brings both back.
+    DeviceBuffer outputs;
+    DeviceBuffer penalised_ids;  // int32, grown to the longest list a step was given
+  };
+  // Where the current step's inputs sit in Scratch::inputs.
+  struct Inputs {
+    int32_t num_tokens = 0;
+    int32_t num_seqs = 0;
+    int32_t num_logit_rows = 0;
+    int32_t max_blocks_per_seq = 0;
+    int32_t max_q_len = 0;
+    int32_t max_kv_len = 0;
+    const int32_t* tokens = nullptr;
+    const int32_t* positions = nullptr;
+    const int32_t* kv_lens = nullptr;
+    const int32_t* q_offsets = nullptr;
+    const int32_t* block_tables = nullptr;
+    const int32_t* logit_rows = nullptr;
+  };
+
+  int32_t* tokens() const { return scratch.outputs.as<int32_t>(); }
+  int64_t* counters() const {
+    return reinterpret_cast<int64_t*>(scratch.outputs.as<char>() + counters_offset);
+  }
+
+  Scratch scratch;
+  Inputs step;
+  std::vector<int32_t> staging;        // the host side of Scratch::inputs
+  size_t counters_offset = 0;          // bytes from the tokens to the counters in outputs
+  std::unique_ptr<SparseStep> sparse;  // with sparse attention
+};
+
+}  // namespace pulse

@@ -1,0 +1,34 @@
+#include "core/offload/offload_config.h"
+
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "core/backend/summary_radius.h"
+
+namespace pulse {
+
+absl::Status OffloadConfig::Validate() const {
+  if (!SummaryRadiusValid(summary_radius)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("offload summary radius %g is outside [0, 1]", summary_radius));
+  }
+  for (const auto& [name, tokens] :
+       {std::pair{"host tokens", host_tokens}, std::pair{"slot tokens", slot_tokens}}) {
+    if (tokens < 0 || tokens > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "offload %s %d is outside [0, %d]", name, tokens, std::numeric_limits<int32_t>::max()));
+    }
+  }
+  if (host_chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("offload host chunk of %d bytes", host_chunk_bytes));
+  }
+  if (selection.budget_tokens < 0 || selection.sink_tokens < 0 || selection.window_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "offload selection with a budget of %d tokens, %d sink and %d window tokens",
+        selection.budget_tokens, selection.sink_tokens, selection.window_tokens));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pulse

@@ -1,0 +1,44 @@
+// Everything about offloading one engine's KV, in one place: how a decode step selects blocks,
+// how big the two tiers are, how the device tier evicts and how recall moves blocks. The C ABI's
+// pulse_engine_params map to it once (capi/src/params.cc); the engine sizes what is left at 0
+// (core/sched/capacity.cc) and hands the result to the model runner and the scheduler.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend/copy_plan.h"
+#include "core/base/status.h"
+#include "core/offload/selection.h"
+
+namespace pulse {
+
+enum class EvictionKind : uint8_t { kLru, kScoreAware };
+
+struct OffloadConfig {
+  // The selection every offloaded request decodes with unless it asks for its own budget, sinks
+  // and window (the mode is the engine's: the device tier is laid out for it).
+  SelectionOptions selection;
+  // How much of each key channel's range a block summary keeps around its midpoint, in [0, 1]:
+  // 1 scores blocks by Quest's upper bound of q.k, 0 (the default) by the q.k of the box's
+  // center, which the accuracy report found to pick better blocks.
+  float summary_radius = 0.0f;
+  // The host tier's capacity in tokens (of every layer). The engine resolves 0 to its default;
+  // for a model runner 0 means no host tier: sparse rows then select among resident blocks only.
+  int64_t host_tokens = 0;
+  // The device tier's slots in tokens: the picks of the requests decoding at once must fit.
+  // The engine resolves 0 to its default; for a model runner it goes with host_tokens.
+  int64_t slot_tokens = 0;
+  // The host tier is pinned in chunks of about this many bytes as admission needs them (pinning
+  // costs about 0.8 s a GiB, and a machine pins well below its memory).
+  int64_t host_chunk_bytes = int64_t{1} << 30;
+  EvictionKind eviction = EvictionKind::kLru;
+  // How recall moves blocks: kAuto and kGather run the copy engine's kernel over the recall list
+  // the device built; kBatchDma and kPerChunk (baselines) copy the list to the host and plan
+  // DMA from it there, a host wait a layer.
+  CopyExecutor executor = CopyExecutor::kAuto;
+
+  // InvalidArgument naming the first field that is out of range.
+  absl::Status Validate() const;
+};
+
+}  // namespace pulse

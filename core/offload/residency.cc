@@ -1,0 +1,33 @@
+#include "core/offload/residency.h"
+
+#include <algorithm>
+
+#include "core/kv/block_table.h"
+
+namespace pulse {
+
+int32_t ResidentBlocks(const SelectionOptions& selection, int32_t block_tokens) {
+  return BlocksForTokens(selection.sink_tokens, block_tokens) +
+         BlocksForTokens(selection.window_tokens, block_tokens) + 2;
+}
+
+int32_t PeakDeviceBlocks(const SelectionOptions& selection, int32_t block_tokens,
+                         int32_t prompt_tokens, int32_t max_kv_tokens) {
+  return std::min(BlocksForTokens(max_kv_tokens, block_tokens),
+                  std::max(BlocksForTokens(prompt_tokens, block_tokens),
+                           ResidentBlocks(selection, block_tokens)));
+}
+
+int32_t SlotsNeeded(const SelectionOptions& selection, int32_t block_tokens,
+                    int32_t max_kv_tokens) {
+  return std::min(selection.budget_tokens, max_kv_tokens) / block_tokens;
+}
+
+void KeepResidentSet(OffloadedBlockTable& blocks, const SelectionOptions& selection,
+                     int32_t block_tokens, int32_t position) {
+  const BlockRange evicted = NonResidentBlocks(position, block_tokens, selection);
+  blocks.Evict(evicted.begin, evicted.end);
+  blocks.LimitDevice(ResidentBlocks(selection, block_tokens));
+}
+
+}  // namespace pulse

@@ -1,0 +1,534 @@
+#include "core/offload/sparse_attention.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "core/kv/block_table.h"
+#include "core/offload/sparse_step.h"
+
+namespace pulse {
+namespace {
+
+constexpr int32_t kIntsPerSegment = sizeof(ScoreSegment) / sizeof(int32_t);
+constexpr int32_t kIntsPerRow = sizeof(SparseTableRow) / sizeof(int32_t);
+constexpr int32_t kIntsPerWriteBack = sizeof(WriteBackEntry) / sizeof(int32_t);
+
+// Appends `values` to the staged plan; returns where they start.
+template <typename T>
+size_t Stage(std::vector<int32_t>& staging, std::span<const T> values) {
+  static_assert(sizeof(T) % sizeof(int32_t) == 0 && std::is_trivially_copyable_v<T>);
+  const size_t offset = staging.size();
+  staging.resize(offset + values.size_bytes() / sizeof(int32_t));
+  if (!values.empty()) std::memcpy(staging.data() + offset, values.data(), values.size_bytes());
+  return offset;
+}
+
+void Add(SparseAttentionStats& total, const SparseAttentionStats& more) {
+  total.selections += more.selections;
+  total.candidate_blocks += more.candidate_blocks;
+  total.picked_blocks += more.picked_blocks;
+  total.reused_blocks += more.reused_blocks;
+  total.attended_tokens += more.attended_tokens;
+  total.context_tokens += more.context_tokens;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
+    Backend& backend, const KvCache& cache, int32_t dense_blocks, const OffloadConfig& config,
+    const SparseLimits& limits) {
+  PULSE_RETURN_IF_ERROR(config.Validate());
+  const PagedKvLayout& layout = cache.layout();
+  const int32_t sets = config.selection.mode == SelectionMode::kSoloHead ? 1 : layout.num_kv_heads;
+  const bool tiered = config.host_tokens > 0 && config.slot_tokens > 0;
+  const int32_t host_blocks =
+      tiered ? BlocksForTokens(static_cast<int32_t>(config.host_tokens), layout.block_tokens) : 0;
+  const int32_t slots =
+      tiered ? BlocksForTokens(static_cast<int32_t>(config.slot_tokens), layout.block_tokens) : 0;
+  if (limits.max_seqs < 1 || limits.max_blocks_per_seq < 1 || limits.max_step_tokens < 1 ||
+      limits.num_heads < 1 || dense_blocks < 1 ||
+      int64_t{dense_blocks} + slots > cache.num_blocks()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "sparse attention over %d dense blocks and %d slots of a cache of %d blocks", dense_blocks,
+        slots, cache.num_blocks()));
+  }
+  const int64_t fragment_bytes =
+      layout.head_elems() * static_cast<int64_t>(DTypeBytes(layout.type));
+  if (tiered && sets > 1 && fragment_bytes % static_cast<int64_t>(kCopyAlignment) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "head-wise offloading moves a head's keys of a block (%d bytes), which must be a multiple "
+        "of %d bytes",
+        fragment_bytes, kCopyAlignment));
+  }
+  PULSE_ASSIGN_OR_RETURN(
+      BlockSummaries summaries,
+      BlockSummaries::Create(backend, layout, cache.num_layers(), dense_blocks, host_blocks,
+                             layout.num_kv_heads, config.summary_radius));
+  std::optional<Tiers> tiers;
+  if (tiered) {
+    PULSE_ASSIGN_OR_RETURN(HostTier host, HostTier::Create(backend, layout, cache.num_layers(),
+                                                           host_blocks, config.host_chunk_bytes));
+    PULSE_ASSIGN_OR_RETURN(
+        SlotDirectory directory,
+        SlotDirectory::Create(backend, cache.num_layers(), sets, slots, host_blocks, dense_blocks,
+                              config.eviction == EvictionKind::kScoreAware));
+    tiers.emplace(Tiers{std::move(host), std::move(directory)});
+  }
+  std::vector<void*> layers;
+  for (int32_t layer = 0; layer < cache.num_layers(); ++layer) layers.push_back(cache.layer(layer));
+  return std::unique_ptr<SparseAttention>(
+      new SparseAttention(backend, std::move(layers), layout, dense_blocks, config, limits,
+                          std::move(summaries), std::move(tiers)));
+}
+
+SparseAttention::SparseAttention(Backend& backend, std::vector<void*> layers,
+                                 const PagedKvLayout& layout, int32_t dense_blocks,
+                                 const OffloadConfig& config, const SparseLimits& limits,
+                                 BlockSummaries summaries, std::optional<Tiers> tiers)
+    : backend_(backend),
+      layers_(std::move(layers)),
+      layout_(layout),
+      dense_blocks_(dense_blocks),
+      config_(config),
+      limits_(limits),
+      summaries_(std::move(summaries)),
+      tiers_(std::move(tiers)) {}
+
+SparseAttention::~SparseAttention() = default;
+
+absl::StatusOr<std::unique_ptr<SparseStep>> SparseAttention::NewStep(int64_t* counters) {
+  auto step = std::unique_ptr<SparseStep>(new SparseStep());
+  const int64_t seqs = limits_.max_seqs;
+  const int64_t candidates = seqs * limits_.max_blocks_per_seq;
+  const int64_t sets = layout_.num_kv_heads;  // the most any mode has
+  const int64_t filled = limits_.max_step_tokens / layout_.block_tokens + seqs;
+  const int64_t plan_ints = 3 * candidates + candidates + seqs * (kIntsPerSegment + kIntsPerRow) +
+                            filled * (2 + kIntsPerWriteBack) + 1 + 2 * (seqs + 1) + 2 * seqs;
+  const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
+  PULSE_ASSIGN_OR_RETURN(step->plan, backend_.Allocate(ints(plan_ints)));
+  PULSE_ASSIGN_OR_RETURN(step->bounds, backend_.Allocate(ints(limits_.num_heads * candidates)));
+  PULSE_ASSIGN_OR_RETURN(step->scores, backend_.Allocate(ints(sets * candidates)));
+  PULSE_ASSIGN_OR_RETURN(step->picked, backend_.Allocate(ints(sets * candidates)));
+  PULSE_ASSIGN_OR_RETURN(step->tables,
+                         backend_.Allocate(ints(seqs * sets * limits_.max_blocks_per_seq)));
+  PULSE_ASSIGN_OR_RETURN(step->kv_lens, backend_.Allocate(ints(seqs * sets)));
+  if (tiers_) {
+    PULSE_ASSIGN_OR_RETURN(step->recalls,
+                           backend_.Allocate(ints(sets) + static_cast<size_t>(sets * num_slots()) *
+                                                              sizeof(RecallEntry)));
+  }
+  step->counters = counters;
+  for (int32_t layer = 0; layer < static_cast<int32_t>(layers_.size()); ++layer) {
+    SparseStep::LayerEvents events;
+    PULSE_ASSIGN_OR_RETURN(events.recall_start, backend_.CreateCopyEvent());
+    PULSE_ASSIGN_OR_RETURN(events.recall_end, backend_.CreateCopyEvent());
+    PULSE_ASSIGN_OR_RETURN(events.writeback, backend_.CreateCopyEvent());
+    step->events.push_back(std::move(events));
+  }
+  return step;
+}
+
+absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, SparseStep& step) {
+  const auto started = std::chrono::steady_clock::now();
+  const int32_t block_tokens = layout_.block_tokens;
+  std::vector<int32_t> summary_ids;
+  std::vector<int32_t> query_rows;
+  std::vector<int32_t> candidate_blocks;
+  std::vector<int32_t> fixed;
+  std::vector<ScoreSegment> segments;
+  std::vector<SparseTableRow> rows;
+  std::vector<int32_t> filled_blocks;
+  std::vector<int32_t> filled_summaries;
+  std::vector<WriteBackEntry> writebacks;
+  std::vector<SparseAttentionStats> row_stats;
+  std::vector<uint64_t> row_keys;
+  std::vector<int32_t> row_picks;
+  std::vector<bool> sparse(sequences.size(), false);
+  int32_t num_sets = 0;
+  int32_t offloaded_picks = 0;
+  int32_t picks_before = 0;
+  int32_t table_stride = 1;
+  int32_t max_kv_len = 0;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const SparseSequence& sequence = sequences[s];
+    if (sequence.selection == nullptr) continue;
+    const bool offloaded = !sequence.host_blocks.empty();
+    if (offloaded && (!tiers_ || sequence.selection->mode != config_.selection.mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sequence %d is offloaded, but the runner %s", s,
+                          tiers_ ? "offloads in the other selection mode" : "has no host tier"));
+    }
+    // The blocks this step fills: summarized, and written back once when offloaded.
+    for (int32_t position = sequence.kv_len - sequence.new_tokens; position < sequence.kv_len;
+         ++position) {
+      if ((position + 1) % block_tokens != 0) continue;
+      const auto logical = static_cast<size_t>(position / block_tokens);
+      const int32_t device = sequence.blocks[logical];
+      filled_blocks.push_back(device);
+      if (offloaded) {
+        filled_summaries.push_back(summaries_.host_id(sequence.host_blocks[logical]));
+        writebacks.push_back({device, sequence.host_blocks[logical]});
+      } else {
+        filled_summaries.push_back(summaries_.dense_id(device));
+      }
+    }
+    if (sequence.new_tokens != 1) continue;  // a prompt chunk attends densely
+    PULSE_ASSIGN_OR_RETURN(const BlockSelector selector,
+                           BlockSelector::Create(layout_, limits_.num_heads, *sequence.selection));
+    PULSE_ASSIGN_OR_RETURN(const BlockPartition partition, selector.Partition(sequence.kv_len));
+    if (num_sets != 0 && selector.num_sets() != num_sets) {
+      return absl::InvalidArgumentError(
+          "the sparse rows of one step must select in one mode (solohead or headwise)");
+    }
+    num_sets = selector.num_sets();
+    const auto first_candidate = static_cast<int32_t>(summary_ids.size());
+    for (int32_t logical = partition.sink_end; logical < partition.window_begin; ++logical) {
+      const auto at = static_cast<size_t>(logical);
+      if (offloaded) {
+        summary_ids.push_back(summaries_.host_id(sequence.host_blocks[at]));
+        candidate_blocks.push_back(sequence.host_blocks[at]);
+      } else {
+        if (sequence.blocks[at] < 0) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "block %d of sequence %d is not resident, and the sequence is not offloaded", logical,
+              s));
+        }
+        summary_ids.push_back(summaries_.dense_id(sequence.blocks[at]));
+        candidate_blocks.push_back(sequence.blocks[at]);
+      }
+      query_rows.push_back(sequence.first_row);
+    }
+    const auto fixed_first = static_cast<int32_t>(fixed.size());
+    for (int32_t logical = 0; logical < partition.num_blocks; ++logical) {
+      if (logical == partition.sink_end) logical = partition.window_begin;
+      if (logical >= partition.num_blocks) break;
+      const int32_t device = sequence.blocks[static_cast<size_t>(logical)];
+      if (device < 0) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "block %d of sequence %d is a sink or window block, but it is not resident", logical,
+            s));
+      }
+      fixed.push_back(device);
+    }
+    const auto row = static_cast<int32_t>(rows.size());
+    const int32_t count = partition.num_candidates();
+    segments.push_back(selector.Segment(first_candidate, count, first_candidate * num_sets,
+                                        partition.picks, picks_before * num_sets));
+    rows.push_back({.segment = row,
+                    .fixed_first = fixed_first,
+                    .sink_blocks = partition.sink_end,
+                    .window_blocks = partition.num_blocks - partition.window_begin,
+                    .kv_len = partition.selected_tokens,
+                    .offloaded = offloaded ? 1 : 0,
+                    .picks_before = picks_before});
+    picks_before += partition.picks;
+    if (offloaded) offloaded_picks += partition.picks;
+    table_stride = std::max(table_stride, partition.blocks_per_set());
+    max_kv_len = std::max(max_kv_len, partition.selected_tokens);
+    // Every layer selects: the totals count (sequence, layer, set) selections.
+    const int64_t layers = static_cast<int64_t>(layers_.size());
+    row_stats.push_back({.selections = layers * num_sets,
+                         .candidate_blocks = layers * count * num_sets,
+                         .picked_blocks = layers * partition.picks * num_sets,
+                         .attended_tokens = layers * partition.selected_tokens,
+                         .context_tokens = layers * sequence.kv_len});
+    row_keys.push_back(sequence.key);
+    row_picks.push_back(partition.picks);
+    sparse[s] = true;
+  }
+  if (tiers_ && offloaded_picks > num_slots()) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("the device tier holds %d slots a layer, fewer than this step's %d picks",
+                        num_slots(), offloaded_picks));
+  }
+
+  // Runs of consecutive sequences of one kind, each with its query offsets.
+  step.runs.clear();
+  std::vector<int32_t> run_offsets;
+  int32_t sparse_row = 0;
+  for (size_t s = 0; s < sequences.size();) {
+    SparseStep::Run run{.first_seq = static_cast<int32_t>(s),
+                        .first_row = sequences[s].first_row,
+                        .sparse = sparse[s],
+                        .first_sparse_row = sparse_row};
+    run.q_offsets = run_offsets.size();
+    size_t end = s;
+    for (; end < sequences.size() && sparse[end] == run.sparse; ++end) {
+      run_offsets.push_back(sequences[end].first_row - run.first_row);
+      run.max_q_len = std::max(run.max_q_len, sequences[end].new_tokens);
+      run.num_rows += sequences[end].new_tokens;
+      if (run.sparse) ++sparse_row;
+    }
+    run_offsets.push_back(run.num_rows);
+    run.end_seq = static_cast<int32_t>(end);
+    step.runs.push_back(run);
+    s = end;
+  }
+
+  // The plan, staged in one upload.
+  std::vector<int32_t>& staging = step.staging;
+  staging.clear();
+  SparseStep::Offsets& at = step.at;
+  at.summary_ids = Stage<int32_t>(staging, summary_ids);
+  at.query_rows = Stage<int32_t>(staging, query_rows);
+  at.candidate_blocks = Stage<int32_t>(staging, candidate_blocks);
+  at.fixed = Stage<int32_t>(staging, fixed);
+  at.segments = Stage<ScoreSegment>(staging, segments);
+  at.rows = Stage<SparseTableRow>(staging, rows);
+  at.filled_blocks = Stage<int32_t>(staging, filled_blocks);
+  at.filled_summaries = Stage<int32_t>(staging, filled_summaries);
+  at.writebacks = Stage<WriteBackEntry>(staging, writebacks);
+  const size_t offsets = Stage<int32_t>(staging, run_offsets);
+  for (SparseStep::Run& run : step.runs) run.q_offsets += offsets;
+  step.num_rows = static_cast<int32_t>(rows.size());
+  if (step.num_rows > 0) {
+    if (step_stamp_ == std::numeric_limits<int32_t>::max()) {
+      return absl::ResourceExhaustedError("sparse attention has run 2^31 steps");
+    }
+    ++step_stamp_;
+  }
+  at.stamp = staging.size();
+  staging.push_back(step_stamp_);
+  if (staging.size() * sizeof(int32_t) > step.plan.bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the step's sparse plan of %d ints exceeds the limits' %d", staging.size(),
+                        step.plan.bytes() / sizeof(int32_t)));
+  }
+  backend_.CopyToDevice(step.plan.data(), staging.data(), staging.size() * sizeof(int32_t));
+
+  step.row_keys = std::move(row_keys);
+  step.row_picks = std::move(row_picks);
+  step.num_candidates = static_cast<int32_t>(summary_ids.size());
+  step.num_sets = std::max(num_sets, 1);
+  step.table_stride = table_stride;
+  step.max_kv_len = max_kv_len;
+  step.num_filled = static_cast<int32_t>(filled_blocks.size());
+  step.num_writebacks = static_cast<int32_t>(writebacks.size());
+  step.offloaded = offloaded_picks > 0 ||
+                   std::any_of(rows.begin(), rows.end(),
+                               [](const SparseTableRow& row) { return row.offloaded != 0; });
+  step.tables_built = false;
+  for (SparseStep::LayerEvents& events : step.events) events.recalled = events.wrote_back = false;
+  for (size_t r = 0; r < row_stats.size(); ++r) {
+    Add(stats_, row_stats[r]);
+    Add(key_stats_[step.row_keys[r]], row_stats[r]);
+  }
+  stats_.planning_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return absl::OkStatus();
+}
+
+bool SparseAttention::Attends(const SparseStep& step) const { return step.num_rows > 0; }
+
+absl::Status SparseAttention::AfterAppend(int32_t layer, SparseStep& step) {
+  const int32_t* plan = step.plan_ints();
+  void* blocks = layers_[static_cast<size_t>(layer)];
+  if (step.num_filled > 0) {
+    summaries_.Summarize(layer, blocks, plan + step.at.filled_blocks,
+                         plan + step.at.filled_summaries, step.num_filled);
+  }
+  if (step.num_writebacks == 0) return absl::OkStatus();
+  SparseStep::LayerEvents& events = step.events[static_cast<size_t>(layer)];
+  PULSE_RETURN_IF_ERROR(backend_.EnqueueWriteBack(
+      reinterpret_cast<const WriteBackEntry*>(plan + step.at.writebacks), step.num_writebacks,
+      tiers_->host.view(), layer, blocks, layout_, *events.writeback));
+  events.wrote_back = true;
+  offload_stats_.writeback_blocks += step.num_writebacks;
+  offload_stats_.writeback_bytes += int64_t{step.num_writebacks} * layout_.block_bytes();
+  return absl::OkStatus();
+}
+
+absl::Status SparseAttention::Attend(int32_t layer, SparseStep& step, const float* q,
+                                     int64_t q_stride, float scale, void* out,
+                                     int64_t out_row_bytes, const PagedKvBatch& dense) {
+  const int32_t* plan = step.plan_ints();
+  const auto* segments = reinterpret_cast<const ScoreSegment*>(plan + step.at.segments);
+  void* blocks = layers_[static_cast<size_t>(layer)];
+  if (step.num_rows > 0) {
+    float* bounds = step.bounds.as<float>();
+    float* scores = step.scores.as<float>();
+    int32_t* picked = step.picked.as<int32_t>();
+    if (step.num_candidates > 0) {
+      backend_.ScoreBlocks(q, q_stride, limits_.num_heads, layout_, summaries_.layer(layer),
+                           plan + step.at.summary_ids, plan + step.at.query_rows,
+                           step.num_candidates, bounds);
+      backend_.AggregateScores(bounds, limits_.num_heads, step.num_candidates, segments,
+                               step.num_rows, step.num_sets, scores);
+      backend_.SelectTopBlocks(scores, segments, step.num_rows, step.num_sets, picked);
+    }
+    int32_t* counts = step.recalls.empty() ? nullptr : step.recalls.as<int32_t>();
+    SparseTableBuild build{
+        .segments = segments,
+        .rows = reinterpret_cast<const SparseTableRow*>(plan + step.at.rows),
+        .num_rows = step.num_rows,
+        .num_sets = step.num_sets,
+        .max_picks = *std::max_element(step.row_picks.begin(), step.row_picks.end()),
+        .picked = picked,
+        .scores = scores,
+        .candidate_blocks = plan + step.at.candidate_blocks,
+        .summary_ids = plan + step.at.summary_ids,
+        .fixed_blocks = plan + step.at.fixed,
+        .step = plan + step.at.stamp,
+        .pick_stamps = summaries_.pick_stamps(layer),
+        .num_summaries = summaries_.count(),
+        .tables = step.tables.as<int32_t>(),
+        .table_stride = step.table_stride,
+        .kv_lens = step.kv_lens.as<int32_t>(),
+        .counters = step.counters};
+    if (tiers_ && step.offloaded) {
+      build.directory = tiers_->directory.view(layer);
+      build.recalls = {.entries = reinterpret_cast<RecallEntry*>(counts + layout_.num_kv_heads),
+                       .counts = counts,
+                       .capacity = num_slots()};
+    }
+    backend_.BuildSparseTables(build);
+    step.tables_built = true;
+    if (tiers_ && step.offloaded) PULSE_RETURN_IF_ERROR(Recall(layer, step));
+  }
+  for (const SparseStep::Run& run : step.runs) {
+    PagedKvBatch kv;
+    if (run.sparse) {
+      const int32_t table_rows = run.first_sparse_row * step.num_sets;
+      kv.blocks = blocks;
+      kv.layout = layout_;
+      kv.num_seqs = run.end_seq - run.first_seq;
+      kv.max_blocks_per_seq = step.table_stride;
+      kv.block_tables = step.tables.as<int32_t>() + int64_t{table_rows} * step.table_stride;
+      kv.kv_lens = step.kv_lens.as<int32_t>() + table_rows;
+      kv.max_kv_len = step.max_kv_len;
+      kv.table_heads = step.num_sets;
+    } else {
+      kv = dense;
+      kv.num_seqs = run.end_seq - run.first_seq;
+      kv.block_tables = dense.block_tables + int64_t{run.first_seq} * dense.max_blocks_per_seq;
+      kv.kv_lens = dense.kv_lens + run.first_seq;
+    }
+    kv.q_offsets = plan + run.q_offsets;
+    kv.num_rows = run.num_rows;
+    kv.max_q_len = run.max_q_len;
+    backend_.Attention(q + run.first_row * q_stride, q_stride, limits_.num_heads, kv, scale,
+                       static_cast<char*>(out) + run.first_row * out_row_bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseAttention::Recall(int32_t layer, SparseStep& step) {
+  SparseStep::LayerEvents& events = step.events[static_cast<size_t>(layer)];
+  ++offload_stats_.recall_plans;
+  // The slots recalled into may still be read by an earlier step: after compute.
+  PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy(
+      {.direction = CopyDirection::kHostToDevice, .after_compute = true}, *events.recall_start));
+  if (config_.executor == CopyExecutor::kBatchDma || config_.executor == CopyExecutor::kPerChunk) {
+    PULSE_RETURN_IF_ERROR(RecallPlannedOnHost(layer, step));
+  } else {
+    int32_t* counts = step.recalls.as<int32_t>();
+    PULSE_RETURN_IF_ERROR(backend_.EnqueueRecall(
+        {.entries = reinterpret_cast<RecallEntry*>(counts + layout_.num_kv_heads),
+         .counts = counts,
+         .capacity = num_slots()},
+        step.num_sets, tiers_->host.view(), layer, layers_[static_cast<size_t>(layer)],
+        dense_blocks_, layout_, *events.recall_end));
+  }
+  events.recalled = true;
+  return backend_.WaitForCopy(*events.recall_end);
+}
+
+absl::Status SparseAttention::RecallPlannedOnHost(int32_t layer, SparseStep& step) {
+  const int32_t sets = step.num_sets;
+  std::vector<int32_t> list(step.recalls.bytes() / sizeof(int32_t));
+  PULSE_RETURN_IF_ERROR(
+      backend_.CopyToHost(list.data(), step.recalls.data(), step.recalls.bytes()));
+  const auto* entries = reinterpret_cast<const RecallEntry*>(list.data() + layout_.num_kv_heads);
+  const int64_t block_bytes = layout_.block_bytes();
+  const int64_t element = static_cast<int64_t>(DTypeBytes(layout_.type));
+  const int64_t fragment = layout_.head_elems() * element;
+  const int64_t values = layout_.value_offset() * element;
+  std::vector<CopyChunk> chunks;
+  for (int32_t set = 0; set < sets; ++set) {
+    for (int32_t i = 0; i < list[static_cast<size_t>(set)]; ++i) {
+      const RecallEntry& entry = entries[int64_t{set} * num_slots() + i];
+      const char* src = tiers_->host.block(layer, entry.host_block);
+      char* dst = static_cast<char*>(layers_[static_cast<size_t>(layer)]) +
+                  (dense_blocks_ + entry.slot) * block_bytes;
+      if (sets == 1) {
+        chunks.push_back({src, dst, static_cast<size_t>(block_bytes)});
+        continue;
+      }
+      for (const int64_t offset : {set * fragment, values + set * fragment}) {
+        chunks.push_back({src + offset, dst + offset, static_cast<size_t>(fragment)});
+      }
+    }
+  }
+  return backend_.EnqueueCopy(
+      {.direction = CopyDirection::kHostToDevice, .chunks = chunks, .executor = config_.executor},
+      *step.events[static_cast<size_t>(layer)].recall_end);
+}
+
+absl::Status SparseAttention::FinishStep(SparseStep& step) {
+  for (const SparseStep::LayerEvents& events : step.events) {
+    if (events.wrote_back) PULSE_RETURN_IF_ERROR(backend_.WaitForCopy(*events.writeback));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseAttention::Collect(SparseStep& step, std::span<const int64_t> counters) {
+  CacheStats cache;
+  int64_t overflow = 0;
+  for (int32_t r = 0; r < step.num_rows; ++r) {
+    const int64_t* row = counters.data() + int64_t{r} * kSparseCounters;
+    cache.hits += row[kSparseHits];
+    cache.misses += row[kSparseMisses];
+    cache.evictions += row[kSparseEvictions];
+    overflow += row[kSparseOverflow];
+    stats_.reused_blocks += row[kSparseReused];
+    key_stats_[step.row_keys[static_cast<size_t>(r)]].reused_blocks += row[kSparseReused];
+  }
+  offload_stats_.cache.hits += cache.hits;
+  offload_stats_.cache.misses += cache.misses;
+  offload_stats_.cache.evictions += cache.evictions;
+  const int64_t chunks_a_miss = step.num_sets == 1 ? 1 : 2;
+  const int64_t bytes_a_miss = step.num_sets == 1
+                                   ? layout_.block_bytes()
+                                   : 2 * layout_.head_elems() * DTypeBytes(layout_.type);
+  offload_stats_.recall_chunks += cache.misses * chunks_a_miss;
+  offload_stats_.recall_bytes += cache.misses * bytes_a_miss;
+  absl::Status status;
+  for (SparseStep::LayerEvents& events : step.events) {
+    if (!events.recalled) continue;
+    absl::StatusOr<double> seconds = backend_.CopySeconds(*events.recall_start, *events.recall_end);
+    if (seconds.ok()) offload_stats_.recall_seconds += *seconds;
+    status.Update(seconds.status());
+    events.recalled = false;
+  }
+  if (overflow > 0) {
+    Abandon(step);
+    return absl::InternalError(absl::StrFormat(
+        "%d of the step's misses found no device slot (the plan checks that they fit)", overflow));
+  }
+  return status;
+}
+
+void SparseAttention::Abandon(SparseStep& step) {
+  for (SparseStep::LayerEvents& events : step.events) {
+    if (events.wrote_back) backend_.SynchronizeCopy(*events.writeback).IgnoreError();
+    if (events.recalled) backend_.SynchronizeCopy(*events.recall_end).IgnoreError();
+    events.wrote_back = events.recalled = false;
+  }
+  if (tiers_ && step.tables_built && step.offloaded) tiers_->directory.Clear();
+  step.tables_built = false;
+}
+
+absl::Status SparseAttention::Forget(uint64_t key, std::span<const int32_t> host_blocks) {
+  key_stats_.erase(key);
+  return tiers_ ? tiers_->directory.Forget(host_blocks) : absl::OkStatus();
+}
+
+SparseAttentionStats SparseAttention::stats(uint64_t key) const {
+  const auto it = key_stats_.find(key);
+  return it == key_stats_.end() ? SparseAttentionStats{} : it->second;
+}
+
+}  // namespace pulse

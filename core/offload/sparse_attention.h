@@ -1,0 +1,180 @@
+// Sparse decode attention over offloaded KV: the offload layer's one interface to the model
+// runner. For every sequence of a step that has a selection and one new token, each layer's
+// query attends only to its sink blocks, its recent window and the candidate blocks whose
+// summaries score highest, within a token budget; sequences without one, and prompt chunks,
+// attend densely. An offloaded sequence's picks resolve through the device tier's directory and
+// misses are recalled from the host tier, all on the device: the host plans a step once
+// (Plan), and a layer (AfterAppend, Attend) only enqueues ops, so a step waits for the device
+// only when its tokens are read. With a budget that covers the context the selection is every
+// block, so the result is dense attention's bit for bit.
+//
+// A step per micro-batch, as data (docs/design/architecture.md): Plan uploads the step's
+// candidates (their summaries, query rows and blocks), its rows' fixed blocks and the blocks it
+// fills. Per layer: AfterAppend summarizes the filled blocks and writes the offloaded ones back
+// to the host tier (copy stream, after compute); Attend scores every candidate for every query
+// head (ScoreBlocks), aggregates the heads into each set's scores (AggregateScores), takes each
+// set's top picks (SelectTopBlocks), turns them into block tables through the directory
+// (BuildSparseTables: hits, victims, the recall list), recalls the misses (EnqueueRecall on the
+// copy stream, which attention waits for on the device) and attends. FinishStep makes compute
+// wait for the write-backs; Collect reads the step's counters (copied back with the tokens)
+// into the statistics. Not thread-safe: the model runner serializes it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/backend/backend.h"
+#include "core/base/status.h"
+#include "core/kv/kv_cache.h"
+#include "core/offload/block_summaries.h"
+#include "core/offload/host_tier.h"
+#include "core/offload/offload_config.h"
+#include "core/offload/selection.h"
+#include "core/offload/slot_directory.h"
+
+namespace pulse {
+
+// One sequence of a step as the offload layer sees it.
+struct SparseSequence {
+  int32_t first_row = 0;  // its first query row in the step
+  int32_t new_tokens = 0;
+  int32_t kv_len = 0;
+  std::span<const int32_t> blocks;       // device block of each logical block; -1: not resident
+  std::span<const int32_t> host_blocks;  // host-tier block of each; empty: not offloaded
+  const SelectionOptions* selection = nullptr;  // null: dense attention
+  uint64_t key = 0;                             // names the sequence across steps (statistics)
+};
+
+// Totals over every (sparse sequence, layer, step, set) selection.
+struct SparseAttentionStats {
+  int64_t selections = 0;        // (sequence, layer, set) selections made
+  int64_t candidate_blocks = 0;  // blocks scored
+  int64_t picked_blocks = 0;     // candidates selected
+  int64_t reused_blocks = 0;     // picked blocks the same set picked the step before
+  int64_t attended_tokens = 0;   // tokens the sparse rows attended to
+  int64_t context_tokens = 0;    // tokens they would have attended to densely
+  // Host time planning the steps' selections (Plan); the device does not wait for it. Totals
+  // only (0 for a sequence).
+  double planning_seconds = 0;
+};
+
+struct CacheStats {
+  int64_t hits = 0;  // offloaded picks found in a slot
+  int64_t misses = 0;
+  int64_t evictions = 0;
+
+  friend bool operator==(const CacheStats&, const CacheStats&) = default;
+};
+
+struct OffloadStats {
+  int64_t recall_plans = 0;   // (step, layer) recalls enqueued
+  int64_t recall_chunks = 0;  // contiguous pieces moved host -> device (a block, or K and V)
+  int64_t recall_bytes = 0;
+  double recall_seconds = 0;     // the copy engine's time on the recalls
+  int64_t writeback_blocks = 0;  // (layer, block) written device -> host
+  int64_t writeback_bytes = 0;
+  CacheStats cache;
+};
+
+// The largest step a SparseAttention serves.
+struct SparseLimits {
+  int32_t max_seqs = 1;
+  int32_t max_blocks_per_seq = 1;
+  int32_t max_step_tokens = 1;
+  int32_t num_heads = 1;
+};
+
+// One micro-batch's step: its uploaded plan, the buffers its layers write and its copy events.
+// Made by SparseAttention::NewStep; reused step after step.
+class SparseStep;
+
+class SparseAttention {
+ public:
+  // Over `cache`, whose blocks [0, dense_blocks) are the dense pool and, when `config` has both
+  // tiers (host_tokens and slot_tokens > 0), the next slot_tokens / block_tokens blocks the
+  // device tier's slots. InvalidArgument for a config that does not fit the cache or the model;
+  // ResourceExhausted when the summaries or the directory do not fit the backend. The cache's
+  // memory must outlive this object (the KvCache object itself may move).
+  static absl::StatusOr<std::unique_ptr<SparseAttention>> Create(Backend& backend,
+                                                                 const KvCache& cache,
+                                                                 int32_t dense_blocks,
+                                                                 const OffloadConfig& config,
+                                                                 const SparseLimits& limits);
+  ~SparseAttention();
+
+  // A micro-batch's state. `counters` (backend memory, [max_seqs][kSparseCounters] int64) is
+  // where its steps count, zeroed by the caller before each step and read back with its tokens.
+  absl::StatusOr<std::unique_ptr<SparseStep>> NewStep(int64_t* counters);
+
+  // Plans the step of `sequences` and uploads what its layers read. InvalidArgument for a
+  // selection the model cannot take, an offloaded sequence without tiers or in another mode,
+  // sparse rows of two modes in one step; FailedPrecondition for a sink or window block (or a
+  // candidate of a sequence that is not offloaded) that is not resident; ResourceExhausted when
+  // the step's offloaded picks exceed the device tier's slots. Nothing is enqueued on failure.
+  absl::Status Plan(std::span<const SparseSequence> sequences, SparseStep& step);
+  // Whether the planned step has a row that attends sparsely (else attention is all dense).
+  bool Attends(const SparseStep& step) const;
+  // After the layer's KV append: the summaries of the blocks the step filled, and the
+  // write-back of the offloaded ones.
+  absl::Status AfterAppend(int32_t layer, SparseStep& step);
+  // The layer's attention for the whole step: `q` rows (stride q_stride), `out` rows of
+  // out_row_bytes; dense rows read `dense`, the step's paged tables.
+  absl::Status Attend(int32_t layer, SparseStep& step, const float* q, int64_t q_stride,
+                      float scale, void* out, int64_t out_row_bytes, const PagedKvBatch& dense);
+  // After the last layer: compute waits (on the device) for the step's write-backs.
+  absl::Status FinishStep(SparseStep& step);
+  // Once the step's counters are on the host (`counters`, as NewStep's): adds them to the
+  // statistics. Internal, after clearing the directory, when the step's misses overflowed the
+  // device tier (its attention read the wrong blocks).
+  absl::Status Collect(SparseStep& step, std::span<const int64_t> counters);
+  // A step that failed after Plan: waits for its copies and clears the directory (misses may
+  // have been given slots that were never filled).
+  void Abandon(SparseStep& step);
+
+  // Frees the device slots of a finished sequence's host blocks (before they serve another) and
+  // drops its statistics. Between steps.
+  absl::Status Forget(uint64_t key, std::span<const int32_t> host_blocks);
+
+  // The host tier (null without tiers): the scheduler grows it as it admits.
+  HostTier* host_tier() { return tiers_ ? &tiers_->host : nullptr; }
+  const OffloadConfig& config() const { return config_; }
+  int32_t num_slots() const { return tiers_ ? tiers_->directory.num_slots() : 0; }
+  int32_t first_slot() const { return dense_blocks_; }
+  int32_t host_blocks() const { return tiers_ ? tiers_->host.max_blocks() : 0; }
+
+  const SparseAttentionStats& stats() const { return stats_; }
+  SparseAttentionStats stats(uint64_t key) const;
+  OffloadStats offload_stats() const { return offload_stats_; }
+
+ private:
+  struct Tiers {
+    HostTier host;
+    SlotDirectory directory;
+  };
+
+  SparseAttention(Backend& backend, std::vector<void*> layers, const PagedKvLayout& layout,
+                  int32_t dense_blocks, const OffloadConfig& config, const SparseLimits& limits,
+                  BlockSummaries summaries, std::optional<Tiers> tiers);
+  absl::Status Recall(int32_t layer, SparseStep& step);
+  // The baseline executors: the recall list to the host, then DMA planned there.
+  absl::Status RecallPlannedOnHost(int32_t layer, SparseStep& step);
+
+  Backend& backend_;
+  const std::vector<void*> layers_;  // the cache's memory, a layer each
+  const PagedKvLayout layout_;
+  const int32_t dense_blocks_;
+  const OffloadConfig config_;
+  const SparseLimits limits_;
+  BlockSummaries summaries_;
+  std::optional<Tiers> tiers_;
+  int32_t step_stamp_ = 0;  // the last step's stamp (BuildSparseTables)
+  SparseAttentionStats stats_;
+  absl::flat_hash_map<uint64_t, SparseAttentionStats> key_stats_;
+  OffloadStats offload_stats_;
+};
+
+}  // namespace pulse

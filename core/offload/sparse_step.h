@@ -1,0 +1,89 @@
+// One micro-batch's sparse step (SparseAttention::NewStep): the plan its layers read, uploaded
+// once a step, the buffers they write (bounds, scores, picks, block tables, the recall list) and
+// the copy events of each layer. Owned by the model runner's step context; only SparseAttention
+// reads or writes it. Several of them let a scheduler run micro-batches of one step interleaved.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/backend/backend.h"
+
+namespace pulse {
+
+class SparseStep {
+ public:
+  SparseStep(const SparseStep&) = delete;
+  SparseStep& operator=(const SparseStep&) = delete;
+
+ private:
+  friend class SparseAttention;
+
+  // Consecutive sequences of one kind: sparse decode rows (their tables built per layer), or
+  // dense ones (the step's own tables). `q_offsets` points into the uploaded plan.
+  struct Run {
+    int32_t first_seq = 0;
+    int32_t end_seq = 0;
+    int32_t first_row = 0;
+    int32_t num_rows = 0;
+    int32_t max_q_len = 0;
+    bool sparse = false;
+    int32_t first_sparse_row = 0;  // sparse runs: its first row of the tables
+    size_t q_offsets = 0;          // in the plan: [seqs + 1], relative to first_row
+  };
+  struct LayerEvents {
+    std::unique_ptr<CopyEvent> recall_start;
+    std::unique_ptr<CopyEvent> recall_end;
+    std::unique_ptr<CopyEvent> writeback;
+    bool recalled = false;    // this step
+    bool wrote_back = false;  // this step
+  };
+
+  SparseStep() = default;
+
+  // Where each part of the plan sits in `plan` (ints), for this step.
+  struct Offsets {
+    size_t summary_ids = 0;  // [candidates]
+    size_t query_rows = 0;   // [candidates]
+    size_t candidate_blocks = 0;
+    size_t fixed = 0;
+    size_t segments = 0;  // ScoreSegment [rows], 8 ints each
+    size_t rows = 0;      // SparseTableRow [rows], 8 ints each
+    size_t filled_blocks = 0;
+    size_t filled_summaries = 0;
+    size_t writebacks = 0;  // WriteBackEntry [writebacks], 2 ints each
+    size_t stamp = 0;       // [1]
+  };
+
+  const int32_t* plan_ints() const { return plan.as<const int32_t>(); }
+
+  // Sized once by NewStep.
+  DeviceBuffer plan;                // int32: the step's uploaded plan (Offsets)
+  DeviceBuffer bounds;              // [num_heads][max candidates]
+  DeviceBuffer scores;              // [max sets][max candidates]
+  DeviceBuffer picked;              // [max sets][max candidates]
+  DeviceBuffer tables;              // [max seqs][max sets][max blocks a sequence]
+  DeviceBuffer kv_lens;             // [max seqs][max sets]
+  DeviceBuffer recalls;             // int32 counts [max sets], then RecallEntry [max sets][slots]
+  int64_t* counters = nullptr;      // [max seqs][kSparseCounters] (the caller's)
+  std::vector<LayerEvents> events;  // [layers]
+
+  // This step's plan, on the host.
+  std::vector<int32_t> staging;
+  Offsets at;
+  std::vector<Run> runs;
+  std::vector<uint64_t> row_keys;  // the sparse rows' sequences
+  std::vector<int32_t> row_picks;  // each sparse row's picks a set
+  int32_t num_candidates = 0;
+  int32_t num_rows = 0;  // sparse decode rows
+  int32_t num_sets = 1;
+  int32_t table_stride = 1;
+  int32_t max_kv_len = 0;  // of the sparse rows' tables
+  int32_t num_filled = 0;
+  int32_t num_writebacks = 0;
+  bool offloaded = false;  // some sparse row resolves through the directory
+  bool tables_built = false;
+};
+
+}  // namespace pulse
