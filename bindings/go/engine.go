@@ -244,8 +244,11 @@ type EngineStats struct {
 	SlotHits        int64         // selected blocks found in a slot
 	SlotMisses      int64         // selected blocks recalled
 	SlotEvictions   int64         // cached blocks a recall displaced
-	// Host time selecting blocks (ranking, block-cache lookups, queuing recalls); the device waits.
+	// Host time planning the steps' sparse selection (it runs on the device).
 	SelectionTime time.Duration
+	// Host waits for the device inside steps besides reading their tokens: 0 when the device
+	// drives every step.
+	HostWaits int64
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -286,5 +289,6 @@ func (e *Engine) Stats() (EngineStats, error) {
 		SlotMisses:            int64(stats.slot_misses),
 		SlotEvictions:         int64(stats.slot_evictions),
 		SelectionTime:         milliseconds(stats.selection_ms),
+		HostWaits:             int64(stats.host_waits),
 	}, nil
 }

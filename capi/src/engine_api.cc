@@ -111,6 +111,7 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.slot_misses = totals.offload.cache.misses;
     value.slot_evictions = totals.offload.cache.evictions;
     value.selection_ms = totals.sparse.planning_seconds * 1e3;
+    value.host_waits = totals.host_waits;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

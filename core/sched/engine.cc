@@ -339,6 +339,7 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   {
     absl::MutexLock lock(&mu_);
     Complete(work, forward, Clock::now(), report, deliveries);
+    if (!work.empty()) totals_.host_waits += runner_.step_host_waits();
     totals_.sparse = runner_.sparse_stats();
     totals_.offload = runner_.offload_stats();
   }

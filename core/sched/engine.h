@@ -154,6 +154,9 @@ struct EngineStats {
   int64_t decode_tokens = 0;     // generated tokens fed back
   int64_t generated_tokens = 0;  // tokens sampled
   int64_t finished_requests = 0;
+  // Host waits for the device inside steps besides reading their outputs
+  // (ModelRunner::step_host_waits).
+  int64_t host_waits = 0;
   int32_t queued = 0;
   int32_t running = 0;
   int32_t kv_blocks = 0;         // blocks of the KV cache

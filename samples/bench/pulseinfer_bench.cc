@@ -6,7 +6,7 @@
 //       [--modes dense,solohead,headwise] [--budget 2048] [--sink 32] [--window 128]
 //       [--slot-tokens TOKENS] [--block-tokens TOKENS]
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--graphs on,off]
-//       [--device NAME]
+//       [--link-gb-s GB_S] [--device NAME]
 //       [--commit SHA] [--out FILE.jsonl]
 //
 // Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
@@ -24,7 +24,11 @@
 // cost without its recall); the record adds the recall bytes a timed step moved, the copy
 // engine's rate on them, the slot-cache hit rate and the host's time planning a step's selection
 // (selection_ms_per_step: the selection itself runs on the device).
-// Its HBM floor counts the KV of the tokens attended (the budget, at most the context). And each
+// Its HBM floor counts the KV of the tokens attended (the budget, at most the context). Every
+// decode record has host_syncs_per_step, the host's waits for the device inside a timed step
+// besides reading its tokens (pulse_engine_stats.host_waits), and link_gb_s, the host-to-device
+// rate of one large pinned copy measured in the same run (--link-gb-s: scripts/gpu-bench
+// measures it with pulse-recall-bench first; null when not given). And each
 // in every setting of --graphs (default on): decode steps replayed as graphs (where the backend
 // has them: pulse_engine_params.decode_graphs) or launched op by op; the record says which.
 // Prefill: one random CONTEXT-token prompt, submit to first token; FLOPs are the GEMMs' 2 * m * n
@@ -70,6 +74,7 @@ struct Args {
   std::string copy = "auto";
   double summary_radius = -1;  // < 0 (as parsed): the library's default
   std::vector<bool> graphs = {true};
+  double link_gb_s = 0;  // 0: not measured
   std::string device = "unknown";
   std::string commit = "unknown";
   std::string out;
@@ -174,6 +179,9 @@ Args ParseArgs(int argc, char** argv) {
         }
         args.graphs.push_back(setting == "on");
       }
+    } else if (flag == "--link-gb-s") {
+      args.link_gb_s = std::atof(value.c_str());
+      if (!(args.link_gb_s > 0)) Fail("--link-gb-s expects a positive rate");
     } else if (flag == "--device") {
       args.device = value;
     } else if (flag == "--commit") {
@@ -466,6 +474,9 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
           ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) + offload +
           ", \"weight_bytes_read\": " + Number(facts.weight_bytes_read) +
           ", \"kv_bytes_read\": " + Number(kv_read) + ", \"hbm_gb_s\": " + Number(args.hbm_gb_s) +
+          ", \"host_syncs_per_step\": " +
+          Number(double(after.host_waits - before.host_waits) / double(decode_ms.size())) +
+          ", \"link_gb_s\": " + (args.link_gb_s > 0 ? Number(args.link_gb_s) : "null") +
           ", \"hbm_floor_ms\": " + Number(floor_ms) + ", \"roofline_fraction\": " +
           Number(floor_ms / p50) + ", \"steps_timed\": " + std::to_string(decode_ms.size()));
 }

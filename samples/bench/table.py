@@ -24,20 +24,28 @@ def main() -> None:
                   f"{r['decode_tok_s']:>9.1f} {floor_text:>9} {fraction:>9}")
     offloaded = [r for r in decode if r.get("budget") is not None and "error" not in r]
     if offloaded:
-        print(f"{'mode':<22} {'batch x context':>16} {'budget':>7} {'radius':>7} {'KV GiB':>7} "
-              f"{'recall MB/step':>15} {'recall GB/s':>12} {'slot hits':>10} {'select ms':>10}")
+        print(f"{'mode':<22} {'batch x context':>16} {'budget':>7} {'slots':>7} {'KV GiB':>7} "
+              f"{'recall MB/step':>15} {'recall GB/s':>12} {'link GB/s':>10} {'slot hits':>10} "
+              f"{'plan ms':>8} {'syncs':>6} {'serial bound':>13}")
         for r in offloaded:
             rate = "" if r["pcie_gb_s"] is None else f"{r['pcie_gb_s']:.1f}"
             hits = "" if r["cache_hit_rate"] is None else f"{r['cache_hit_rate']:.1%}"
-            radius = r.get("summary_radius")
-            radius_text = "" if radius is None else f"{radius:g}"
-            # The host's selection time a step (records from b143954 on).
+            slots = r.get("slot_tokens")
+            slots_text = "" if slots is None else str(slots)
+            # The host's time selecting (records from b143954 on), then planning a step.
             selection = r.get("selection_ms_per_step")
             selection_text = "" if selection is None else f"{selection:.2f}"
+            link = r.get("link_gb_s")
+            link_text = "" if link is None else f"{link:.1f}"
+            syncs = r.get("host_syncs_per_step")
+            syncs_text = "" if syncs is None else f"{syncs:g}"
+            # Recall at the link's rate, serial after the step's own time without it: the bound
+            # of one micro-batch (filled in by the reader from the all-resident record).
+            bound = "" if link is None else f"+{r['recall_bytes_per_step'] / link / 1e6:.2f} ms"
             print(f"{r['mode']:<22} {r['batch']} x {r['context']:>10} {r['budget']:>7} "
-                  f"{radius_text:>7} {r['gpu_kv_cap_gib']:>7.2f} "
-                  f"{r['recall_bytes_per_step'] / 1e6:>15.2f} {rate:>12} {hits:>10} "
-                  f"{selection_text:>10}")
+                  f"{slots_text:>7} {r['gpu_kv_cap_gib']:>7.2f} "
+                  f"{r['recall_bytes_per_step'] / 1e6:>15.2f} {rate:>12} {link_text:>10} "
+                  f"{hits:>10} {selection_text:>8} {syncs_text:>6} {bound:>13}")
     for r in records:
         if r["bench"] == "prefill":
             print(f"prefill {r['context']} tokens (chunks of {r['chunk']}): {r['seconds']:.2f} s, "

@@ -3,9 +3,11 @@
 // measured in the same run; then the gather executor beside an HBM-bound kernel.
 //
 //   pulse-recall-bench [--backend cuda|cpu] [--host-gib 4] [--device-gib 1] [--plan-mib 64]
-//       [--runs 30] [--gather-blocks 32] [--hbm-rows 8192] [--device NAME] [--commit SHA]
-//       [--out FILE.jsonl]
+//       [--runs 30] [--gather-blocks 32] [--hbm-rows 8192] [--link-only 0|1] [--device NAME]
+//       [--commit SHA] [--out FILE.jsonl]
 //
+// --link-only 1 measures the link alone ("bench": "link" records, one a direction): what
+// scripts/gpu-bench gives pulseinfer-bench as --link-gb-s.
 // A plan moves --plan-mib MiB in chunks of one size between random distinct slots of the host
 // tier (grown a GiB at a time) and of the device tier; four scatters take turns, and both tiers
 // hold a random pattern, never zeros. Each figure: one ungated pass of --runs plans (warm-up; it
@@ -65,6 +67,7 @@ struct Args {
   int32_t runs = 30;
   int32_t gather_blocks = 32;
   int64_t hbm_rows = 8192;
+  bool link_only = false;
   std::string device = "unknown";
   std::string commit = "unknown";
   std::string out;
@@ -93,6 +96,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &args.gather_blocks);
     } else if (flag == "--hbm-rows") {
       ok = absl::SimpleAtoi(value, &args.hbm_rows);
+    } else if (flag == "--link-only") {
+      ok = value == "0" || value == "1";
+      args.link_only = value == "1";
     } else if (flag == "--device") {
       args.device = value;
     } else if (flag == "--commit") {
@@ -480,9 +486,20 @@ absl::Status Run(const Args& args) {
        {CopyDirection::kHostToDevice, CopyDirection::kDeviceToHost}) {
     PULSE_ASSIGN_OR_RETURN(link[static_cast<int>(direction)], LinkGbS(bench, tiers, direction));
   }
+  const size_t link_bytes = std::min({kGiB, tiers.host[0].bytes(), tiers.device.bytes()});
   std::printf("link (one copy of %zu MiB): host->device %.1f GB/s, device->host %.1f GB/s\n\n",
-              std::min({kGiB, tiers.host[0].bytes(), tiers.device.bytes()}) / kMiB, link[0],
-              link[1]);
+              link_bytes / kMiB, link[0], link[1]);
+  if (args.link_only) {
+    for (const CopyDirection direction :
+         {CopyDirection::kHostToDevice, CopyDirection::kDeviceToHost}) {
+      bench.Write(
+          {{"bench", "link"},
+           {"direction", direction == CopyDirection::kHostToDevice ? "recall" : "write-back"},
+           {"bytes", link_bytes},
+           {"gb_s", link[static_cast<int>(direction)]}});
+    }
+    return absl::OkStatus();
+  }
   std::printf("%-10s %-10s %8s %8s %8s %8s %10s %6s\n", "direction", "executor", "chunk", "chunks",
               "GB/s", "of link", "host GB/s", "gated");
   for (const size_t chunk_bytes : kChunkSizes) {

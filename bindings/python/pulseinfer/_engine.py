@@ -56,6 +56,7 @@ class EngineStats:
     slot_misses: int
     slot_evictions: int
     selection_ms: float
+    host_waits: int
 
 
 class Engine:

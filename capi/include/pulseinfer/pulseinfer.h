@@ -334,6 +334,11 @@ typedef struct pulse_engine_stats {
    * inputs, uploaded once a step; selection itself runs on the device, which does not wait for
    * the host inside a step); / steps: per step. */
   double selection_ms;
+  /* Fields appended after version 4. */
+  /* Times the host waited for the device inside steps, besides reading each step's tokens (or
+   * logits) and the counters that come back with them: 0 when the device drives every step; /
+   * steps: per step. */
+  int64_t host_waits;
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

@@ -371,9 +371,17 @@ TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
     EXPECT_GT(stats.recall_ms, 0.0);
     EXPECT_GT(stats.selection_ms, 0.0);
     EXPECT_GT(stats.slot_hits, stats.slot_misses);
+    EXPECT_EQ(stats.host_waits, 0);  // the device drove every step
+    EXPECT_EQ(dense_stats.host_waits, 0);
     for (const int32_t executor : {PULSE_COPY_GATHER, PULSE_COPY_BATCH_DMA, PULSE_COPY_PER_CHUNK}) {
       pulse_engine_stats with;
       EXPECT_EQ(GenerateWith(model, mode, 1 << 20, &with, executor, PULSE_EVICT_SCORE), dense);
+      // The baseline executors plan each layer's recall on the host: a wait a layer and step.
+      if (executor == PULSE_COPY_GATHER) {
+        EXPECT_EQ(with.host_waits, 0);
+      } else {
+        EXPECT_GT(with.host_waits, 0);
+      }
     }
     pulse_engine_stats small;
     GenerateWith(model, mode, 48, &small);

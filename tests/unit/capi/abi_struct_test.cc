@@ -152,7 +152,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, slot_misses, 176);
   EXPECT_OFFSET(pulse_engine_stats, slot_evictions, 184);
   EXPECT_OFFSET(pulse_engine_stats, selection_ms, 192);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 200u);
+  EXPECT_OFFSET(pulse_engine_stats, host_waits, 200);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 208u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {

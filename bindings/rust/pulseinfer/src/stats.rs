@@ -190,8 +190,11 @@ pub struct EngineStats {
     pub slot_misses: i64,
     /// Cached blocks a recall displaced.
     pub slot_evictions: i64,
-    /// Host time selecting blocks (ranking, block-cache lookups, queuing recalls); the device waits.
+    /// Host time planning the steps' sparse selection (it runs on the device).
     pub selection_time: Duration,
+    /// Host waits for the device inside steps besides reading their tokens: 0 when the device
+    /// drives every step.
+    pub host_waits: i64,
 }
 
 impl EngineStats {
@@ -225,6 +228,7 @@ impl EngineStats {
             slot_misses: stats.slot_misses,
             slot_evictions: stats.slot_evictions,
             selection_time: millis(stats.selection_ms),
+            host_waits: stats.host_waits,
         }
     }
 }
