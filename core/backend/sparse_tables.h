@@ -93,7 +93,6 @@ struct SparseTableBuild {
   const SparseTableRow* rows = nullptr;
   int32_t num_rows = 0;             // on the host: the launch shape
   int32_t num_sets = 1;             // of every row (sparse rows of a step share the selection mode)
-  int32_t max_picks = 0;            // on the host: at least every row's picks (the launch shape)
   const int32_t* picked = nullptr;  // SelectTopBlocks' output
   const float* scores = nullptr;    // AggregateScores' output (score-aware eviction)
   const int32_t* candidate_blocks = nullptr;  // [bound column]: a dense block or a host block

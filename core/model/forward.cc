@@ -26,9 +26,13 @@ constexpr int32_t kGraphWidthTokens = 1024;
 // Graphs a runner keeps; the least recently used goes first.
 constexpr size_t kMaxStepGraphs = 32;
 
-// A decode step graphs may replay: one token a sequence, every sequence dense.
-bool IsDenseDecode(int32_t max_q_len, const StepBatch& batch) {
-  return max_q_len == 1 && !batch.has_sparse();
+// A decode step graphs may replay: one token a sequence, every sequence dense or every one
+// sparse (its attention one run of tables, whose shape the sparse step's plan pads).
+bool IsGraphableDecode(int32_t max_q_len, const StepBatch& batch) {
+  if (max_q_len != 1) return false;
+  int32_t sparse = 0;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) sparse += batch.sparse(s) ? 1 : 0;
+  return sparse == 0 || sparse == batch.num_seqs();
 }
 
 // Ints of the packed step inputs for the given sizes: tokens and positions [tokens], kv_lens
@@ -154,11 +158,15 @@ absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
 }
 
 absl::Status ModelRunner::RunStep() {
-  if (IsDenseDecode(context_.step.max_q_len, *batch_) && options_.decode_graphs &&
+  if (IsGraphableDecode(context_.step.max_q_len, *batch_) && options_.decode_graphs &&
       model_->backend().SupportsGraphs()) {
     PULSE_ASSIGN_OR_RETURN(const bool replayed, ReplayGraph());
     if (replayed) return absl::OkStatus();
   }
+  return RunOps();
+}
+
+absl::Status ModelRunner::RunOps() {
   Embed();
   PULSE_RETURN_IF_ERROR(RunLayers());
   if (sparse_planned_) PULSE_RETURN_IF_ERROR(sparse_->FinishStep(*context_.sparse));
@@ -168,8 +176,12 @@ absl::Status ModelRunner::RunStep() {
 
 absl::StatusOr<bool> ModelRunner::ReplayGraph() {
   Backend& backend = model_->backend();
-  const StepShape shape = {context_.step.num_tokens, context_.step.num_seqs,
-                           context_.step.num_logit_rows, context_.step.max_blocks_per_seq};
+  StepShape shape = {context_.step.num_tokens, context_.step.num_seqs, context_.step.num_logit_rows,
+                     context_.step.max_blocks_per_seq};
+  if (sparse_planned_) {
+    const SparseStep::Shape sparse = context_.sparse->shape();
+    std::copy(sparse.begin(), sparse.end(), shape.begin() + 4);
+  }
   auto found = graphs_.find(shape);
   if (found == graphs_.end()) {
     if (graphs_.size() >= kMaxStepGraphs) {
@@ -194,11 +206,9 @@ absl::StatusOr<bool> ModelRunner::ReplayGraph() {
   if (entry.capture_failed || !std::exchange(entry.ran, true)) return false;
   // Busy (another runner of the backend captures): this step runs op by op.
   if (!backend.BeginCapture().ok()) return false;
-  Embed();
-  const absl::Status layers = RunLayers();
-  Logits();
+  const absl::Status ops = RunOps();
   absl::StatusOr<std::unique_ptr<StepGraph>> graph = backend.EndCapture();
-  if (!layers.ok() || !graph.ok()) {
+  if (!ops.ok() || !graph.ok()) {
     entry.capture_failed = true;
     ++graph_stats_.failed;
     return false;
@@ -349,10 +359,10 @@ absl::Status ModelRunner::Upload(const StepBatch& batch) {
     step.max_q_len = std::max(step.max_q_len, batch.q_offsets()[s + 1] - batch.q_offsets()[s]);
     step.max_kv_len = std::max(step.max_kv_len, batch.kv_lens()[s]);
   }
-  // A dense decode step's shapes move in steps of kGraphWidthTokens (graphs or not, so that a
-  // replayed graph computes exactly what the ops would): the attention kernels size their
-  // launches by max_kv_len and read the true lengths.
-  if (IsDenseDecode(step.max_q_len, batch)) {
+  // A decode step's shapes move in steps of kGraphWidthTokens (graphs or not, so that a replayed
+  // graph computes exactly what the ops would): the attention kernels size their launches by
+  // max_kv_len and read the true lengths.
+  if (step.max_q_len == 1) {
     const int32_t block_tokens = cache_.layout().block_tokens;
     const int32_t granule = std::max(1, kGraphWidthTokens / block_tokens);
     step.max_blocks_per_seq = std::min((step.max_blocks_per_seq + granule - 1) / granule * granule,

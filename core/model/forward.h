@@ -36,9 +36,12 @@ struct ModelRunnerOptions {
   // offloaded KV: the cache's last slot_tokens / block_tokens blocks become the device tier's
   // slots, which no block table may name. Empty: every sequence attends densely.
   std::optional<OffloadConfig> offload = std::nullopt;
-  // Replay decode steps (one token a sequence, dense attention) as graphs on backends that have
-  // them (Backend::SupportsGraphs): one graph per shape (sequences, block-table width), captured
-  // the second time the shape runs. The same ops as without, so the same results.
+  // Replay decode steps (one token a sequence, every sequence dense or every one sparse) as
+  // graphs on backends that have them (Backend::SupportsGraphs): one graph per shape (sequences,
+  // block-table width, the sparse step's padded plan), captured the second time the shape runs;
+  // an offloaded step's recall and write-back are branches of its graph on the copy stream. The
+  // same ops as without, so the same results. A step whose recall the host plans (the baseline
+  // executors) cannot be captured and runs op by op.
   bool decode_graphs = true;
 };
 
@@ -113,9 +116,10 @@ class ModelRunner {
     bool capture_failed = false;  // never try again
     int64_t last_used = 0;
   };
-  // num_tokens, num_seqs, num_logit_rows and max_blocks_per_seq of a decode step: they fix every
-  // launch shape and where each input sits in Scratch::inputs.
-  using StepShape = std::array<int32_t, 4>;
+  // num_tokens, num_seqs, num_logit_rows and max_blocks_per_seq of a decode step, then its sparse
+  // step's shape (zeros without one): they fix every launch shape and where each input sits in
+  // the step's buffers.
+  using StepShape = std::array<int64_t, 4 + std::tuple_size_v<SparseStep::Shape>>;
 
   ModelRunner(std::shared_ptr<const Model> model, KvCache cache, const ModelRunnerOptions& options,
               StepContext context, std::unique_ptr<SparseAttention> sparse);
@@ -129,6 +133,8 @@ class ModelRunner {
   absl::Status RunStep();
   // Whether the step replayed a graph (false: run it op by op).
   absl::StatusOr<bool> ReplayGraph();
+  // The step's ops, in order: embedding, layers, the sparse step's end, logits.
+  absl::Status RunOps();
   PagedKvBatch KvBatch(int32_t layer) const;
   absl::Status RunLayers();
   // Ends the step after its outputs are read (`read` their status, `counters` the sparse rows'

@@ -15,6 +15,18 @@ namespace {
 constexpr int32_t kIntsPerSegment = sizeof(ScoreSegment) / sizeof(int32_t);
 constexpr int32_t kIntsPerRow = sizeof(SparseTableRow) / sizeof(int32_t);
 constexpr int32_t kIntsPerWriteBack = sizeof(WriteBackEntry) / sizeof(int32_t);
+// A decode step's plan is padded so that its shape, which a graph of the step bakes in, changes
+// seldom as sequences grow: candidates to this many (a row gains one every block_tokens steps),
+// fixed blocks to this many, table rows to this many blocks and the sparse tables' longest
+// length to this many tokens. The padding is never read as data.
+constexpr int32_t kCandidateGranule = 256;
+constexpr int32_t kFixedGranule = 64;
+constexpr int32_t kTableGranule = 8;
+constexpr int32_t kKvLenGranule = 256;
+
+int64_t RoundUp(int64_t value, int64_t granule) {
+  return (value + granule - 1) / granule * granule;
+}
 
 // Appends `values` to the staged plan; returns where they start.
 template <typename T>
@@ -102,11 +114,15 @@ SparseAttention::~SparseAttention() = default;
 absl::StatusOr<std::unique_ptr<SparseStep>> SparseAttention::NewStep(int64_t* counters) {
   auto step = std::unique_ptr<SparseStep>(new SparseStep());
   const int64_t seqs = limits_.max_seqs;
-  const int64_t candidates = seqs * limits_.max_blocks_per_seq;
+  // The most a step plans, padded as a decode step's plan may be.
+  const int64_t blocks = seqs * limits_.max_blocks_per_seq;
+  const int64_t candidates = RoundUp(blocks, kCandidateGranule);
+  const int64_t fixed = RoundUp(blocks, kFixedGranule);
   const int64_t sets = layout_.num_kv_heads;  // the most any mode has
   const int64_t filled = limits_.max_step_tokens / layout_.block_tokens + seqs;
-  const int64_t plan_ints = 3 * candidates + candidates + seqs * (kIntsPerSegment + kIntsPerRow) +
-                            filled * (2 + kIntsPerWriteBack) + 1 + 2 * (seqs + 1) + 2 * seqs;
+  const int64_t runs_offsets = 2 * seqs + 1;
+  const int64_t plan_ints = 3 * candidates + fixed + seqs * (kIntsPerSegment + kIntsPerRow) +
+                            filled * (2 + kIntsPerWriteBack) + runs_offsets + 1;
   const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
   PULSE_ASSIGN_OR_RETURN(step->plan, backend_.Allocate(ints(plan_ints)));
   PULSE_ASSIGN_OR_RETURN(step->bounds, backend_.Allocate(ints(limits_.num_heads * candidates)));
@@ -145,7 +161,6 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, Sp
   std::vector<WriteBackEntry> writebacks;
   std::vector<SparseAttentionStats> row_stats;
   std::vector<uint64_t> row_keys;
-  std::vector<int32_t> row_picks;
   std::vector<bool> sparse(sequences.size(), false);
   int32_t num_sets = 0;
   int32_t offloaded_picks = 0;
@@ -202,16 +217,17 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, Sp
       query_rows.push_back(sequence.first_row);
     }
     const auto fixed_first = static_cast<int32_t>(fixed.size());
-    for (int32_t logical = 0; logical < partition.num_blocks; ++logical) {
-      if (logical == partition.sink_end) logical = partition.window_begin;
-      if (logical >= partition.num_blocks) break;
-      const int32_t device = sequence.blocks[static_cast<size_t>(logical)];
-      if (device < 0) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "block %d of sequence %d is a sink or window block, but it is not resident", logical,
-            s));
+    for (const auto [begin, end] : {std::pair{0, partition.sink_end},
+                                    std::pair{partition.window_begin, partition.num_blocks}}) {
+      for (int32_t logical = begin; logical < end; ++logical) {
+        const int32_t device = sequence.blocks[static_cast<size_t>(logical)];
+        if (device < 0) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "block %d of sequence %d is a sink or window block, but it is not resident", logical,
+              s));
+        }
+        fixed.push_back(device);
       }
-      fixed.push_back(device);
     }
     const auto row = static_cast<int32_t>(rows.size());
     const int32_t count = partition.num_candidates();
@@ -236,13 +252,35 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, Sp
                          .attended_tokens = layers * partition.selected_tokens,
                          .context_tokens = layers * sequence.kv_len});
     row_keys.push_back(sequence.key);
-    row_picks.push_back(partition.picks);
     sparse[s] = true;
   }
   if (tiers_ && offloaded_picks > num_slots()) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("the device tier holds %d slots a layer, fewer than this step's %d picks",
                         num_slots(), offloaded_picks));
+  }
+
+  const int32_t real_writebacks = static_cast<int32_t>(writebacks.size());
+  const bool offloaded = std::any_of(rows.begin(), rows.end(),
+                                     [](const SparseTableRow& row) { return row.offloaded != 0; });
+  const bool decode = std::all_of(sequences.begin(), sequences.end(),
+                                  [](const SparseSequence& s) { return s.new_tokens == 1; });
+  if (decode) {
+    const auto seqs = sequences.size();
+    const auto candidates =
+        static_cast<size_t>(RoundUp(static_cast<int64_t>(summary_ids.size()), kCandidateGranule));
+    summary_ids.resize(candidates, 0);
+    query_rows.resize(candidates, 0);
+    candidate_blocks.resize(candidates, 0);
+    fixed.resize(static_cast<size_t>(RoundUp(static_cast<int64_t>(fixed.size()), kFixedGranule)),
+                 0);
+    filled_blocks.resize(seqs, -1);
+    filled_summaries.resize(seqs, 0);
+    if (offloaded) writebacks.resize(seqs, WriteBackEntry{-1, 0});
+    table_stride = static_cast<int32_t>(
+        std::min<int64_t>(RoundUp(table_stride, kTableGranule), limits_.max_blocks_per_seq));
+    max_kv_len = static_cast<int32_t>(std::min<int64_t>(
+        RoundUp(max_kv_len, kKvLenGranule), int64_t{limits_.max_blocks_per_seq} * block_tokens));
   }
 
   // Runs of consecutive sequences of one kind, each with its query offsets.
@@ -300,18 +338,24 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, Sp
   backend_.CopyToDevice(step.plan.data(), staging.data(), staging.size() * sizeof(int32_t));
 
   step.row_keys = std::move(row_keys);
-  step.row_picks = std::move(row_picks);
   step.num_candidates = static_cast<int32_t>(summary_ids.size());
   step.num_sets = std::max(num_sets, 1);
   step.table_stride = table_stride;
   step.max_kv_len = max_kv_len;
   step.num_filled = static_cast<int32_t>(filled_blocks.size());
   step.num_writebacks = static_cast<int32_t>(writebacks.size());
-  step.offloaded = offloaded_picks > 0 ||
-                   std::any_of(rows.begin(), rows.end(),
-                               [](const SparseTableRow& row) { return row.offloaded != 0; });
+  step.offloaded = offloaded;
   step.tables_built = false;
-  for (SparseStep::LayerEvents& events : step.events) events.recalled = events.wrote_back = false;
+  // Every layer does the same: a replayed graph of the step runs no host code per layer, so the
+  // copies' bookkeeping is the plan's.
+  for (SparseStep::LayerEvents& events : step.events) {
+    events.wrote_back = step.num_writebacks > 0;
+    events.recalled = offloaded && step.num_rows > 0;
+  }
+  const auto layers = static_cast<int64_t>(layers_.size());
+  offload_stats_.writeback_blocks += layers * real_writebacks;
+  offload_stats_.writeback_bytes += layers * real_writebacks * layout_.block_bytes();
+  if (offloaded && step.num_rows > 0) offload_stats_.recall_plans += layers;
   for (size_t r = 0; r < row_stats.size(); ++r) {
     Add(stats_, row_stats[r]);
     Add(key_stats_[step.row_keys[r]], row_stats[r]);
@@ -335,9 +379,6 @@ absl::Status SparseAttention::AfterAppend(int32_t layer, SparseStep& step) {
   PULSE_RETURN_IF_ERROR(backend_.EnqueueWriteBack(
       reinterpret_cast<const WriteBackEntry*>(plan + step.at.writebacks), step.num_writebacks,
       tiers_->host.view(), layer, blocks, layout_, *events.writeback));
-  events.wrote_back = true;
-  offload_stats_.writeback_blocks += step.num_writebacks;
-  offload_stats_.writeback_bytes += int64_t{step.num_writebacks} * layout_.block_bytes();
   return absl::OkStatus();
 }
 
@@ -360,24 +401,22 @@ absl::Status SparseAttention::Attend(int32_t layer, SparseStep& step, const floa
       backend_.SelectTopBlocks(scores, segments, step.num_rows, step.num_sets, picked);
     }
     int32_t* counts = step.recalls.empty() ? nullptr : step.recalls.as<int32_t>();
-    SparseTableBuild build{
-        .segments = segments,
-        .rows = reinterpret_cast<const SparseTableRow*>(plan + step.at.rows),
-        .num_rows = step.num_rows,
-        .num_sets = step.num_sets,
-        .max_picks = *std::max_element(step.row_picks.begin(), step.row_picks.end()),
-        .picked = picked,
-        .scores = scores,
-        .candidate_blocks = plan + step.at.candidate_blocks,
-        .summary_ids = plan + step.at.summary_ids,
-        .fixed_blocks = plan + step.at.fixed,
-        .step = plan + step.at.stamp,
-        .pick_stamps = summaries_.pick_stamps(layer),
-        .num_summaries = summaries_.count(),
-        .tables = step.tables.as<int32_t>(),
-        .table_stride = step.table_stride,
-        .kv_lens = step.kv_lens.as<int32_t>(),
-        .counters = step.counters};
+    SparseTableBuild build{.segments = segments,
+                           .rows = reinterpret_cast<const SparseTableRow*>(plan + step.at.rows),
+                           .num_rows = step.num_rows,
+                           .num_sets = step.num_sets,
+                           .picked = picked,
+                           .scores = scores,
+                           .candidate_blocks = plan + step.at.candidate_blocks,
+                           .summary_ids = plan + step.at.summary_ids,
+                           .fixed_blocks = plan + step.at.fixed,
+                           .step = plan + step.at.stamp,
+                           .pick_stamps = summaries_.pick_stamps(layer),
+                           .num_summaries = summaries_.count(),
+                           .tables = step.tables.as<int32_t>(),
+                           .table_stride = step.table_stride,
+                           .kv_lens = step.kv_lens.as<int32_t>(),
+                           .counters = step.counters};
     if (tiers_ && step.offloaded) {
       build.directory = tiers_->directory.view(layer);
       build.recalls = {.entries = reinterpret_cast<RecallEntry*>(counts + layout_.num_kv_heads),
@@ -417,7 +456,6 @@ absl::Status SparseAttention::Attend(int32_t layer, SparseStep& step, const floa
 
 absl::Status SparseAttention::Recall(int32_t layer, SparseStep& step) {
   SparseStep::LayerEvents& events = step.events[static_cast<size_t>(layer)];
-  ++offload_stats_.recall_plans;
   // The slots recalled into may still be read by an earlier step: after compute.
   PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy(
       {.direction = CopyDirection::kHostToDevice, .after_compute = true}, *events.recall_start));
@@ -432,7 +470,6 @@ absl::Status SparseAttention::Recall(int32_t layer, SparseStep& step) {
         step.num_sets, tiers_->host.view(), layer, layers_[static_cast<size_t>(layer)],
         dense_blocks_, layout_, *events.recall_end));
   }
-  events.recalled = true;
   return backend_.WaitForCopy(*events.recall_end);
 }
 

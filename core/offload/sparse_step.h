@@ -4,6 +4,7 @@
 // reads or writes it. Several of them let a scheduler run micro-batches of one step interleaved.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -16,6 +17,21 @@ class SparseStep {
  public:
   SparseStep(const SparseStep&) = delete;
   SparseStep& operator=(const SparseStep&) = delete;
+
+  // What a graph of the planned step bakes in besides its buffers' addresses: two steps of equal
+  // shapes launch the same ops over the same plan layout (their data may differ).
+  using Shape = std::array<int64_t, 9>;
+  Shape shape() const {
+    return {static_cast<int64_t>(staging.size()),
+            num_candidates,
+            num_rows,
+            num_sets,
+            table_stride,
+            max_kv_len,
+            num_filled,
+            num_writebacks,
+            offloaded ? 1 : 0};
+  }
 
  private:
   friend class SparseAttention;
@@ -74,7 +90,6 @@ class SparseStep {
   Offsets at;
   std::vector<Run> runs;
   std::vector<uint64_t> row_keys;  // the sparse rows' sequences
-  std::vector<int32_t> row_picks;  // each sparse row's picks a set
   int32_t num_candidates = 0;
   int32_t num_rows = 0;  // sparse decode rows
   int32_t num_sets = 1;

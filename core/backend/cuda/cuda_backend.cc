@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -37,6 +38,11 @@ class CudaCopyEvent final : public CopyEvent {
 
   cuda::UniqueEvent event;
   bool armed = false;
+  // Inside a graph capture, `event` is recorded as a node the graph records when it runs (so its
+  // time can be read after a replay), and `join`, recorded right after it, is what compute waits
+  // for within the graph; join_capture is the capture that recorded it.
+  cuda::UniqueEvent join;
+  uint64_t join_capture = 0;
 };
 
 class CudaStepGraph final : public StepGraph {
@@ -70,6 +76,7 @@ class CudaBackend final : public Backend {
     gemm_workspace_ = DeviceBuffer();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (capture_stream_ != nullptr) cudaStreamDestroy(capture_stream_);
+    if (capture_copy_stream_ != nullptr) cudaStreamDestroy(capture_copy_stream_);
   }
 
   std::string_view name() const override { return "cuda"; }
@@ -214,7 +221,13 @@ class CudaBackend final : public Backend {
       // Another thread may re-record the marker before the copy stream waits for it: the plan
       // then waits for more compute than it needs, never less.
       absl::MutexLock lock(&mu_);
-      if (Capturing()) return absl::FailedPreconditionError("EnqueueCopy inside a graph capture");
+      if (Capturing()) {
+        // A marker (an empty plan) is captured; a plan of host-planned chunks is not.
+        if (!plan.chunks.empty()) {
+          return absl::FailedPreconditionError("EnqueueCopy of chunks inside a graph capture");
+        }
+        return CaptureCopy(*event, std::nullopt);
+      }
       PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_marker_.get(), stream_));
       after = compute_marker_.get();
     }
@@ -246,7 +259,15 @@ class CudaBackend final : public Backend {
   absl::Status WaitForCopy(const CopyEvent& event) override {
     PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* own, OwnEvent<const CudaCopyEvent>(event));
     absl::MutexLock lock(&mu_);
-    if (Capturing()) return absl::FailedPreconditionError("WaitForCopy inside a graph capture");
+    if (Capturing()) {
+      // Within a graph, compute waits for the copy branch this capture made.
+      if (own->join_capture != capture_count_) {
+        return absl::FailedPreconditionError(
+            "WaitForCopy inside a graph capture, for a copy enqueued outside it");
+      }
+      PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(capture_stream_, own->join.get(), 0));
+      return absl::OkStatus();
+    }
     PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, own->event.get(), 0));
     return absl::OkStatus();
   }
@@ -292,7 +313,11 @@ class CudaBackend final : public Backend {
     if (capture_stream_ == nullptr) {
       PULSE_CUDA_RETURN_IF_ERROR(
           cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking));
+      PULSE_CUDA_RETURN_IF_ERROR(
+          cudaStreamCreateWithFlags(&capture_copy_stream_, cudaStreamNonBlocking));
+      PULSE_ASSIGN_OR_RETURN(capture_fork_, cuda::CreateEvent(cudaEventDisableTiming));
     }
+    ++capture_count_;
     // Thread-local mode: other threads may allocate, free and synchronize meanwhile.
     PULSE_CUDA_RETURN_IF_ERROR(
         cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal));
@@ -616,14 +641,35 @@ class CudaBackend final : public Backend {
     PULSE_ASSIGN_OR_RETURN(CudaCopyEvent * event, OwnEvent<CudaCopyEvent>(done));
     {
       absl::MutexLock lock(&mu_);
-      if (Capturing()) {
-        return absl::FailedPreconditionError(absl::StrFormat("%s inside a graph capture", op));
-      }
+      if (Capturing()) return CaptureCopy(*event, launch);
       PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_marker_.get(), stream_));
     }
     PULSE_RETURN_IF_ERROR(
         copy_engine_->EnqueueLaunch(compute_marker_.get(), event->event.get(), op, launch));
     event->armed = true;
+    return absl::OkStatus();
+  }
+
+  // Inside this thread's capture: a branch of the graph on the copy capture stream that starts
+  // after the compute captured so far, runs what `launch` launches (when not null: a kernel over
+  // a list the device built; the copy engine's own stream and staging stay out of graphs), then
+  // records `done` as an external event node (timed after a replay) and its join.
+  absl::Status CaptureCopy(CudaCopyEvent& done,
+                           std::optional<absl::FunctionRef<cudaError_t(cudaStream_t)>> launch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(capture_fork_.get(), capture_stream_));
+    PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(capture_copy_stream_, capture_fork_.get(), 0));
+    if (launch.has_value()) {
+      PULSE_CUDA_RETURN_IF_ERROR((*launch)(capture_copy_stream_));
+    }
+    PULSE_CUDA_RETURN_IF_ERROR(
+        cudaEventRecordWithFlags(done.event.get(), capture_copy_stream_, cudaEventRecordExternal));
+    if (done.join == nullptr) {
+      PULSE_ASSIGN_OR_RETURN(done.join, cuda::CreateEvent(cudaEventDisableTiming));
+    }
+    PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(done.join.get(), capture_copy_stream_));
+    done.join_capture = capture_count_;
+    done.armed = true;
     return absl::OkStatus();
   }
 
@@ -665,6 +711,10 @@ class CudaBackend final : public Backend {
   Capture capture_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> host_waits_ = 0;
   cudaStream_t capture_stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // made by the first capture
+  // A capture's copies branch off onto this stream (CaptureCopy), forked by capture_fork_.
+  cudaStream_t capture_copy_stream_ ABSL_GUARDED_BY(mu_) = nullptr;
+  cuda::UniqueEvent capture_fork_ ABSL_GUARDED_BY(mu_);
+  uint64_t capture_count_ ABSL_GUARDED_BY(mu_) = 0;  // captures begun
 };
 
 }  // namespace

@@ -31,7 +31,7 @@ class OffloadBackendTest : public ::pulse::testing::BackendModelTest {
   void SetUp() override { LoadOnBackend(::pulse::testing::SmallConfig(512), 3); }
 
   // `offload` empty: dense attention; without tiers: sparse rows over resident blocks.
-  ModelRunner MakeRunner(std::optional<OffloadConfig> offload) {
+  ModelRunner MakeRunner(std::optional<OffloadConfig> offload, bool graphs = true) {
     const ModelConfig& config = model_->config();
     const auto slots =
         static_cast<int32_t>(offload && offload->host_tokens > 0 ? offload->slot_tokens : 0) /
@@ -47,7 +47,8 @@ class OffloadBackendTest : public ::pulse::testing::BackendModelTest {
                                                              {.max_step_tokens = 384,
                                                               .max_seqs = 1,
                                                               .max_blocks_per_seq = kBlocksPerSeq,
-                                                              .offload = offload});
+                                                              .offload = offload,
+                                                              .decode_graphs = graphs});
     EXPECT_TRUE(runner.ok()) << runner.status();
     return *std::move(runner);
   }
@@ -142,6 +143,27 @@ TEST_P(OffloadBackendTest, ASmallBudgetGivesTheResidentSelectionsLogits) {
     ModelRunner runner = MakeRunner(Tiers(mode, 6));
     ExpectBitwiseEqual(Decode(runner, Selection(mode, 128), true), resident);
     EXPECT_GT(runner.offload_stats().cache.evictions, 0);
+  }
+}
+
+// Offloaded decode steps replayed as graphs (the recall and write-back branches on the copy
+// stream inside them) compute what the same steps compute op by op, bit for bit, and count the
+// same recall.
+TEST_P(OffloadBackendTest, GraphsOfOffloadedStepsGiveTheOpByOpLogits) {
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    SCOPED_TRACE(mode == SelectionMode::kSoloHead ? "solohead" : "headwise");
+    ModelRunner op_by_op = MakeRunner(Tiers(mode, 8), /*graphs=*/false);
+    const auto want = Decode(op_by_op, Selection(mode, 128), true);
+    ModelRunner graphed = MakeRunner(Tiers(mode, 8), /*graphs=*/true);
+    ExpectBitwiseEqual(Decode(graphed, Selection(mode, 128), true), want);
+    EXPECT_EQ(graphed.offload_stats().recall_bytes, op_by_op.offload_stats().recall_bytes);
+    EXPECT_EQ(graphed.offload_stats().cache, op_by_op.offload_stats().cache);
+    EXPECT_EQ(graphed.graph_stats().failed, 0);
+    if (model_->backend().SupportsGraphs()) {
+      EXPECT_GT(graphed.graph_stats().launched, 0);
+      EXPECT_GT(graphed.offload_stats().recall_seconds, 0.0);  // timed inside the graphs too
+    }
+    EXPECT_EQ(graphed.step_host_waits(), 0);
   }
 }
 

@@ -215,7 +215,6 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
           .rows = table_rows.data(),
           .num_rows = rows,
           .num_sets = c.sets,
-          .max_picks = c.slots,
           .picked = picked.data(),
           .scores = scores.data(),
           .candidate_blocks = candidates.data(),

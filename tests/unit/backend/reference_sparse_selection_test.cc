@@ -244,7 +244,6 @@ TEST(ReferenceSlotDirectoryTest, RandomStepsFollowTheDirectorysRules) {
             .rows = batch.rows.data(),
             .num_rows = num_rows,
             .num_sets = sets,
-            .max_picks = kSlots,
             .picked = batch.picked.data(),
             .scores = batch.scores.data(),
             .candidate_blocks = batch.candidate_blocks.data(),
