@@ -31,7 +31,8 @@ enum class CopyDirection : uint8_t {
 // How the CUDA backend moves a plan (the CPU backend memcpys every plan on its copy thread).
 enum class CopyExecutor : uint8_t {
   // kGather below kAutoGatherMaxMeanChunkBytes a chunk on average, else kBatchDma. Measured in one
-  // run on the H200 (samples/bench/results/h200-recall-6df1feb.jsonl): from 64 KiB chunks DMA
+  // run on the H200 (samples/bench/results/history.jsonl, source h200-recall-6df1feb.jsonl): from
+  // 64 KiB chunks DMA
   // reaches 99% of the link against the kernel's 91%, and it takes no SMs from compute (beside
   // an HBM-bound kernel the gather slowed it by 40%); at 4-8 KiB DMA manages 4-19%.
   kAuto,

@@ -23,7 +23,7 @@ namespace {
 // fragment a warp loads), split among kHeads query heads of a KV group (kHeads divides kWarps),
 // key tiles of kBlockN keys. For 128-dim heads the S accumulators of 32
 // keys are what fits beside O's in registers (64 keys spill; 8 warps or single row tiles were
-// slower on the H200: samples/bench/results/h200-prefill-attention-shapes.txt).
+// slower on the H200: samples/bench/results/history-logs.md, h200-prefill-attention-shapes.txt).
 template <int kHeadDim_, int kWarps_, int kRowTiles_, int kBlockN_, int kHeads_>
 struct Shape {
   static constexpr int kHeadDim = kHeadDim_;

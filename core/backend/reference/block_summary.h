@@ -3,7 +3,7 @@
 // follows. Selection ranks blocks by that bound. A summary may also keep a narrower box around
 // each channel's midpoint (the summary radius): its "bound" is then an estimate of q.k, the
 // box's center's q.k at radius 0, which picks better blocks than the bound (the accuracy report,
-// samples/bench/results/cpu-smollm2-offload-accuracy.md). The reference math: the CPU backend
+// samples/bench/results/README.md, "Offload accuracy"). The reference math: the CPU backend
 // runs it, the selection policy ranks by it, and the CUDA kernels are tested against it.
 #pragma once
 

@@ -1,5 +1,6 @@
 // How decode attention splits sequences (host arithmetic, no device needed), at the shapes the
-// H200 split sweep measured (samples/bench/results/h200-cuda-ops-69b90ea.jsonl): 132 SMs holding
+// H200 split sweep measured (samples/bench/results/history.jsonl, source
+// h200-cuda-ops-69b90ea.jsonl): 132 SMs holding
 // 3 blocks each (396 at once), at most 8 blocks an SM. The sweep ran fixed block targets; its
 // fastest for each shape was a well-filled last wave with few splits: 8x16384 at 92% of its
 // floor with 5 splits (one wave of 320 blocks) against 85% with 17 (2.7 waves), 32x8192 at 98%
