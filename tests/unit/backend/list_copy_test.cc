@@ -31,20 +31,11 @@ class ListCopyTest : public ::testing::TestWithParam<std::string> {
 
   template <typename T>
   DeviceBuffer Upload(const std::vector<T>& values) {
-    absl::StatusOr<DeviceBuffer> buffer =
-        backend_->Allocate(std::max<size_t>(values.size(), 1) * sizeof(T));
-    EXPECT_TRUE(buffer.ok()) << buffer.status();
-    backend_->CopyToDevice(buffer->data(), values.data(), values.size() * sizeof(T));
-    return *std::move(buffer);
+    return ::pulse::testing::UploadVector(*backend_, values);
   }
-
   template <typename T>
   std::vector<T> Download(const DeviceBuffer& buffer, size_t count) {
-    std::vector<T> values(count);
-    const absl::Status status =
-        backend_->CopyToHost(values.data(), buffer.data(), count * sizeof(T));
-    EXPECT_TRUE(status.ok()) << status;
-    return values;
+    return ::pulse::testing::DownloadVector<T>(*backend_, buffer, count);
   }
 
   std::shared_ptr<Backend> backend_;

@@ -47,6 +47,25 @@ inline std::vector<float> RoundToBf16(std::vector<float> values) {
   return values;
 }
 
+// `values` copied into a new buffer of `backend`'s memory.
+template <typename T>
+DeviceBuffer UploadVector(Backend& backend, const std::vector<T>& values) {
+  absl::StatusOr<DeviceBuffer> buffer =
+      backend.Allocate(std::max<size_t>(values.size(), 1) * sizeof(T));
+  EXPECT_TRUE(buffer.ok()) << buffer.status();
+  backend.CopyToDevice(buffer->data(), values.data(), values.size() * sizeof(T));
+  return *std::move(buffer);
+}
+
+// The first `count` values of `buffer`, read back from `backend`'s memory.
+template <typename T>
+std::vector<T> DownloadVector(Backend& backend, const DeviceBuffer& buffer, size_t count) {
+  std::vector<T> values(count);
+  const absl::Status status = backend.CopyToHost(values.data(), buffer.data(), count * sizeof(T));
+  EXPECT_TRUE(status.ok()) << status;
+  return values;
+}
+
 inline std::shared_ptr<Backend> MakeCpuBackend(int32_t threads, size_t memory_limit = 0) {
   CpuBackendOptions options;
   options.threads = threads;
