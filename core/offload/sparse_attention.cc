@@ -89,8 +89,10 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
                               config.eviction == EvictionKind::kScoreAware));
     tiers.emplace(Tiers{std::move(host), std::move(directory)});
   }
-  std::vector<void*> layers;
-  for (int32_t layer = 0; layer < cache.num_layers(); ++layer) layers.push_back(cache.layer(layer));
+  std::vector<void*> layers(static_cast<size_t>(cache.num_layers()));
+  for (size_t layer = 0; layer < layers.size(); ++layer) {
+    layers[layer] = cache.layer(static_cast<int32_t>(layer));
+  }
   return std::unique_ptr<SparseAttention>(
       new SparseAttention(backend, std::move(layers), layout, dense_blocks, config, limits,
                           std::move(summaries), std::move(tiers)));
