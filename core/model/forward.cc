@@ -572,7 +572,9 @@ absl::Status ModelRunner::SampleLogits(std::span<const TokenSampling> sampling,
                        scratch.sampling.as<TokenSampling>(), scratch.penalised_ids.as<int32_t>(),
                        context_.tokens());
   const absl::Status read = ReadOutputs(tokens.size_bytes());
-  if (read.ok()) std::memcpy(tokens.data(), outputs_.data(), tokens.size_bytes());
+  if (read.ok() && !tokens.empty()) {
+    std::memcpy(tokens.data(), outputs_.data(), tokens.size_bytes());
+  }
   return EndStep(read, counters(), 1);
 }
 
