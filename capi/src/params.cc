@@ -40,7 +40,7 @@ pulse_engine_params DefaultEngineParams() {
   params.offload_host_tokens = offload.host_tokens;
   params.offload_slot_tokens = offload.slot_tokens;
   params.decode_graphs = options.decode_graphs ? 1 : 0;
-  params.offload_summary_radius = offload.summary_radius;
+  params.offload_summary_radius = offload.estimator.radius;
   return params;
 }
 
@@ -71,7 +71,7 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
                                                    "_SOLOHEAD"));
   }
   OffloadConfig offload;
-  offload.summary_radius = static_cast<float>(params.offload_summary_radius);
+  offload.estimator.radius = static_cast<float>(params.offload_summary_radius);
   offload.selection.mode = params.offload_mode == PULSE_OFFLOAD_HEADWISE ? SelectionMode::kHeadWise
                                                                          : SelectionMode::kSoloHead;
   offload.selection.budget_tokens = params.offload_budget_tokens;

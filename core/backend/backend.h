@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/backend/block_estimator.h"
 #include "core/backend/block_scores.h"
 #include "core/backend/copy_plan.h"
 #include "core/backend/dtype.h"
@@ -270,24 +271,21 @@ class Backend {
   // out[i] = x row rows[i] (cols values each, both act), for i < count.
   virtual void GatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
                           void* out) = 0;
-  // Quest summaries of whole blocks (core/backend/reference/block_summary.h): for i < count, the
-  // per-KV-head channel minimum and maximum of every key of block block_ids[i] of `blocks` (one
-  // layer's cache of `layout`), shrunk around their midpoints to `radius` (in [0, 1]) as
-  // reference::SummarizeBlock does, written as fp32 at summaries + summary_ids[i] * summary
-  // elements. An entry whose block id is negative is skipped (a step's list is padded to its
-  // shape).
+  // Block summaries (core/backend/block_estimator.h, reference::SummarizeBlock): for i < count,
+  // the summary under `estimator` of every key of block block_ids[i] of `blocks` (one layer's
+  // cache of `layout`), written as fp32 at summaries + summary_ids[i] * SummaryElems. An entry
+  // whose block id is negative is skipped (a step's list is padded to its shape).
   virtual void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
-                               const int32_t* block_ids, const int32_t* summary_ids, int32_t count,
-                               float radius, float* summaries) = 0;
-  // For i < count and every query head h: bounds[h * count + i] = head h's upper bound of q.k over
-  // the box of the summary at summaries + summary_ids[i] * summary elements (over the block's keys
-  // when the summary's radius is 1; its centre's q.k at radius 0), for the query row
-  // q + query_rows[i] * q_stride ([num_heads][head_dim]). One call scores every candidate of every
-  // sparse row of a step.
+                               const BlockEstimator& estimator, const int32_t* block_ids,
+                               const int32_t* summary_ids, int32_t count, float* summaries) = 0;
+  // For i < count and every query head h: bounds[h * count + i] = head h's estimate
+  // (reference::BlockBound) over the summary at summaries + summary_ids[i] * SummaryElems, for
+  // the query row q + query_rows[i] * q_stride ([num_heads][head_dim]). One call scores every
+  // candidate of every sparse row of a step.
   virtual void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
-                           const PagedKvLayout& layout, const float* summaries,
-                           const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
-                           float* bounds) = 0;
+                           const PagedKvLayout& layout, const BlockEstimator& estimator,
+                           const float* summaries, const int32_t* summary_ids,
+                           const int32_t* query_rows, int32_t count, float* bounds) = 0;
   // Each segment's scores from a step's bounds ([num_heads][bound_stride], as ScoreBlocks writes
   // them): for segment s of `segments` (num_segments of them) and set k < s.num_sets,
   // scores[s.scores_first + k * s.count + i] aggregates (s.aggregate) the bounds on candidate

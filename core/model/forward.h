@@ -32,7 +32,7 @@ struct ModelRunnerOptions {
   int32_t max_blocks_per_seq = 0;  // the longest block table a sequence may have
   int32_t max_logit_rows = 0;      // logit rows of one step; 0: max_seqs (one a sequence)
   // Sparse decode attention for the sequences whose StepBatch entry has a selection (summaries
-  // at offload->summary_radius), and with both tiers sized (host_tokens and slot_tokens > 0)
+  // under offload->estimator), and with both tiers sized (host_tokens and slot_tokens > 0)
   // offloaded KV: the cache's last slot_tokens / block_tokens blocks become the device tier's
   // slots, which no block table may name. Empty: every sequence attends densely.
   std::optional<OffloadConfig> offload = std::nullopt;

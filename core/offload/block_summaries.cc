@@ -2,22 +2,20 @@
 
 #include <utility>
 
-#include "core/backend/reference/block_summary.h"
-
 namespace pulse {
 
 absl::StatusOr<BlockSummaries> BlockSummaries::Create(Backend& backend, const PagedKvLayout& layout,
                                                       int32_t num_layers, int32_t num_dense,
                                                       int32_t num_host, int32_t num_sets,
-                                                      float radius) {
-  PULSE_RETURN_IF_ERROR(reference::CheckSummaryRadius(radius));
-  BlockSummaries summaries(backend, layout, num_dense, num_host, radius);
+                                                      const BlockEstimator& estimator) {
+  PULSE_RETURN_IF_ERROR(ValidateEstimator(estimator, layout));
+  BlockSummaries summaries(backend, layout, num_dense, num_host, estimator);
   const auto count = static_cast<size_t>(summaries.count());
   const std::vector<int32_t> never(static_cast<size_t>(num_sets) * count, -1);
   for (int32_t layer = 0; layer < num_layers; ++layer) {
     PULSE_ASSIGN_OR_RETURN(
         DeviceBuffer buffer,
-        backend.Allocate(count * static_cast<size_t>(reference::BlockSummaryElems(layout)) *
+        backend.Allocate(count * static_cast<size_t>(SummaryElems(layout, estimator)) *
                          sizeof(float)));
     summaries.summaries_.push_back(std::move(buffer));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer stamps, backend.Allocate(never.size() * sizeof(int32_t)));
@@ -29,7 +27,7 @@ absl::StatusOr<BlockSummaries> BlockSummaries::Create(Backend& backend, const Pa
 
 void BlockSummaries::Summarize(int32_t layer, const void* layer_blocks, const int32_t* block_ids,
                                const int32_t* summary_ids, int32_t count) {
-  backend_->SummarizeBlocks(layer_blocks, layout_, block_ids, summary_ids, count, radius_,
+  backend_->SummarizeBlocks(layer_blocks, layout_, estimator_, block_ids, summary_ids, count,
                             summaries_[static_cast<size_t>(layer)].as<float>());
 }
 

@@ -15,16 +15,18 @@ namespace pulse {
 
 class BlockSummaries {
  public:
-  // Summaries of `layout`'s blocks at `radius` for `num_layers` layers, with pick stamps for up
-  // to `num_sets` selection sets; ResourceExhausted when they do not fit the backend.
+  // Summaries of `layout`'s blocks under `estimator` for `num_layers` layers, with pick stamps
+  // for up to `num_sets` selection sets. InvalidArgument for an estimator that does not fit the
+  // layout; ResourceExhausted when they do not fit the backend.
   static absl::StatusOr<BlockSummaries> Create(Backend& backend, const PagedKvLayout& layout,
                                                int32_t num_layers, int32_t num_dense,
-                                               int32_t num_host, int32_t num_sets, float radius);
+                                               int32_t num_host, int32_t num_sets,
+                                               const BlockEstimator& estimator);
 
   int32_t dense_id(int32_t block) const { return block; }
   int32_t host_id(int32_t block) const { return num_dense_ + block; }
   int32_t count() const { return num_dense_ + num_host_; }
-  float radius() const { return radius_; }
+  const BlockEstimator& estimator() const { return estimator_; }
   const float* layer(int32_t layer) const {
     return summaries_[static_cast<size_t>(layer)].as<float>();
   }
@@ -38,18 +40,18 @@ class BlockSummaries {
 
  private:
   BlockSummaries(Backend& backend, const PagedKvLayout& layout, int32_t num_dense, int32_t num_host,
-                 float radius)
+                 const BlockEstimator& estimator)
       : backend_(&backend),
         layout_(layout),
         num_dense_(num_dense),
         num_host_(num_host),
-        radius_(radius) {}
+        estimator_(estimator) {}
 
   Backend* backend_;
   PagedKvLayout layout_;
   int32_t num_dense_;
   int32_t num_host_;
-  float radius_;
+  BlockEstimator estimator_;
   std::vector<DeviceBuffer> summaries_;    // [layers]: [count][summary floats]
   std::vector<DeviceBuffer> pick_stamps_;  // [layers]: int32 [sets][count], -1 never picked
 };

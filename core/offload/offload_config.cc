@@ -8,9 +8,9 @@
 namespace pulse {
 
 absl::Status OffloadConfig::Validate() const {
-  if (!SummaryRadiusValid(summary_radius)) {
+  if (!SummaryRadiusValid(estimator.radius)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("offload summary radius %g is outside [0, 1]", summary_radius));
+        absl::StrFormat("offload summary radius %g is outside [0, 1]", estimator.radius));
   }
   for (const auto& [name, tokens] :
        {std::pair{"host tokens", host_tokens}, std::pair{"slot tokens", slot_tokens}}) {

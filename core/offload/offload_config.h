@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/backend/block_estimator.h"
 #include "core/backend/copy_plan.h"
 #include "core/base/status.h"
 #include "core/offload/selection.h"
@@ -18,10 +19,10 @@ struct OffloadConfig {
   // The selection every offloaded request decodes with unless it asks for its own budget, sinks
   // and window (the mode is the engine's: the device tier is laid out for it).
   SelectionOptions selection;
-  // How much of each key channel's range a block summary keeps around its midpoint, in [0, 1]:
-  // 1 scores blocks by Quest's upper bound of q.k, 0 (the default) by the q.k of the box's
-  // center, which the accuracy report found to pick better blocks.
-  float summary_radius = 0.0f;
+  // How a block's summary estimates a query's attention to it (core/backend/block_estimator.h):
+  // by default one box a KV head at radius 0, the q.k of the box's center, which the accuracy
+  // report found to pick better blocks than Quest's upper bound (radius 1).
+  BlockEstimator estimator;
   // The host tier's capacity in tokens (of every layer). The engine resolves 0 to its default;
   // for a model runner 0 means no host tier: sparse rows then select among resident blocks only.
   int64_t host_tokens = 0;

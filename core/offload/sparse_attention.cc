@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
   PULSE_ASSIGN_OR_RETURN(
       BlockSummaries summaries,
       BlockSummaries::Create(backend, layout, cache.num_layers(), dense_blocks, host_blocks,
-                             layout.num_kv_heads, config.summary_radius));
+                             layout.num_kv_heads, config.estimator));
   std::optional<Tiers> tiers;
   if (tiered) {
     PULSE_ASSIGN_OR_RETURN(HostTier host, HostTier::Create(backend, layout, cache.num_layers(),
@@ -395,9 +395,9 @@ absl::Status SparseAttention::Attend(int32_t layer, SparseStep& step, const floa
     float* scores = step.scores.as<float>();
     int32_t* picked = step.picked.as<int32_t>();
     if (step.num_candidates > 0) {
-      backend_.ScoreBlocks(q, q_stride, limits_.num_heads, layout_, summaries_.layer(layer),
-                           plan + step.at.summary_ids, plan + step.at.query_rows,
-                           step.num_candidates, bounds);
+      backend_.ScoreBlocks(q, q_stride, limits_.num_heads, layout_, summaries_.estimator(),
+                           summaries_.layer(layer), plan + step.at.summary_ids,
+                           plan + step.at.query_rows, step.num_candidates, bounds);
       backend_.AggregateScores(bounds, limits_.num_heads, step.num_candidates, segments,
                                step.num_rows, step.num_sets, scores);
       backend_.SelectTopBlocks(scores, segments, step.num_rows, step.num_sets, picked);

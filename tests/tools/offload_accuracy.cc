@@ -4,7 +4,7 @@
 //
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
 //       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128]
-//       [--block 32] [--summary-radius 0]
+//       [--block 32] [--estimator box-r0]
 //       [--out FILE.jsonl]
 //
 // The text is tokenized with the model's tokenizer and cut into windows of each size, spread
@@ -19,8 +19,9 @@
 // reused. Each step scores the next token of the text: ppl = exp(mean of -log p); agreement =
 // the share of steps whose argmax equals dense attention's; reuse = the share of picked blocks
 // that the same (layer, set) picked the step before (none for a window's first step, which has
-// no step before). Blocks are summarized at --summary-radius (OffloadConfig::summary_radius: 1
-// ranks them by Quest's upper bound of q.k, 0 by the q.k of the key box's center). Records are
+// no step before). Blocks are summarized by --estimator (core/backend/block_estimator.h: box-r1
+// ranks them by Quest's upper bound of q.k, box-r0 by the q.k of the key box's center, boxesN
+// and tokens by the best of smaller boxes, -bf16 and -int8 round the summaries). Records are
 // JSON Lines, "bench": "accuracy"; a table is printed.
 #include <algorithm>
 #include <cmath>
@@ -50,7 +51,7 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
     "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128] "
-    "[--block 32] [--summary-radius 0] "
+    "[--block 32] [--estimator box-r0] "
     "[--out FILE.jsonl]";
 
 struct Args {
@@ -63,7 +64,7 @@ struct Args {
   int32_t sink = 32;
   int32_t window = 128;
   int32_t block = 32;
-  float summary_radius = 0.0f;
+  std::string estimator = "box-r0";
   std::string out;
 };
 
@@ -104,9 +105,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &args.window) && args.window >= 0;
     } else if (flag == "--block") {
       ok = absl::SimpleAtoi(value, &args.block) && args.block > 0;
-    } else if (flag == "--summary-radius") {
-      ok = absl::SimpleAtof(value, &args.summary_radius) && args.summary_radius >= 0.0f &&
-           args.summary_radius <= 1.0f;
+    } else if (flag == "--estimator") {
+      args.estimator = std::string(value);
     } else if (flag == "--out") {
       args.out = std::string(value);
     } else {
@@ -117,6 +117,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   if (args.model.empty() || args.text.empty()) {
     return absl::InvalidArgumentError("--model and --text are required");
   }
+  PULSE_RETURN_IF_ERROR(ParseEstimator(args.estimator, args.block).status());
   return args;
 }
 
@@ -258,7 +259,9 @@ absl::Status Run(const Args& args) {
     PULSE_ASSIGN_OR_RETURN(
         KvCache cache, KvCache::Create(model->backend(), layout, config.num_layers, num_blocks));
     // Sparse attention over resident blocks only (no host tier): each sequence's own selection.
-    const OffloadConfig offload{.summary_radius = args.summary_radius};
+    PULSE_ASSIGN_OR_RETURN(const BlockEstimator estimator,
+                           ParseEstimator(args.estimator, args.block));
+    const OffloadConfig offload{.estimator = estimator};
     PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                            ModelRunner::Create(model, std::move(cache),
                                                {.max_step_tokens = size,
@@ -291,14 +294,17 @@ absl::Status Run(const Args& args) {
                      "{\"bench\": \"accuracy\", \"model\": \"%s\", \"mode\": \"%s\", "
                      "\"aggregate\": %s, \"budget\": %s, \"window_tokens\": %d, \"windows\": %d, "
                      "\"eval_tokens\": %d, \"sink_tokens\": %d, \"recent_window_tokens\": %d, "
-                     "\"block_tokens\": %d, \"summary_radius\": %g, "
+                     "\"block_tokens\": %d, \"estimator\": \"%s\", \"summary_radius\": %g, "
+                     "\"summary_bytes_per_token\": %g, "
                      "\"ppl\": %.6f, \"ppl_dense\": %.6f, \"agreement\": %.6f, \"reuse\": %.6f, "
                      "\"attended_fraction\": %.6f}\n",
                      args.model.substr(args.model.find_last_of('/') + 1).c_str(), c.mode.c_str(),
                      c.aggregate.empty() ? "null" : absl::StrCat("\"", c.aggregate, "\"").c_str(),
                      c.budget == 0 ? "null" : std::to_string(c.budget).c_str(), size,
                      args.per_window, args.eval, args.sink, args.window, args.block,
-                     args.summary_radius, ppl, dense_ppl, agreement, reuse, attended);
+                     args.estimator.c_str(), estimator.radius,
+                     static_cast<double>(SummaryStoredBytes(layout, estimator)) / args.block, ppl,
+                     dense_ppl, agreement, reuse, attended);
         std::fflush(out);
       }
     }

@@ -191,24 +191,25 @@ class CpuBackend final : public Backend {
                   void* out) override {
     cpu::GatherRows(static_cast<const float*>(x), cols, rows, count, static_cast<float*>(out));
   }
-  void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout, const int32_t* block_ids,
-                       const int32_t* summary_ids, int32_t count, float radius,
-                       float* summaries) override {
-    const int64_t elems = reference::BlockSummaryElems(layout);
+  void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
+                       const BlockEstimator& estimator, const int32_t* block_ids,
+                       const int32_t* summary_ids, int32_t count, float* summaries) override {
+    const int64_t elems = SummaryElems(layout, estimator);
     const auto* data = static_cast<const float*>(blocks);
     for (int32_t i = 0; i < count; ++i) {
       if (block_ids[i] < 0) continue;
       Record(reference::SummarizeBlock(
-          layout,
+          layout, estimator,
           std::span<const float>(data + block_ids[i] * layout.block_elems(), layout.block_elems()),
-          layout.block_tokens, radius,
-          std::span<float>(summaries + summary_ids[i] * elems, elems)));
+          layout.block_tokens, std::span<float>(summaries + summary_ids[i] * elems, elems)));
     }
   }
   void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,
-                   const float* summaries, const int32_t* summary_ids, const int32_t* query_rows,
-                   int32_t count, float* bounds) override {
-    const int64_t elems = reference::BlockSummaryElems(layout);
+                   const BlockEstimator& estimator, const float* summaries,
+                   const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
+                   float* bounds) override {
+    const int64_t elems = SummaryElems(layout, estimator);
+    const int64_t head_elems = elems / layout.num_kv_heads;
     const int32_t dim = layout.head_dim;
     const int32_t group = num_heads / layout.num_kv_heads;
     pool_.ParallelFor(count, 16, [&](int64_t begin, int64_t end) {
@@ -216,9 +217,9 @@ class CpuBackend final : public Backend {
         const float* row = q + query_rows[i] * q_stride;
         const float* summary = summaries + summary_ids[i] * elems;
         for (int32_t h = 0; h < num_heads; ++h) {
-          bounds[h * int64_t{count} + i] = reference::KeyDotUpperBound(
+          bounds[h * int64_t{count} + i] = reference::BlockBound(
               std::span<const float>(row + int64_t{h} * dim, dim),
-              std::span<const float>(summary + int64_t{h / group} * 2 * dim, 2 * int64_t{dim}));
+              std::span<const float>(summary + int64_t{h / group} * head_elems, head_elems));
         }
       }
     });

@@ -65,7 +65,7 @@ __device__ __forceinline__ void StoreRow(float* out, const float (&values)[1]) {
 
 template <int kWidth>
 __global__ void __launch_bounds__(kThreads)
-    SummarizeBlocksKernel(const bf16* __restrict__ blocks, PagedKvLayout layout,
+    SummarizeBlocksKernel(const bf16* __restrict__ blocks, PagedKvLayout layout, int32_t boxes,
                           const int32_t* __restrict__ block_ids,
                           const int32_t* __restrict__ summary_ids, int64_t tasks, float radius,
                           float* __restrict__ summaries) {
@@ -73,14 +73,17 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
   if (task >= tasks) return;  // the whole warp
   const int lane = threadIdx.x % kWarp;
-  const int32_t i = static_cast<int32_t>(task / layout.num_kv_heads);
-  if (block_ids[i] < 0) return;  // padding: the whole warp
-  const int32_t head = static_cast<int32_t>(task % layout.num_kv_heads);
+  const int32_t boxes_a_block = layout.num_kv_heads * boxes;
+  const int32_t i = static_cast<int32_t>(task / boxes_a_block);
+  if (block_ids[i] < 0) return;                                         // padding: the whole warp
+  const int32_t head_box = static_cast<int32_t>(task % boxes_a_block);  // head * boxes + box
+  const int32_t head = head_box / boxes;
   const int32_t dim = layout.head_dim;
-  const int32_t tokens = layout.block_tokens;
-  const bf16* keys = blocks + block_ids[i] * layout.block_elems() + head * layout.head_elems();
-  float* out = summaries + summary_ids[i] * (2 * int64_t{layout.num_kv_heads} * dim) +
-               int64_t{2} * head * dim;
+  const int32_t tokens = layout.block_tokens / boxes;
+  const bf16* keys = blocks + block_ids[i] * layout.block_elems() + head * layout.head_elems() +
+                     int64_t{head_box % boxes} * tokens * dim;
+  float* out =
+      summaries + summary_ids[i] * (int64_t{2} * boxes_a_block * dim) + int64_t{2} * head_box * dim;
   const int32_t vectors = dim / kWidth;
   for (int32_t first = 0; first < vectors; first += kWarp) {
     const int32_t width = min(kWarp, vectors - first);  // vectors of a row this pass
@@ -167,8 +170,8 @@ __device__ __forceinline__ float AddBound(float q, float lo, float hi, float acc
 template <int kVectors>
 __global__ void __launch_bounds__(kThreads)
     ScoreBlocksKernel(const float* __restrict__ q, int64_t q_stride, int32_t group,
-                      int32_t num_kv_heads, int32_t head_dim, const float* __restrict__ summaries,
-                      const int32_t* __restrict__ summary_ids,
+                      int32_t num_kv_heads, int32_t head_dim, int32_t boxes,
+                      const float* __restrict__ summaries, const int32_t* __restrict__ summary_ids,
                       const int32_t* __restrict__ query_rows, int32_t count,
                       float* __restrict__ bounds) {
   WaitForPriorGrids();
@@ -182,44 +185,51 @@ __global__ void __launch_bounds__(kThreads)
   const bool active = i < count;  // every lane stays for the shuffles and the barrier
   const int32_t vectors = head_dim / (4 * kScoreLanes);
 
-  float4 lo[kVectors];
-  float4 hi[kVectors];
   const float4* q_heads = nullptr;
   if (active) {
-    const float* summary = summaries + summary_ids[i] * (2 * int64_t{num_kv_heads} * head_dim) +
-                           int64_t{2} * kv_head * head_dim;
-    const float4* lo_row = reinterpret_cast<const float4*>(summary);
-    const float4* hi_row = reinterpret_cast<const float4*>(summary + head_dim);
-#pragma unroll
-    for (int u = 0; u < kVectors; ++u) {
-      if (u < vectors) {
-        lo[u] = lo_row[part + u * kScoreLanes];
-        hi[u] = hi_row[part + u * kScoreLanes];
-      }
-    }
     q_heads = reinterpret_cast<const float4*>(q + query_rows[i] * q_stride +
                                               int64_t{kv_head} * group * head_dim);
   }
-  for (int32_t h = 0; h < group; ++h) {
-    float acc = 0.0f;
+  // A head's estimate is the largest of its boxes' bounds (fmaxf: NaN only when all are).
+  for (int32_t box = 0; box < boxes; ++box) {
+    float4 lo[kVectors];
+    float4 hi[kVectors];
     if (active) {
-      const float4* q_head = q_heads + int64_t{h} * (head_dim / 4);
+      const float* summary = summaries +
+                             summary_ids[i] * (int64_t{2} * num_kv_heads * boxes * head_dim) +
+                             (int64_t{kv_head} * boxes + box) * 2 * head_dim;
+      const float4* lo_row = reinterpret_cast<const float4*>(summary);
+      const float4* hi_row = reinterpret_cast<const float4*>(summary + head_dim);
 #pragma unroll
       for (int u = 0; u < kVectors; ++u) {
         if (u < vectors) {
-          const float4 x = q_head[part + u * kScoreLanes];
-          acc = AddBound(x.x, lo[u].x, hi[u].x, acc);
-          acc = AddBound(x.y, lo[u].y, hi[u].y, acc);
-          acc = AddBound(x.z, lo[u].z, hi[u].z, acc);
-          acc = AddBound(x.w, lo[u].w, hi[u].w, acc);
+          lo[u] = lo_row[part + u * kScoreLanes];
+          hi[u] = hi_row[part + u * kScoreLanes];
         }
       }
     }
+    for (int32_t h = 0; h < group; ++h) {
+      float acc = 0.0f;
+      if (active) {
+        const float4* q_head = q_heads + int64_t{h} * (head_dim / 4);
 #pragma unroll
-    for (int offset = kScoreLanes / 2; offset > 0; offset /= 2) {
-      acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+        for (int u = 0; u < kVectors; ++u) {
+          if (u < vectors) {
+            const float4 x = q_head[part + u * kScoreLanes];
+            acc = AddBound(x.x, lo[u].x, hi[u].x, acc);
+            acc = AddBound(x.y, lo[u].y, hi[u].y, acc);
+            acc = AddBound(x.z, lo[u].z, hi[u].z, acc);
+            acc = AddBound(x.w, lo[u].w, hi[u].w, acc);
+          }
+        }
+      }
+#pragma unroll
+      for (int offset = kScoreLanes / 2; offset > 0; offset /= 2) {
+        acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+      }
+      float& bound = tile_bounds[h * kScoreTile + slot];
+      if (part == 0) bound = box == 0 ? acc : fmaxf(bound, acc);
     }
-    if (part == 0) tile_bounds[h * kScoreTile + slot] = acc;
   }
   __syncthreads();
   for (int32_t e = threadIdx.x; e < group * kScoreTile; e += kThreads) {
@@ -233,69 +243,120 @@ __global__ void __launch_bounds__(kThreads)
 
 // Any head_dim, stride or alignment: a warp per (candidate, KV head), scalar loads, one query
 // head at a time.
-__global__ void __launch_bounds__(kThreads) ScoreBlocksScalarKernel(
-    const float* __restrict__ q, int64_t q_stride, int32_t group, int32_t num_kv_heads,
-    int32_t head_dim, const float* __restrict__ summaries, const int32_t* __restrict__ summary_ids,
-    const int32_t* __restrict__ query_rows, int32_t count, float* __restrict__ bounds) {
+__global__ void __launch_bounds__(kThreads)
+    ScoreBlocksScalarKernel(const float* __restrict__ q, int64_t q_stride, int32_t group,
+                            int32_t num_kv_heads, int32_t head_dim, int32_t boxes,
+                            const float* __restrict__ summaries,
+                            const int32_t* __restrict__ summary_ids,
+                            const int32_t* __restrict__ query_rows, int32_t count,
+                            float* __restrict__ bounds) {
   WaitForPriorGrids();
   const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
   if (task >= int64_t{count} * num_kv_heads) return;  // the whole warp
   const int lane = threadIdx.x % kWarp;
   const int32_t i = static_cast<int32_t>(task / num_kv_heads);
   const int32_t kv_head = static_cast<int32_t>(task % num_kv_heads);
-  const float* lo = summaries + summary_ids[i] * (2 * int64_t{num_kv_heads} * head_dim) +
-                    int64_t{2} * kv_head * head_dim;
-  const float* hi = lo + head_dim;
+  const float* head_summary = summaries +
+                              summary_ids[i] * (int64_t{2} * num_kv_heads * boxes * head_dim) +
+                              int64_t{kv_head} * boxes * 2 * head_dim;
   const float* q_heads = q + query_rows[i] * q_stride + int64_t{kv_head} * group * head_dim;
   for (int32_t h = 0; h < group; ++h) {
     const float* q_head = q_heads + int64_t{h} * head_dim;
-    float acc = 0.0f;
-    for (int32_t d = lane; d < head_dim; d += kWarp) acc = AddBound(q_head[d], lo[d], hi[d], acc);
-    acc = WarpSum(acc);
-    if (lane == 0) bounds[(int64_t{kv_head} * group + h) * count + i] = acc;
+    float best = NaN();  // fmaxf keeps a box's number over NaN
+    for (int32_t box = 0; box < boxes; ++box) {
+      const float* lo = head_summary + int64_t{box} * 2 * head_dim;
+      const float* hi = lo + head_dim;
+      float acc = 0.0f;
+      for (int32_t d = lane; d < head_dim; d += kWarp) {
+        acc = AddBound(q_head[d], lo[d], hi[d], acc);
+      }
+      best = fmaxf(best, WarpSum(acc));
+    }
+    if (lane == 0) bounds[(int64_t{kv_head} * group + h) * count + i] = best;
   }
 }
 
 template <int kVectors>
 cudaError_t LaunchTiledScore(dim3 grid, size_t shared_bytes, cudaStream_t stream, const float* q,
                              int64_t q_stride, int32_t group, const PagedKvLayout& layout,
-                             const float* summaries, const int32_t* summary_ids,
+                             int32_t boxes, const float* summaries, const int32_t* summary_ids,
                              const int32_t* query_rows, int32_t count, float* bounds) {
   return LaunchKernel(ScoreBlocksKernel<kVectors>, grid, kThreads, shared_bytes, stream, q,
-                      q_stride, group, layout.num_kv_heads, layout.head_dim, summaries, summary_ids,
-                      query_rows, count, bounds);
+                      q_stride, group, layout.num_kv_heads, layout.head_dim, boxes, summaries,
+                      summary_ids, query_rows, count, bounds);
+}
+
+// A warp rounds one summary row (head_dim floats) to `precision`, as reference::SummarizeBlock
+// does: bf16 to nearest even; int8 to multiples of the row's largest magnitude / 127.
+__global__ void __launch_bounds__(kThreads)
+    RoundSummaryRowsKernel(const int32_t* __restrict__ block_ids,
+                           const int32_t* __restrict__ summary_ids, int64_t rows,
+                           int32_t rows_a_summary, int32_t head_dim, SummaryPrecision precision,
+                           float* __restrict__ summaries) {
+  WaitForPriorGrids();
+  const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (task >= rows) return;  // the whole warp
+  const int32_t i = static_cast<int32_t>(task / rows_a_summary);
+  if (block_ids[i] < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  float* row =
+      summaries + (summary_ids[i] * int64_t{rows_a_summary} + task % rows_a_summary) * head_dim;
+  if (precision == SummaryPrecision::kBf16) {
+    for (int32_t d = lane; d < head_dim; d += kWarp) {
+      row[d] = __bfloat162float(__float2bfloat16_rn(row[d]));
+    }
+    return;
+  }
+  float largest = 0.0f;
+  for (int32_t d = lane; d < head_dim; d += kWarp) largest = fmaxf(largest, fabsf(row[d]));
+  largest = WarpReduce(largest, MaxFloat{});
+  if (!(largest > 0.0f) || isinf(largest)) return;
+  const float scale = largest / 127.0f;
+  for (int32_t d = lane; d < head_dim; d += kWarp) row[d] = rintf(row[d] / scale) * scale;
 }
 
 }  // namespace
 
 cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
-                                  const int32_t* block_ids, const int32_t* summary_ids,
-                                  int32_t count, float radius, float* summaries,
+                                  const BlockEstimator& estimator, const int32_t* block_ids,
+                                  const int32_t* summary_ids, int32_t count, float* summaries,
                                   cudaStream_t stream) {
   if (count < 0 || !Positive(layout) || layout.type != DType::kBF16 ||
-      !SummaryRadiusValid(radius)) {
+      !ValidateEstimator(estimator, layout).ok()) {
     return cudaErrorInvalidValue;
   }
   if (count == 0) return cudaSuccess;
-  const int64_t tasks = int64_t{count} * layout.num_kv_heads;
+  const int64_t tasks = int64_t{count} * layout.num_kv_heads * estimator.boxes;
   const int64_t grid = CeilDiv(tasks, kWarpsPerBlock);
-  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+  if (2 * grid > INT_MAX) return cudaErrorInvalidConfiguration;
   const bf16* keys = static_cast<const bf16*>(blocks);
-  if (layout.head_dim % 8 == 0 && Aligned(blocks, 16) && Aligned(summaries, 16)) {
-    return LaunchKernel(SummarizeBlocksKernel<8>, static_cast<unsigned>(grid), kThreads, 0, stream,
-                        keys, layout, block_ids, summary_ids, tasks, radius, summaries);
+  const bool vectors = layout.head_dim % 8 == 0 && Aligned(blocks, 16) && Aligned(summaries, 16);
+  const cudaError_t summarized =
+      vectors ? LaunchKernel(SummarizeBlocksKernel<8>, static_cast<unsigned>(grid), kThreads, 0,
+                             stream, keys, layout, estimator.boxes, block_ids, summary_ids, tasks,
+                             estimator.radius, summaries)
+              : LaunchKernel(SummarizeBlocksKernel<1>, static_cast<unsigned>(grid), kThreads, 0,
+                             stream, keys, layout, estimator.boxes, block_ids, summary_ids, tasks,
+                             estimator.radius, summaries);
+  if (summarized != cudaSuccess || estimator.precision == SummaryPrecision::kF32) {
+    return summarized;
   }
-  return LaunchKernel(SummarizeBlocksKernel<1>, static_cast<unsigned>(grid), kThreads, 0, stream,
-                      keys, layout, block_ids, summary_ids, tasks, radius, summaries);
+  const int32_t rows_a_summary = 2 * layout.num_kv_heads * estimator.boxes;
+  return LaunchKernel(RoundSummaryRowsKernel, static_cast<unsigned>(2 * grid), kThreads, 0, stream,
+                      block_ids, summary_ids, int64_t{count} * rows_a_summary, rows_a_summary,
+                      layout.head_dim, estimator.precision, summaries);
 }
 
 cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
-                              const PagedKvLayout& layout, const float* summaries,
-                              const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
-                              float* bounds, cudaStream_t stream) {
-  if (count < 0 || !Positive(layout) || num_heads <= 0 || num_heads % layout.num_kv_heads != 0) {
+                              const PagedKvLayout& layout, const BlockEstimator& estimator,
+                              const float* summaries, const int32_t* summary_ids,
+                              const int32_t* query_rows, int32_t count, float* bounds,
+                              cudaStream_t stream) {
+  if (count < 0 || !Positive(layout) || num_heads <= 0 || num_heads % layout.num_kv_heads != 0 ||
+      !ValidateEstimator(estimator, layout).ok()) {
     return cudaErrorInvalidValue;
   }
+  const int32_t boxes = estimator.boxes;
   if (count == 0) return cudaSuccess;
   const int32_t group = num_heads / layout.num_kv_heads;
   const int32_t dim = layout.head_dim;
@@ -308,21 +369,21 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
                     static_cast<unsigned>(layout.num_kv_heads));
     const size_t shared_bytes = size_t{kScoreTile} * group * sizeof(float);
     if (vectors <= 2) {
-      return LaunchTiledScore<2>(grid, shared_bytes, stream, q, q_stride, group, layout, summaries,
-                                 summary_ids, query_rows, count, bounds);
+      return LaunchTiledScore<2>(grid, shared_bytes, stream, q, q_stride, group, layout, boxes,
+                                 summaries, summary_ids, query_rows, count, bounds);
     }
     if (vectors <= 4) {
-      return LaunchTiledScore<4>(grid, shared_bytes, stream, q, q_stride, group, layout, summaries,
-                                 summary_ids, query_rows, count, bounds);
+      return LaunchTiledScore<4>(grid, shared_bytes, stream, q, q_stride, group, layout, boxes,
+                                 summaries, summary_ids, query_rows, count, bounds);
     }
-    return LaunchTiledScore<8>(grid, shared_bytes, stream, q, q_stride, group, layout, summaries,
-                               summary_ids, query_rows, count, bounds);
+    return LaunchTiledScore<8>(grid, shared_bytes, stream, q, q_stride, group, layout, boxes,
+                               summaries, summary_ids, query_rows, count, bounds);
   }
   const int64_t grid = CeilDiv(int64_t{count} * layout.num_kv_heads, kWarpsPerBlock);
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   return LaunchKernel(ScoreBlocksScalarKernel, static_cast<unsigned>(grid), kThreads, 0, stream, q,
-                      q_stride, group, layout.num_kv_heads, dim, summaries, summary_ids, query_rows,
-                      count, bounds);
+                      q_stride, group, layout.num_kv_heads, dim, boxes, summaries, summary_ids,
+                      query_rows, count, bounds);
 }
 
 // --- AggregateScores ---------------------------------------------------------------------------

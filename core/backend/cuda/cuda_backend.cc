@@ -21,7 +21,6 @@
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/lt_gemm.h"
 #include "core/backend/cuda/sparse_selection_kernels.h"
-#include "core/backend/summary_radius.h"
 #include "core/base/thread_pool.h"
 
 namespace pulse {
@@ -436,27 +435,23 @@ class CudaBackend final : public Backend {
     Record(cuda::LaunchGatherRows(x, cols, rows, count, out, stream()), "GatherRows");
   }
 
-  void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout, const int32_t* block_ids,
-                       const int32_t* summary_ids, int32_t count, float radius,
-                       float* summaries) override {
+  void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
+                       const BlockEstimator& estimator, const int32_t* block_ids,
+                       const int32_t* summary_ids, int32_t count, float* summaries) override {
     absl::MutexLock lock(&mu_);
-    if (!CheckSummaries(layout, layout.num_kv_heads, count, "SummarizeBlocks")) return;
-    if (!SummaryRadiusValid(radius)) {
-      RecordStatus(absl::InvalidArgumentError(
-          absl::StrFormat("CUDA backend: SummarizeBlocks at a summary radius of %g", radius)));
-      return;
-    }
-    Record(cuda::LaunchSummarizeBlocks(blocks, layout, block_ids, summary_ids, count, radius,
+    if (!CheckSummaries(layout, estimator, layout.num_kv_heads, count, "SummarizeBlocks")) return;
+    Record(cuda::LaunchSummarizeBlocks(blocks, layout, estimator, block_ids, summary_ids, count,
                                        summaries, stream()),
            "SummarizeBlocks");
   }
   void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,
-                   const float* summaries, const int32_t* summary_ids, const int32_t* query_rows,
-                   int32_t count, float* bounds) override {
+                   const BlockEstimator& estimator, const float* summaries,
+                   const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
+                   float* bounds) override {
     absl::MutexLock lock(&mu_);
-    if (!CheckSummaries(layout, num_heads, count, "ScoreBlocks")) return;
-    Record(cuda::LaunchScoreBlocks(q, q_stride, num_heads, layout, summaries, summary_ids,
-                                   query_rows, count, bounds, stream()),
+    if (!CheckSummaries(layout, estimator, num_heads, count, "ScoreBlocks")) return;
+    Record(cuda::LaunchScoreBlocks(q, q_stride, num_heads, layout, estimator, summaries,
+                                   summary_ids, query_rows, count, bounds, stream()),
            "ScoreBlocks");
   }
 
@@ -590,11 +585,15 @@ class CudaBackend final : public Backend {
   }
 
   // Whether the block-summary ops can run `num_heads` query heads over a bf16 cache of `layout`
-  // for `count` blocks; false (recorded) when they cannot.
-  bool CheckSummaries(const PagedKvLayout& layout, int32_t num_heads, int32_t count,
-                      std::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::Status status;
-    if (layout.type != DType::kBF16) {
+  // for `count` blocks under `estimator`; false (recorded) when they cannot.
+  bool CheckSummaries(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                      int32_t num_heads, int32_t count, std::string_view op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status status = ValidateEstimator(estimator, layout);
+    if (!status.ok()) {
+      status =
+          absl::InvalidArgumentError(absl::StrFormat("CUDA backend: %s: %s", op, status.message()));
+    } else if (layout.type != DType::kBF16) {
       status = absl::UnimplementedError(
           absl::StrFormat("CUDA backend: %s of a %s KV cache", op, DTypeName(layout.type)));
     } else if (layout.block_tokens < 1 || layout.num_kv_heads < 1 || layout.head_dim < 1 ||

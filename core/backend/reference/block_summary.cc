@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/backend/bf16.h"
 #include "core/backend/summary_radius.h"
 
 namespace pulse::reference {
@@ -30,63 +31,87 @@ absl::Status CheckSize(const char* what, size_t size, int64_t expected) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-int64_t BlockSummaryElems(const PagedKvLayout& layout) {
-  return 2 * int64_t{layout.num_kv_heads} * layout.head_dim;
+// Rounds `values` as a store of `precision` keeps them: bf16 to nearest even; int8 to the nearest
+// of 255 levels spaced by the row's largest magnitude / 127.
+void RoundToPrecision(std::span<float> values, SummaryPrecision precision) {
+  if (precision == SummaryPrecision::kBf16) {
+    for (float& value : values) value = Bf16ToF32(F32ToBf16(value));
+    return;
+  }
+  if (precision != SummaryPrecision::kInt8) return;
+  float largest = 0.0f;
+  for (const float value : values) largest = std::fmax(largest, std::fabs(value));
+  if (!(largest > 0.0f) || std::isinf(largest)) return;
+  const float scale = largest / 127.0f;
+  for (float& value : values) value = std::nearbyint(value / scale) * scale;
 }
 
-absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> block,
-                            int32_t tokens, float radius, std::span<float> summary) {
+}  // namespace
+
+absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                            std::span<const float> block, int32_t tokens,
+                            std::span<float> summary) {
   PULSE_RETURN_IF_ERROR(CheckLayout(layout));
+  PULSE_RETURN_IF_ERROR(ValidateEstimator(estimator, layout));
   PULSE_RETURN_IF_ERROR(CheckSize("the block", block.size(), layout.block_elems()));
-  PULSE_RETURN_IF_ERROR(CheckSize("the summary", summary.size(), BlockSummaryElems(layout)));
+  PULSE_RETURN_IF_ERROR(CheckSize("the summary", summary.size(), SummaryElems(layout, estimator)));
   if (tokens < 1 || tokens > layout.block_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat("cannot summarize %d tokens of a block of %d",
                                                       tokens, layout.block_tokens));
   }
-  PULSE_RETURN_IF_ERROR(CheckSummaryRadius(radius));
-  const size_t head_dim = static_cast<size_t>(layout.head_dim);
+  const auto head_dim = static_cast<size_t>(layout.head_dim);
+  const int32_t box_tokens = layout.block_tokens / estimator.boxes;
   for (int32_t head = 0; head < layout.num_kv_heads; ++head) {
-    const std::span<const float> keys =
-        block.subspan(static_cast<size_t>(head * layout.head_elems()), tokens * head_dim);
-    const std::span<float> min = summary.subspan(2 * head * head_dim, head_dim);
-    const std::span<float> max = summary.subspan((2 * head + 1) * head_dim, head_dim);
-    std::copy_n(keys.begin(), head_dim, min.begin());
-    std::copy_n(keys.begin(), head_dim, max.begin());
-    for (size_t t = 1; t < static_cast<size_t>(tokens); ++t) {
-      const std::span<const float> key = keys.subspan(t * head_dim, head_dim);
-      for (size_t d = 0; d < head_dim; ++d) {
-        min[d] = std::fmin(min[d], key[d]);
-        max[d] = std::fmax(max[d], key[d]);
+    for (int32_t box = 0; box < estimator.boxes; ++box) {
+      // A box past the tokens repeats the last box that has some.
+      const int32_t first = std::min(box, (tokens - 1) / box_tokens) * box_tokens;
+      const int32_t end = std::min(first + box_tokens, tokens);
+      const std::span<const float> keys = block.subspan(
+          static_cast<size_t>(head * layout.head_elems() + int64_t{first} * layout.head_dim),
+          static_cast<size_t>(end - first) * head_dim);
+      const size_t row = (static_cast<size_t>(head) * estimator.boxes + box) * 2 * head_dim;
+      const std::span<float> min = summary.subspan(row, head_dim);
+      const std::span<float> max = summary.subspan(row + head_dim, head_dim);
+      std::copy_n(keys.begin(), head_dim, min.begin());
+      std::copy_n(keys.begin(), head_dim, max.begin());
+      for (size_t t = 1; t < static_cast<size_t>(end - first); ++t) {
+        const std::span<const float> key = keys.subspan(t * head_dim, head_dim);
+        for (size_t d = 0; d < head_dim; ++d) {
+          min[d] = std::fmin(min[d], key[d]);
+          max[d] = std::fmax(max[d], key[d]);
+        }
       }
+      if (estimator.radius != 1.0f) {
+        for (size_t d = 0; d < head_dim; ++d) ShrinkToRadius(min[d], max[d], estimator.radius);
+      }
+      for (const std::span<float> values : {min, max})
+        RoundToPrecision(values, estimator.precision);
     }
-    if (radius == 1.0f) continue;
-    for (size_t d = 0; d < head_dim; ++d) ShrinkToRadius(min[d], max[d], radius);
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckSummaryRadius(float radius) {
-  if (SummaryRadiusValid(radius)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrFormat("a summary radius must be in [0, 1], not %g", radius));
-}
-
-float KeyDotUpperBound(std::span<const float> query, std::span<const float> head_summary) {
-  assert(head_summary.size() == 2 * query.size());
+float BlockBound(std::span<const float> query, std::span<const float> head_summary) {
   const size_t head_dim = query.size();
-  float bound = 0.0f;
-  for (size_t d = 0; d < head_dim; ++d) {
-    bound += std::max(query[d] * head_summary[d], query[d] * head_summary[head_dim + d]);
+  assert(head_dim > 0 && head_summary.size() % (2 * head_dim) == 0);
+  // NaN unless some box's bound is a number (fmax keeps the number).
+  float best = std::numeric_limits<float>::quiet_NaN();
+  for (size_t row = 0; row < head_summary.size(); row += 2 * head_dim) {
+    float bound = 0.0f;
+    for (size_t d = 0; d < head_dim; ++d) {
+      bound +=
+          std::max(query[d] * head_summary[row + d], query[d] * head_summary[row + head_dim + d]);
+    }
+    best = std::fmax(best, bound);
   }
-  return bound;
+  return best;
 }
 
-absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> query,
-                         std::span<const float> summaries, std::span<const int32_t> block_ids,
-                         std::span<float> bounds) {
+absl::Status ScoreBlocks(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                         std::span<const float> query, std::span<const float> summaries,
+                         std::span<const int32_t> block_ids, std::span<float> bounds) {
   PULSE_RETURN_IF_ERROR(CheckLayout(layout));
+  PULSE_RETURN_IF_ERROR(ValidateEstimator(estimator, layout));
   const size_t head_dim = static_cast<size_t>(layout.head_dim);
   const size_t num_query_heads = query.size() / head_dim;
   const size_t num_kv_heads = static_cast<size_t>(layout.num_kv_heads);
@@ -95,7 +120,7 @@ absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> que
         absl::StrFormat("a query of %d floats is not query heads of %d dims over %d KV heads",
                         query.size(), head_dim, num_kv_heads));
   }
-  const int64_t summary_elems = BlockSummaryElems(layout);
+  const int64_t summary_elems = SummaryElems(layout, estimator);
   if (summaries.size() % summary_elems != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%d floats of summaries are not summaries of %d floats", summaries.size(), summary_elems));
@@ -110,13 +135,14 @@ absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> que
     }
   }
   const size_t group = num_query_heads / num_kv_heads;
+  const size_t head_elems = static_cast<size_t>(summary_elems) / num_kv_heads;
   for (size_t i = 0; i < block_ids.size(); ++i) {
     const std::span<const float> summary =
         summaries.subspan(block_ids[i] * summary_elems, summary_elems);
     for (size_t head = 0; head < num_query_heads; ++head) {
       bounds[head * block_ids.size() + i] =
-          KeyDotUpperBound(query.subspan(head * head_dim, head_dim),
-                           summary.subspan(2 * (head / group) * head_dim, 2 * head_dim));
+          BlockBound(query.subspan(head * head_dim, head_dim),
+                     summary.subspan((head / group) * head_elems, head_elems));
     }
   }
   return absl::OkStatus();

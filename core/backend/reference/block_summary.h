@@ -10,42 +10,39 @@
 #include <cstdint>
 #include <span>
 
+#include "core/backend/block_estimator.h"
 #include "core/backend/block_scores.h"
 #include "core/backend/paged_kv.h"
 #include "core/base/status.h"
 
 namespace pulse::reference {
 
-// Floats in one block's summary: [num_kv_heads][2][head_dim], each head's per-channel key minimum
-// row, then its maximum row.
-int64_t BlockSummaryElems(const PagedKvLayout& layout);
+// Writes into `summary` (SummaryElems(layout, estimator) floats) the summary of the keys of the
+// first `tokens` tokens of `block`, one fp32 block of `layout` (the tokens after them are not
+// read): for each KV head and box (block_tokens / boxes consecutive tokens), the channels'
+// minimum and maximum over the box's keys, a NaN channel skipped as fminf and fmaxf skip it; a
+// box past `tokens` repeats the last box with tokens. With a radius below 1 each channel's range
+// shrinks around its midpoint m = min/2 + max/2 to m -/+ radius * h, h = max/2 - min/2 (each a
+// fused multiply-add, so every backend rounds alike). Then the rows are rounded to the
+// estimator's precision: bf16 to nearest even; int8 to the nearest multiple of a row's largest
+// magnitude / 127. InvalidArgument for a layout that is not fp32 or not positive, an estimator
+// that does not fit it, spans whose sizes do not match, or `tokens` outside [1, block_tokens].
+absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                            std::span<const float> block, int32_t tokens, std::span<float> summary);
 
-// Writes into `summary` the summary of the keys of the first `tokens` tokens of `block`, one fp32
-// block of `layout` (the tokens after them are not read). A NaN key channel is skipped, as fminf
-// and fmaxf skip it. With `radius` 1 the rows are the channels' minimum and maximum; otherwise
-// each channel's box shrinks around its midpoint m = min/2 + max/2 to m -/+ radius * h, with
-// h = max/2 - min/2 (each a fused multiply-add, so every backend rounds alike). InvalidArgument
-// for a layout that is not fp32 or not positive, spans whose sizes do not match the layout,
-// `tokens` outside [1, block_tokens], or a radius outside [0, 1].
-absl::Status SummarizeBlock(const PagedKvLayout& layout, std::span<const float> block,
-                            int32_t tokens, float radius, std::span<float> summary);
-
-// InvalidArgument, saying so, for a summary radius outside [0, 1] (or NaN).
-absl::Status CheckSummaryRadius(float radius);
-
-// Upper bound of q.k over every key k that one KV head's summary rows (`head_summary`:
-// [2][head_dim], min then max) cover: sum over d of max(q[d] * min[d], q[d] * max[d]).
-// `head_summary` has twice as many elements as `query`.
-float KeyDotUpperBound(std::span<const float> query, std::span<const float> head_summary);
+// The estimate of q.k over the keys one KV head's summary (`head_summary`: [boxes][2][head_dim])
+// covers: the largest over its boxes of the sum over d of max(q[d] * min[d], q[d] * max[d]) (NaN
+// only when every box's is).
+float BlockBound(std::span<const float> query, std::span<const float> head_summary);
 
 // The bounds of every query head over the blocks `block_ids`: bounds[h][i] is query head h's
-// KeyDotUpperBound over block block_ids[i], whose summary is the block_ids[i]-th of `summaries`.
+// BlockBound over block block_ids[i], whose summary is the block_ids[i]-th of `summaries`.
 // `query` is [num_query_heads][head_dim]; query head h reads KV head h / (num_query_heads /
 // num_kv_heads), as attention does. InvalidArgument for sizes that do not fit the layout or a
 // block id outside `summaries`.
-absl::Status ScoreBlocks(const PagedKvLayout& layout, std::span<const float> query,
-                         std::span<const float> summaries, std::span<const int32_t> block_ids,
-                         std::span<float> bounds);
+absl::Status ScoreBlocks(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                         std::span<const float> query, std::span<const float> summaries,
+                         std::span<const int32_t> block_ids, std::span<float> bounds);
 
 // scores[i] for i < scores.size(): `aggregate` (with `logit_scale`, block_scores.h) over
 // num_heads heads of their bounds on candidate i, head h's at bounds[h * stride + i]. Softmax sums

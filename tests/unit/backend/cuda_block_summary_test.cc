@@ -1,12 +1,12 @@
 // The CUDA backend's Quest block-summary ops against the CPU reference functions of
-// core/backend/reference/block_summary.h. SummarizeBlocks over random bf16 caches (negative keys, whole
-// channels below zero, NaN keys, a channel of NaN keys, NaN values that must not be read) must
-// give the reference's summaries exactly: the minimum or maximum of bf16 values is exact in fp32.
-// ScoreBlocks must give the reference's bounds within fp32 rounding of another summation order,
-// over query rows whose stride padding is NaN (a read outside a row's heads shows). The shapes
-// cover head_dim 64 and 128, 1, 2 and 8 KV heads, 16- and 32-token blocks and GQA groups 1, 4 and
-// 8, plus head_dim 256, 96, 80 and 20 for the kernels' other paths; query strides a multiple of 4
-// (vector loads) and not (scalar loads). Skipped without a CUDA device.
+// core/backend/reference/block_summary.h. SummarizeBlocks over random bf16 caches (negative keys,
+// whole channels below zero, NaN keys, a channel of NaN keys, NaN values that must not be read)
+// must give the reference's summaries exactly: the minimum or maximum of bf16 values is exact in
+// fp32. ScoreBlocks must give the reference's bounds within fp32 rounding of another summation
+// order, over query rows whose stride padding is NaN (a read outside a row's heads shows). The
+// shapes cover head_dim 64 and 128, 1, 2 and 8 KV heads, 16- and 32-token blocks and GQA groups 1,
+// 4 and 8, plus head_dim 256, 96, 80 and 20 for the kernels' other paths; query strides a multiple
+// of 4 (vector loads) and not (scalar loads). Skipped without a CUDA device.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/backend/bf16.h"
-#include "core/backend/reference/block_summary.h"
 #include "core/backend/cuda/cuda_backend.h"
+#include "core/backend/reference/block_summary.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backend/op_test_util.h"
 
@@ -32,6 +32,19 @@ using ::pulse::testing::RandomValues;
 constexpr uint16_t kBf16NaN = 0x7FC0;
 // Written into summary slots that no block is summarized into: they must keep it.
 constexpr float kUntouched = -7777.0f;
+// Quest's page summary: one box a block, the whole range.
+constexpr BlockEstimator kQuest{.boxes = 1, .radius = 1.0f};
+
+// The estimators the kernels must reproduce exactly on `layout`: boxes shrunk, smaller boxes,
+// every key, and rows rounded to bf16 and int8.
+std::vector<BlockEstimator> Estimators(const PagedKvLayout& layout) {
+  return {{.radius = 0.0f},
+          {.radius = 0.375f},
+          {.boxes = 2, .radius = 1.0f},
+          {.boxes = layout.block_tokens, .radius = 0.0f, .precision = SummaryPrecision::kBf16},
+          {.boxes = 4, .radius = 0.0f, .precision = SummaryPrecision::kInt8}};
+}
+
 // Bounds may differ from the reference by fp32 rounding of another summation order (and FMA).
 constexpr double kBoundTolerance = 1e-5;
 
@@ -95,17 +108,17 @@ std::vector<float> ReferenceSummaries(const PagedKvLayout& layout,
                                       const std::vector<uint16_t>& cache,
                                       const std::vector<int32_t>& block_ids,
                                       const std::vector<int32_t>& summary_ids, int32_t slots,
-                                      float radius = 1.0f) {
+                                      const BlockEstimator& estimator = kQuest) {
   PagedKvLayout f32 = layout;
   f32.type = DType::kF32;
-  const int64_t elems = reference::BlockSummaryElems(f32);
+  const int64_t elems = SummaryElems(f32, estimator);
   std::vector<float> summaries(static_cast<size_t>(slots * elems), kUntouched);
   std::vector<float> block(static_cast<size_t>(f32.block_elems()));
   for (size_t i = 0; i < block_ids.size(); ++i) {
     const uint16_t* bits = cache.data() + block_ids[i] * f32.block_elems();
     std::transform(bits, bits + block.size(), block.begin(), Bf16ToF32);  // exact
     const absl::Status status = reference::SummarizeBlock(
-        f32, block, f32.block_tokens, radius,
+        f32, estimator, block, f32.block_tokens,
         std::span<float>(summaries).subspan(static_cast<size_t>(summary_ids[i] * elems),
                                             static_cast<size_t>(elems)));
     EXPECT_TRUE(status.ok()) << status;
@@ -113,15 +126,16 @@ std::vector<float> ReferenceSummaries(const PagedKvLayout& layout,
   return summaries;
 }
 
-// The CPU reference's bounds [num_heads][count], and the magnitude of each (sum over d of
-// |q[d]| * max(|min[d]|, |max[d]|)) for the rounding allowance.
+// The CPU reference's bounds [num_heads][count], and the magnitude of each (the largest over the
+// boxes of the sum over d of |q[d]| * max(|min[d]|, |max[d]|)) for the rounding allowance.
 struct ReferenceBounds {
   std::vector<float> bounds;
   std::vector<double> magnitudes;
 };
 
 ReferenceBounds ScoreOnCpu(const std::vector<float>& q, int64_t q_stride, int32_t num_heads,
-                           const PagedKvLayout& layout, const std::vector<float>& summaries,
+                           const PagedKvLayout& layout, const BlockEstimator& estimator,
+                           const std::vector<float>& summaries,
                            const std::vector<int32_t>& summary_ids,
                            const std::vector<int32_t>& query_rows) {
   PagedKvLayout f32 = layout;
@@ -129,21 +143,27 @@ ReferenceBounds ScoreOnCpu(const std::vector<float>& q, int64_t q_stride, int32_
   const size_t count = summary_ids.size();
   const size_t dim = static_cast<size_t>(layout.head_dim);
   const size_t group = static_cast<size_t>(num_heads / layout.num_kv_heads);
-  const size_t elems = static_cast<size_t>(reference::BlockSummaryElems(f32));
+  const size_t elems = static_cast<size_t>(SummaryElems(f32, estimator));
+  const size_t head_elems = elems / static_cast<size_t>(layout.num_kv_heads);
   ReferenceBounds out{std::vector<float>(num_heads * count),
                       std::vector<double>(num_heads * count)};
   std::vector<float> bounds(static_cast<size_t>(num_heads));
   for (size_t i = 0; i < count; ++i) {
     const std::span<const float> row(q.data() + query_rows[i] * q_stride, num_heads * dim);
-    const absl::Status status =
-        reference::ScoreBlocks(f32, row, summaries, std::span<const int32_t>(&summary_ids[i], 1), bounds);
+    const absl::Status status = reference::ScoreBlocks(
+        f32, estimator, row, summaries, std::span<const int32_t>(&summary_ids[i], 1), bounds);
     EXPECT_TRUE(status.ok()) << status;
     for (size_t h = 0; h < static_cast<size_t>(num_heads); ++h) {
-      const float* lo = summaries.data() + summary_ids[i] * elems + 2 * (h / group) * dim;
       double magnitude = 0.0;
-      for (size_t d = 0; d < dim; ++d) {
-        magnitude += std::abs(double{row[h * dim + d]}) *
-                     std::max(std::abs(double{lo[d]}), std::abs(double{lo[dim + d]}));
+      for (size_t box = 0; box < static_cast<size_t>(estimator.boxes); ++box) {
+        const float* lo =
+            summaries.data() + summary_ids[i] * elems + (h / group) * head_elems + 2 * box * dim;
+        double box_magnitude = 0.0;
+        for (size_t d = 0; d < dim; ++d) {
+          box_magnitude += std::abs(double{row[h * dim + d]}) *
+                           std::max(std::abs(double{lo[d]}), std::abs(double{lo[dim + d]}));
+        }
+        magnitude = std::max(magnitude, box_magnitude);
       }
       out.bounds[h * count + i] = bounds[h];
       out.magnitudes[h * count + i] = magnitude;
@@ -181,21 +201,22 @@ class CudaBlockSummaryFixture : public ::testing::Test {
   std::vector<float> Summarize(const PagedKvLayout& layout, const std::vector<uint16_t>& cache,
                                const std::vector<int32_t>& block_ids,
                                const std::vector<int32_t>& summary_ids, int32_t slots,
-                               float radius = 1.0f) {
-    const size_t floats = static_cast<size_t>(slots * reference::BlockSummaryElems(layout));
+                               const BlockEstimator& estimator = kQuest) {
+    const size_t floats = static_cast<size_t>(slots * SummaryElems(layout, estimator));
     DeviceBuffer blocks = Upload(cache);
     DeviceBuffer block_id_buffer = Upload(block_ids);
     DeviceBuffer summary_id_buffer = Upload(summary_ids);
     DeviceBuffer summaries = Upload(std::vector<float>(floats, kUntouched));
-    cuda_->SummarizeBlocks(blocks.data(), layout, block_id_buffer.as<int32_t>(),
+    cuda_->SummarizeBlocks(blocks.data(), layout, estimator, block_id_buffer.as<int32_t>(),
                            summary_id_buffer.as<int32_t>(), static_cast<int32_t>(block_ids.size()),
-                           radius, summaries.as<float>());
+                           summaries.as<float>());
     return Download(summaries, floats);
   }
 
   // ScoreBlocks on the device into bounds first holding NaN.
   std::vector<float> Score(const std::vector<float>& q, int64_t q_stride, int32_t num_heads,
-                           const PagedKvLayout& layout, const std::vector<float>& summaries,
+                           const PagedKvLayout& layout, const BlockEstimator& estimator,
+                           const std::vector<float>& summaries,
                            const std::vector<int32_t>& summary_ids,
                            const std::vector<int32_t>& query_rows) {
     const size_t floats = static_cast<size_t>(num_heads) * summary_ids.size();
@@ -204,7 +225,7 @@ class CudaBlockSummaryFixture : public ::testing::Test {
     DeviceBuffer id_buffer = Upload(summary_ids);
     DeviceBuffer row_buffer = Upload(query_rows);
     DeviceBuffer bounds = Upload(Poisoned(floats));
-    cuda_->ScoreBlocks(q_buffer.as<float>(), q_stride, num_heads, layout,
+    cuda_->ScoreBlocks(q_buffer.as<float>(), q_stride, num_heads, layout, estimator,
                        summary_buffer.as<float>(), id_buffer.as<int32_t>(),
                        row_buffer.as<int32_t>(), static_cast<int32_t>(summary_ids.size()),
                        bounds.as<float>());
@@ -266,66 +287,73 @@ TEST_P(CudaBlockSummaryTest, SummarizeBlocksMatchesTheReferenceExactly) {
 
   const std::vector<float> expected =
       ReferenceSummaries(layout, cache, block_ids, summary_ids, kSlots);
-  const int64_t elems = reference::BlockSummaryElems(layout);
+  const int64_t elems = SummaryElems(layout, kQuest);
   ASSERT_FALSE(std::isnan(expected[summary_ids[0] * elems + channel]));
   ASSERT_TRUE(std::isnan(expected[summary_ids[1] * elems + (2 * last_head + 1) * layout.head_dim +
                                   layout.head_dim - 1]));
   ExpectSameSummaries(Summarize(layout, cache, block_ids, summary_ids, kSlots), expected);
-  // Boxes shrunk around their midpoints, bit for bit as the reference shrinks them.
-  for (const float radius : {0.0f, 0.375f}) {
-    SCOPED_TRACE(radius);
-    ExpectSameSummaries(Summarize(layout, cache, block_ids, summary_ids, kSlots, radius),
-                        ReferenceSummaries(layout, cache, block_ids, summary_ids, kSlots, radius));
+  // Boxes shrunk around their midpoints, boxes of fewer tokens, rows rounded to bf16 or int8,
+  // bit for bit as the reference does them.
+  for (const BlockEstimator& estimator : Estimators(layout)) {
+    SCOPED_TRACE(EstimatorName(estimator, layout.block_tokens));
+    ExpectSameSummaries(
+        Summarize(layout, cache, block_ids, summary_ids, kSlots, estimator),
+        ReferenceSummaries(layout, cache, block_ids, summary_ids, kSlots, estimator));
   }
 }
 
 TEST_P(CudaBlockSummaryTest, ScoreBlocksMatchesTheReference) {
   const Shape shape = GetParam();
   const PagedKvLayout layout = Layout(shape, DType::kBF16);
-  const int32_t num_heads = shape.num_kv_heads * shape.group;
-  const int64_t elems = reference::BlockSummaryElems(layout);
-  constexpr int32_t kRows = 5;
-  constexpr int32_t kSlots = 19;
-  constexpr int32_t kCount = 300;  // over several tiles of candidates, not a multiple of one
+  for (const int32_t boxes : {1, 4}) {
+    SCOPED_TRACE(::testing::Message() << boxes << " boxes");
+    const BlockEstimator estimator{.boxes = boxes, .radius = 1.0f};
+    const int32_t num_heads = shape.num_kv_heads * shape.group;
+    const int64_t elems = SummaryElems(layout, estimator);
+    constexpr int32_t kRows = 5;
+    constexpr int32_t kSlots = 19;
+    constexpr int32_t kCount = 300;  // over several tiles of candidates, not a multiple of one
 
-  // Summaries: random min <= max rows, one channel NaN (a channel of NaN keys), one min == max.
-  std::vector<float> summaries(static_cast<size_t>(kSlots * elems));
-  const std::vector<float> a = RandomValues(summaries.size(), 4, -2.0f, 2.0f);
-  const std::vector<float> b = RandomValues(summaries.size(), 5, -2.0f, 2.0f);
-  for (int64_t s = 0; s < kSlots * 2 * layout.num_kv_heads; s += 2) {
-    for (int64_t d = 0; d < layout.head_dim; ++d) {
-      const size_t lo = static_cast<size_t>(s * layout.head_dim + d);
-      const size_t hi = lo + static_cast<size_t>(layout.head_dim);
-      summaries[lo] = std::min(a[lo], b[lo]);
-      summaries[hi] = std::max(a[lo], b[lo]);
+    // Summaries: random min <= max rows, one channel NaN (a channel of NaN keys), one min == max.
+    std::vector<float> summaries(static_cast<size_t>(kSlots * elems));
+    const std::vector<float> a = RandomValues(summaries.size(), 4, -2.0f, 2.0f);
+    const std::vector<float> b = RandomValues(summaries.size(), 5, -2.0f, 2.0f);
+    for (int64_t s = 0; s < kSlots * 2 * layout.num_kv_heads * boxes; s += 2) {
+      for (int64_t d = 0; d < layout.head_dim; ++d) {
+        const size_t lo = static_cast<size_t>(s * layout.head_dim + d);
+        const size_t hi = lo + static_cast<size_t>(layout.head_dim);
+        summaries[lo] = std::min(a[lo], b[lo]);
+        summaries[hi] = std::max(a[lo], b[lo]);
+      }
     }
-  }
-  summaries[4 * elems + 1 % layout.head_dim] = NAN;
-  summaries[4 * elems + layout.head_dim + 1 % layout.head_dim] = NAN;
-  summaries[7 * elems + layout.head_dim] = summaries[7 * elems];
+    summaries[4 * elems + 1 % layout.head_dim] = NAN;
+    summaries[4 * elems + layout.head_dim + 1 % layout.head_dim] = NAN;
+    summaries[7 * elems + layout.head_dim] = summaries[7 * elems];
 
-  std::mt19937 rng(6);
-  std::vector<int32_t> summary_ids(kCount);
-  for (int32_t& id : summary_ids) id = static_cast<int32_t>(rng() % kSlots);
-  // Runs of candidates a row, the rows out of order, and a few strays.
-  const int32_t row_order[kRows] = {3, 0, 4, 1, 2};
-  std::vector<int32_t> query_rows(kCount);
-  for (int32_t i = 0; i < kCount; ++i) {
-    query_rows[i] =
-        i % 17 == 5 ? static_cast<int32_t>(rng() % kRows) : row_order[i * kRows / kCount];
-  }
-
-  for (const int64_t padding : {8, 3}) {  // float4 loads of q, then scalar loads
-    SCOPED_TRACE(::testing::Message() << "q padding " << padding);
-    const int64_t q_stride = int64_t{num_heads} * layout.head_dim + padding;
-    std::vector<float> q = Poisoned(static_cast<size_t>(kRows * q_stride));
-    const std::vector<float> values = RandomValues(q.size(), 7);
-    for (int64_t r = 0; r < kRows; ++r) {
-      std::copy_n(values.begin() + r * q_stride, q_stride - padding, q.begin() + r * q_stride);
+    std::mt19937 rng(6);
+    std::vector<int32_t> summary_ids(kCount);
+    for (int32_t& id : summary_ids) id = static_cast<int32_t>(rng() % kSlots);
+    // Runs of candidates a row, the rows out of order, and a few strays.
+    const int32_t row_order[kRows] = {3, 0, 4, 1, 2};
+    std::vector<int32_t> query_rows(kCount);
+    for (int32_t i = 0; i < kCount; ++i) {
+      query_rows[i] =
+          i % 17 == 5 ? static_cast<int32_t>(rng() % kRows) : row_order[i * kRows / kCount];
     }
-    ExpectCloseBounds(
-        Score(q, q_stride, num_heads, layout, summaries, summary_ids, query_rows),
-        ScoreOnCpu(q, q_stride, num_heads, layout, summaries, summary_ids, query_rows));
+
+    for (const int64_t padding : {8, 3}) {  // float4 loads of q, then scalar loads
+      SCOPED_TRACE(::testing::Message() << "q padding " << padding);
+      const int64_t q_stride = int64_t{num_heads} * layout.head_dim + padding;
+      std::vector<float> q = Poisoned(static_cast<size_t>(kRows * q_stride));
+      const std::vector<float> values = RandomValues(q.size(), 7);
+      for (int64_t r = 0; r < kRows; ++r) {
+        std::copy_n(values.begin() + r * q_stride, q_stride - padding, q.begin() + r * q_stride);
+      }
+      ExpectCloseBounds(
+          Score(q, q_stride, num_heads, layout, estimator, summaries, summary_ids, query_rows),
+          ScoreOnCpu(q, q_stride, num_heads, layout, estimator, summaries, summary_ids,
+                     query_rows));
+    }
   }
 }
 
@@ -350,14 +378,14 @@ TEST_F(CudaBlockSummaryFixture, LlamaShapeSummarizesAndScoresAStep) {
   const std::vector<int32_t> block_ids = DistinctIds(kBlocks, kCount, 9);
   const std::vector<int32_t> summary_ids = DistinctIds(kCount, kCount, 10);
 
-  const int64_t elems = reference::BlockSummaryElems(layout);
+  const int64_t elems = SummaryElems(layout, kQuest);
   const size_t floats = static_cast<size_t>(kCount * elems);
   DeviceBuffer blocks = Upload(cache);
   DeviceBuffer block_id_buffer = Upload(block_ids);
   DeviceBuffer summary_id_buffer = Upload(summary_ids);
   DeviceBuffer summaries = Upload(Poisoned(floats));
-  cuda_->SummarizeBlocks(blocks.data(), layout, block_id_buffer.as<int32_t>(),
-                         summary_id_buffer.as<int32_t>(), kCount, 1.0f, summaries.as<float>());
+  cuda_->SummarizeBlocks(blocks.data(), layout, kQuest, block_id_buffer.as<int32_t>(),
+                         summary_id_buffer.as<int32_t>(), kCount, summaries.as<float>());
   const std::vector<float> expected =
       ReferenceSummaries(layout, cache, block_ids, summary_ids, kCount);
   ExpectSameSummaries(Download(summaries, floats), expected);
@@ -377,12 +405,12 @@ TEST_F(CudaBlockSummaryFixture, LlamaShapeSummarizesAndScoresAStep) {
   DeviceBuffer row_buffer = Upload(query_rows);
   const size_t bound_floats = static_cast<size_t>(num_heads) * candidate_ids.size();
   DeviceBuffer bounds = Upload(Poisoned(bound_floats));
-  cuda_->ScoreBlocks(q_buffer.as<float>(), q_stride, num_heads, layout, summaries.as<float>(),
-                     id_buffer.as<int32_t>(), row_buffer.as<int32_t>(),
+  cuda_->ScoreBlocks(q_buffer.as<float>(), q_stride, num_heads, layout, kQuest,
+                     summaries.as<float>(), id_buffer.as<int32_t>(), row_buffer.as<int32_t>(),
                      static_cast<int32_t>(candidate_ids.size()), bounds.as<float>());
   ExpectCloseBounds(
       Download(bounds, bound_floats),
-      ScoreOnCpu(q, q_stride, num_heads, layout, expected, candidate_ids, query_rows));
+      ScoreOnCpu(q, q_stride, num_heads, layout, kQuest, expected, candidate_ids, query_rows));
 }
 
 // A step of rows of either mode and aggregate, at Llama-3.1-8B's 32 query heads: the device's
@@ -425,8 +453,8 @@ TEST_F(CudaBlockSummaryFixture, AggregateScoresMatchesTheReference) {
 TEST_F(CudaBlockSummaryFixture, NoBlocksIsNothingToDo) {
   const PagedKvLayout layout = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
   DeviceBuffer summaries = Upload(std::vector<float>(8, kUntouched));
-  cuda_->SummarizeBlocks(nullptr, layout, nullptr, nullptr, 0, 1.0f, summaries.as<float>());
-  cuda_->ScoreBlocks(nullptr, 256, 4, layout, summaries.as<float>(), nullptr, nullptr, 0,
+  cuda_->SummarizeBlocks(nullptr, layout, kQuest, nullptr, nullptr, 0, summaries.as<float>());
+  cuda_->ScoreBlocks(nullptr, 256, 4, layout, kQuest, summaries.as<float>(), nullptr, nullptr, 0,
                      summaries.as<float>());
   EXPECT_EQ(Download(summaries, 8), std::vector<float>(8, kUntouched));
 }
@@ -434,15 +462,19 @@ TEST_F(CudaBlockSummaryFixture, NoBlocksIsNothingToDo) {
 TEST_F(CudaBlockSummaryFixture, RefusesWhatItCannotRun) {
   DeviceBuffer scratch = Upload(std::vector<float>(1024, 0.0f));
   const PagedKvLayout fp32 = Layout(Shape{64, 2, 16, 2}, DType::kF32);
-  cuda_->SummarizeBlocks(scratch.data(), fp32, nullptr, nullptr, 1, 1.0f, scratch.as<float>());
+  cuda_->SummarizeBlocks(scratch.data(), fp32, kQuest, nullptr, nullptr, 1, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kUnimplemented);
   const PagedKvLayout bf16 = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
-  cuda_->ScoreBlocks(scratch.as<float>(), 64 * 3, 3, bf16, scratch.as<float>(), nullptr, nullptr, 1,
-                     scratch.as<float>());
+  cuda_->ScoreBlocks(scratch.as<float>(), 64 * 3, 3, bf16, kQuest, scratch.as<float>(), nullptr,
+                     nullptr, 1, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
-  cuda_->SummarizeBlocks(scratch.data(), bf16, nullptr, nullptr, -1, 1.0f, scratch.as<float>());
+  cuda_->SummarizeBlocks(scratch.data(), bf16, kQuest, nullptr, nullptr, -1, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
-  cuda_->SummarizeBlocks(scratch.data(), bf16, nullptr, nullptr, 1, 1.5f, scratch.as<float>());
+  cuda_->SummarizeBlocks(scratch.data(), bf16, {.radius = 1.5f}, nullptr, nullptr, 1,
+                         scratch.as<float>());
+  EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+  cuda_->SummarizeBlocks(scratch.data(), bf16, {.boxes = 3}, nullptr, nullptr, 1,
+                         scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
   cuda_->AggregateScores(scratch.as<float>(), 129, 1, nullptr, 1, 1, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);

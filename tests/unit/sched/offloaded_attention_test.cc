@@ -342,7 +342,7 @@ TEST(OffloadedAttentionTest, CreateRefusesCapacitiesThatCannotWork) {
   EXPECT_EQ(SparseAttention::Create(backend, cache, 10, tiers, limits).status().code(),
             absl::StatusCode::kInvalidArgument);
   OffloadConfig radius = tiers;
-  radius.summary_radius = 2.0f;
+  radius.estimator.radius = 2.0f;
   EXPECT_EQ(SparseAttention::Create(backend, cache, 8, radius, limits).status().code(),
             absl::StatusCode::kInvalidArgument);
   // A head's keys of a block of 1 token x 2 fp32 dims are 8 bytes: no head-wise fragments.

@@ -1,0 +1,93 @@
+#include "core/backend/block_estimator.h"
+
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/backend/summary_radius.h"
+
+namespace pulse {
+
+absl::Status ValidateEstimator(const BlockEstimator& estimator, const PagedKvLayout& layout) {
+  if (estimator.boxes < 1 || layout.block_tokens < 1 ||
+      layout.block_tokens % estimator.boxes != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a block summary of %d boxes for blocks of %d tokens (the boxes must divide the tokens)",
+        estimator.boxes, layout.block_tokens));
+  }
+  if (!SummaryRadiusValid(estimator.radius)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a summary radius must be in [0, 1], not %g", estimator.radius));
+  }
+  if (estimator.precision != SummaryPrecision::kF32 &&
+      estimator.precision != SummaryPrecision::kBf16 &&
+      estimator.precision != SummaryPrecision::kInt8) {
+    return absl::InvalidArgumentError("an unknown summary precision");
+  }
+  return absl::OkStatus();
+}
+
+int64_t SummaryElems(const PagedKvLayout& layout, const BlockEstimator& estimator) {
+  return int64_t{layout.num_kv_heads} * estimator.boxes * 2 * layout.head_dim;
+}
+
+int64_t SummaryStoredBytes(const PagedKvLayout& layout, const BlockEstimator& estimator) {
+  const int64_t rows =
+      int64_t{layout.num_kv_heads} * estimator.boxes * (estimator.radius == 0.0f ? 1 : 2);
+  switch (estimator.precision) {
+    case SummaryPrecision::kBf16:
+      return rows * layout.head_dim * 2;
+    case SummaryPrecision::kInt8:
+      return rows * (layout.head_dim + 4);
+    case SummaryPrecision::kF32:
+      break;
+  }
+  return rows * layout.head_dim * 4;
+}
+
+std::string EstimatorName(const BlockEstimator& estimator, int32_t block_tokens) {
+  std::string name = estimator.boxes == 1 ? "box"
+                     : estimator.boxes == block_tokens
+                         ? "tokens"
+                         : absl::StrFormat("boxes%d", estimator.boxes);
+  name += absl::StrFormat("-r%g", estimator.radius);
+  if (estimator.precision == SummaryPrecision::kBf16) name += "-bf16";
+  if (estimator.precision == SummaryPrecision::kInt8) name += "-int8";
+  return name;
+}
+
+absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name, int32_t block_tokens) {
+  const std::vector<std::string> parts = absl::StrSplit(std::string(name), '-');
+  BlockEstimator estimator;
+  const auto refuse = [&] {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "estimator '%s': expected box, boxesN or tokens, then -rR, then optionally -bf16 or -int8 "
+        "(say box-r0, boxes4-r0, tokens-r0-int8)",
+        name));
+  };
+  if (parts.size() < 2 || parts.size() > 3 || parts[1].empty() || parts[1][0] != 'r') {
+    return refuse();
+  }
+  if (parts[0] == "box") {
+    estimator.boxes = 1;
+  } else if (parts[0] == "tokens") {
+    estimator.boxes = block_tokens;
+  } else if (!parts[0].starts_with("boxes") ||
+             !absl::SimpleAtoi(parts[0].substr(5), &estimator.boxes)) {
+    return refuse();
+  }
+  if (!absl::SimpleAtof(parts[1].substr(1), &estimator.radius)) return refuse();
+  if (parts.size() == 3) {
+    if (parts[2] == "bf16") {
+      estimator.precision = SummaryPrecision::kBf16;
+    } else if (parts[2] == "int8") {
+      estimator.precision = SummaryPrecision::kInt8;
+    } else {
+      return refuse();
+    }
+  }
+  return estimator;
+}
+
+}  // namespace pulse

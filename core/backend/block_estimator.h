@@ -1,0 +1,48 @@
+// How a block's summary estimates a query's attention to the block (sparse decode selection):
+// each KV head's keys of a block fall into `boxes` boxes of consecutive tokens, each box keeps
+// the per-channel [min, max] of its keys shrunk around their midpoint to `radius`, and a query
+// head's estimate for the block is the largest over its boxes of the box's bound of q.k (at
+// radius 1 Quest's upper bound, at radius 0 the box center's q.k). One box a block is Quest's
+// page summary; as many boxes as tokens scores every key exactly and keeps the block's best:
+// the estimators between trade summary bytes for selection accuracy. `precision` rounds the
+// box rows as they would be stored (bf16, or int8 with a scale a row); summaries are laid out in
+// fp32 on every backend, so the rounding models the accuracy of a compact store, whose bytes
+// SummaryStoredBytes counts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/backend/paged_kv.h"
+#include "core/base/status.h"
+
+namespace pulse {
+
+enum class SummaryPrecision : uint8_t { kF32, kBf16, kInt8 };
+
+struct BlockEstimator {
+  int32_t boxes = 1;    // divides the block's tokens
+  float radius = 0.0f;  // in [0, 1]
+  SummaryPrecision precision = SummaryPrecision::kF32;
+};
+
+// InvalidArgument, naming what is wrong, for boxes that do not divide layout's blocks, a radius
+// outside [0, 1] or an unknown precision.
+absl::Status ValidateEstimator(const BlockEstimator& estimator, const PagedKvLayout& layout);
+
+// Floats of one block's summary as laid out: [num_kv_heads][boxes][2][head_dim], each box's
+// (shrunk) minimum row, then its maximum row.
+int64_t SummaryElems(const PagedKvLayout& layout, const BlockEstimator& estimator);
+
+// Bytes a block's summary takes stored compactly: one row a box at radius 0 (its center), two
+// otherwise, at the estimator's precision, plus a 4-byte scale a row at int8.
+int64_t SummaryStoredBytes(const PagedKvLayout& layout, const BlockEstimator& estimator);
+
+// "box-r0", "boxes4-r0.5-bf16", "tokens-r0-int8" (as many boxes as tokens): what records and
+// flags call it. ParseEstimator reads it back (InvalidArgument for anything else); "tokens"
+// needs the block's tokens.
+std::string EstimatorName(const BlockEstimator& estimator, int32_t block_tokens);
+absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name, int32_t block_tokens);
+
+}  // namespace pulse
