@@ -171,6 +171,36 @@ TEST(EngineOffloadTest, SlotsAdmitOneRequestAtATimeWhenTheyHoldOneBudget) {
   for (const RequestId id : ids) EXPECT_EQ(SnapshotOf(*engine, id).tokens.size(), 20u);
 }
 
+// The host tier is pinned as requests are admitted, in chunks: a request whose blocks the backend
+// cannot pin waits while others run, and fails with a capacity status when nothing running could
+// make room; the others' tokens do not change, and the engine goes on serving what fits.
+TEST(EngineOffloadTest, AHostTierThatCannotBePinnedIsACapacityStatusForThatRequestAlone) {
+  // A block of every layer: 2 layers x 2 KV heads x 4 tokens x 8 dims x K and V x 4 bytes.
+  const size_t layered_block = 2 * 2 * 2 * kBlockTokens * 8 * 4;
+  const size_t chunk = 8 * layered_block;  // 8 blocks, 32 tokens
+  std::shared_ptr<const Model> model = TinyModel(TinyConfig(), 0, /*host_memory_limit=*/2 * chunk);
+  EngineOptions options = Offloaded(SelectionMode::kSoloHead, 24, 160);
+  options.offload->host_chunk_bytes = static_cast<int64_t>(chunk);
+  const auto small = Prompt(20, TinyConfig().vocab_size, 81);  // 39 tokens of KV: 10 blocks
+  const auto large = Prompt(60, TinyConfig().vocab_size, 82);  // 79: 20 blocks, 3 chunks
+  std::unique_ptr<Engine> alone = MakeEngine(TinyModel(), options);
+  const auto expected = Generate(*alone, {small}, 20);
+
+  std::unique_ptr<Engine> engine = MakeEngine(model, options);
+  const RequestId first = *engine->Submit(small, Greedy(20), nullptr);
+  const RequestId second = *engine->Submit(large, Greedy(20), nullptr);
+  RunToIdle(*engine);
+  EXPECT_EQ(SnapshotOf(*engine, first).tokens, expected[0]);
+  const RequestSnapshot refused = SnapshotOf(*engine, second);
+  EXPECT_EQ(refused.reason, FinishReason::kError);
+  EXPECT_EQ(refused.error.code(), absl::StatusCode::kResourceExhausted) << refused.error;
+  EXPECT_THAT(refused.error.message(), ::testing::HasSubstr("host tier"));
+  EXPECT_TRUE(refused.tokens.empty());
+  // What fits the pinned chunks still runs.
+  EXPECT_EQ(Generate(*engine, {small}, 20), expected);
+  EXPECT_EQ(engine->stats().host_blocks_in_use, 0);
+}
+
 TEST(EngineOffloadTest, CancellingAnOffloadedRequestLeavesTheOthersTokensAlone) {
   std::shared_ptr<const Model> model = TinyModel();
   const auto prompts = Prompts(3, 40, 61);

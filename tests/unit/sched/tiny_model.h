@@ -28,10 +28,12 @@ inline ModelConfig TinyConfig() {
   return config;
 }
 
-inline std::shared_ptr<const Model> LoadModel(const TensorSource& source, size_t memory_limit = 0) {
+inline std::shared_ptr<const Model> LoadModel(const TensorSource& source, size_t memory_limit = 0,
+                                              size_t host_memory_limit = 0) {
   CpuBackendOptions backend_options;
   backend_options.threads = 1;
   backend_options.memory_limit_bytes = memory_limit;
+  backend_options.host_memory_limit_bytes = host_memory_limit;
   absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend(backend_options);
   EXPECT_TRUE(backend.ok()) << backend.status();
   absl::StatusOr<std::shared_ptr<const Model>> model =
@@ -41,10 +43,11 @@ inline std::shared_ptr<const Model> LoadModel(const TensorSource& source, size_t
 }
 
 inline std::shared_ptr<const Model> TinyModel(const ModelConfig& config = TinyConfig(),
-                                              size_t memory_limit = 0) {
+                                              size_t memory_limit = 0,
+                                              size_t host_memory_limit = 0) {
   absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenRandomSource(config, /*seed=*/7);
   EXPECT_TRUE(source.ok()) << source.status();
-  return LoadModel(**source, memory_limit);
+  return LoadModel(**source, memory_limit, host_memory_limit);
 }
 
 inline std::unique_ptr<Engine> MakeEngine(std::shared_ptr<const Model> model,
