@@ -4,7 +4,7 @@
 //
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
 //       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128]
-//       [--block 32] [--estimator box-r0]
+//       [--block 32] [--estimator box-r0] [--sequential 0]
 //       [--out FILE.jsonl]
 //
 // The text is tokenized with the model's tokenizer and cut into windows of each size, spread
@@ -12,17 +12,19 @@
 // the window) are prefilled densely once; then the last `eval` tokens are fed one a step, teacher
 // forced, to every configuration in turn - dense, head-wise at each budget, and SoloHead with
 // each head aggregate at each budget - as sequences sharing the prefilled blocks (so they all see
-// the same context), each with blocks of its own for the tokens it appends. A configuration's
-// steps run back to back, one sequence a step: the rows of one step select in one mode, and the
-// step that last picked a block is kept per block (core/offload/block_summaries.h), so two
-// configurations picking from the shared blocks in one step would count each other's picks as
-// reused. Each step scores the next token of the text: ppl = exp(mean of -log p); agreement =
-// the share of steps whose argmax equals dense attention's; reuse = the share of picked blocks
-// that the same (layer, set) picked the step before (none for a window's first step, which has
-// no step before). Blocks are summarized by --estimator (core/backend/block_estimator.h: box-r1
-// ranks them by Quest's upper bound of q.k, box-r0 by the q.k of the key box's center, boxesN
-// and tokens by the best of smaller boxes, -bf16 and -int8 round the summaries). Records are
-// JSON Lines, "bench": "accuracy"; a table is printed.
+// the same context), each with blocks of its own for the tokens it appends. By default a step
+// feeds one position to every configuration of one selection mode at once (the rows of one step
+// select in one mode): fast, but the step that last picked a block is kept per block
+// (core/offload/block_summaries.h), so configurations picking from the shared blocks in one step
+// count each other's picks as reused, and reuse is recorded as null. With --sequential 1 a
+// configuration's steps run back to back, one sequence a step, and reuse is measured: the share
+// of picked blocks that the same (layer, set) picked the step before (none for a window's first
+// step, which has no step before). Each step scores the next token of the text: ppl = exp(mean of
+// -log p); agreement = the share of steps whose argmax equals dense attention's. Blocks are
+// summarized by --estimator (core/backend/block_estimator.h: box-r1 ranks them by Quest's upper
+// bound of q.k, box-r0 by the q.k of the key box's center, boxesN and tokens by the best of smaller
+// boxes, -bf16 and -int8 round the summaries). Records are JSON Lines, "bench": "accuracy"; a table
+// is printed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -51,7 +53,7 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
     "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128] "
-    "[--block 32] [--estimator box-r0] "
+    "[--block 32] [--estimator box-r0] [--sequential 0] "
     "[--out FILE.jsonl]";
 
 struct Args {
@@ -65,6 +67,7 @@ struct Args {
   int32_t window = 128;
   int32_t block = 32;
   std::string estimator = "box-r0";
+  bool sequential = false;
   std::string out;
 };
 
@@ -107,6 +110,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &args.block) && args.block > 0;
     } else if (flag == "--estimator") {
       args.estimator = std::string(value);
+    } else if (flag == "--sequential") {
+      ok = value == "0" || value == "1";
+      args.sequential = value == "1";
     } else if (flag == "--out") {
       args.out = std::string(value);
     } else {
@@ -173,7 +179,7 @@ int32_t Argmax(std::span<const float> logits) {
 // Evaluates one window (tokens[0, size)) for every config, adding to their totals; returns the
 // runner's per-config statistics through `runner`.
 absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window, int32_t eval,
-                            std::vector<Config>& configs) {
+                            bool sequential, std::vector<Config>& configs) {
   const int32_t size = static_cast<int32_t>(window.size());
   const int32_t block_tokens = runner.cache().layout().block_tokens;
   const int32_t context = (size - eval - 1) / block_tokens * block_tokens;
@@ -195,31 +201,66 @@ absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window
   PULSE_RETURN_IF_ERROR(runner.Forward(batch, none));
 
   const size_t vocab = static_cast<size_t>(runner.model().config().vocab_size);
-  std::vector<float> logits(vocab);
-  // Dense attention's greedy token at each evaluated position (configs[0] is dense).
+  // The configurations in steps: sequentially one a step (each picks alone, so its reuse is its
+  // own), or batched by selection mode (a step's sparse rows select in one mode: dense with the
+  // SoloHead ones, then the HeadWise ones), much faster but with the reuse of configurations
+  // that pick from the shared blocks in one step mixed, so it is not reported.
+  std::vector<std::vector<size_t>> groups;
+  if (sequential) {
+    for (size_t c = 0; c < configs.size(); ++c) groups.push_back({c});
+  } else {
+    groups.resize(2);
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const bool headwise =
+          configs[c].sparse && configs[c].sparse->options.mode == SelectionMode::kHeadWise;
+      groups[headwise ? 1 : 0].push_back(c);
+    }
+    if (groups[1].empty()) groups.pop_back();
+  }
+  // Dense attention's greedy token at each evaluated position (configs[0] is dense, in the
+  // first group).
   std::vector<int32_t> dense(static_cast<size_t>(eval));
-  for (size_t c = 0; c < configs.size(); ++c) {
-    Config& config = configs[c];
-    for (int32_t position = context; position < context + eval; ++position) {
-      const SparseAttentionStats before =
-          config.sparse ? runner.sparse_stats(config.sparse->key) : SparseAttentionStats{};
-      batch.Clear();
-      batch.AddSequence(window.subspan(position, 1), position, tables[c], LogitRows::kLast,
+  std::vector<float> logits;
+  const auto run = [&](const std::vector<size_t>& group, int32_t position) -> absl::Status {
+    std::vector<SparseAttentionStats> before(group.size());
+    batch.Clear();
+    for (size_t g = 0; g < group.size(); ++g) {
+      const Config& config = configs[group[g]];
+      if (config.sparse) before[g] = runner.sparse_stats(config.sparse->key);
+      batch.AddSequence(window.subspan(position, 1), position, tables[group[g]], LogitRows::kLast,
                         config.sparse);
-      PULSE_RETURN_IF_ERROR(runner.Forward(batch, logits));
-      const int32_t next = window[position + 1];
-      const int32_t argmax = Argmax(logits);
-      const auto step = static_cast<size_t>(position - context);
-      if (c == 0) dense[step] = argmax;
-      config.nll += NegativeLogLikelihood(logits, next);
+    }
+    logits.resize(group.size() * vocab);
+    PULSE_RETURN_IF_ERROR(runner.Forward(batch, logits));
+    const int32_t next = window[position + 1];
+    const auto step = static_cast<size_t>(position - context);
+    for (size_t g = 0; g < group.size(); ++g) {
+      Config& config = configs[group[g]];
+      const std::span<const float> row = std::span<const float>(logits).subspan(g * vocab, vocab);
+      const int32_t argmax = Argmax(row);
+      if (group[g] == 0) dense[step] = argmax;
+      config.nll += NegativeLogLikelihood(row, next);
       config.predictions += 1;
       config.agreeing += argmax == dense[step] ? 1 : 0;
-      if (config.sparse) {
-        const SparseAttentionStats after = runner.sparse_stats(config.sparse->key);
-        config.picked_blocks += after.picked_blocks - before.picked_blocks;
-        // The step before a window's first step was another config's, or another window's.
-        if (position > context) config.reused_blocks += after.reused_blocks - before.reused_blocks;
+      if (!config.sparse) continue;
+      const SparseAttentionStats after = runner.sparse_stats(config.sparse->key);
+      config.picked_blocks += after.picked_blocks - before[g].picked_blocks;
+      // The step before a window's first step was another config's, or another window's.
+      if (sequential && position > context) {
+        config.reused_blocks += after.reused_blocks - before[g].reused_blocks;
       }
+    }
+    return absl::OkStatus();
+  };
+  if (sequential) {
+    for (const std::vector<size_t>& group : groups) {
+      for (int32_t position = context; position < context + eval; ++position) {
+        PULSE_RETURN_IF_ERROR(run(group, position));
+      }
+    }
+  } else {
+    for (int32_t position = context; position < context + eval; ++position) {
+      for (const std::vector<size_t>& group : groups) PULSE_RETURN_IF_ERROR(run(group, position));
     }
   }
   return absl::OkStatus();
@@ -261,18 +302,21 @@ absl::Status Run(const Args& args) {
     // Sparse attention over resident blocks only (no host tier): each sequence's own selection.
     PULSE_ASSIGN_OR_RETURN(const BlockEstimator estimator,
                            ParseEstimator(args.estimator, args.block));
-    const OffloadConfig offload{.estimator = estimator};
-    PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
-                           ModelRunner::Create(model, std::move(cache),
-                                               {.max_step_tokens = size,
-                                                .max_seqs = 1,
-                                                .max_blocks_per_seq = size / block_tokens + 2,
-                                                .max_logit_rows = 1,
-                                                .offload = offload}));
+    OffloadConfig offload;
+    offload.estimator = estimator;
+    PULSE_ASSIGN_OR_RETURN(
+        ModelRunner runner,
+        ModelRunner::Create(model, std::move(cache),
+                            {.max_step_tokens = size,
+                             .max_seqs = static_cast<int32_t>(configs.size()),
+                             .max_blocks_per_seq = size / block_tokens + 2,
+                             .max_logit_rows = static_cast<int32_t>(configs.size()),
+                             .offload = offload}));
     const int64_t stride = (static_cast<int64_t>(tokens.size()) - size) / args.per_window;
     for (int32_t w = 0; w < args.per_window; ++w) {
-      PULSE_RETURN_IF_ERROR(EvaluateWindow(
-          runner, std::span<const int32_t>(tokens).subspan(w * stride, size), args.eval, configs));
+      PULSE_RETURN_IF_ERROR(
+          EvaluateWindow(runner, std::span<const int32_t>(tokens).subspan(w * stride, size),
+                         args.eval, args.sequential, configs));
     }
     const double dense_ppl = std::exp(configs[0].nll / configs[0].predictions);
     for (const Config& c : configs) {
@@ -280,31 +324,35 @@ absl::Status Run(const Args& args) {
       const double agreement = static_cast<double>(c.agreeing) / c.predictions;
       const SparseAttentionStats stats =
           c.sparse ? runner.sparse_stats(c.sparse->key) : SparseAttentionStats{};
-      const double reuse =
-          c.picked_blocks > 0 ? static_cast<double>(c.reused_blocks) / c.picked_blocks : 1.0;
+      const std::optional<double> reuse =
+          !args.sequential || !c.sparse ? std::nullopt
+          : c.picked_blocks > 0
+              ? std::optional(static_cast<double>(c.reused_blocks) / c.picked_blocks)
+              : std::optional(1.0);
       const double attended =
           stats.context_tokens > 0
               ? static_cast<double>(stats.attended_tokens) / stats.context_tokens
               : 1.0;
-      std::printf("%-9s %-11s %7d %7s %9.4f %9.4f %10.4f %7.3f %8.3f\n", c.mode.c_str(),
+      std::printf("%-9s %-11s %7d %7s %9.4f %9.4f %10.4f %7s %8.3f\n", c.mode.c_str(),
                   c.aggregate.c_str(), size, c.budget == 0 ? "-" : std::to_string(c.budget).c_str(),
-                  ppl, dense_ppl, agreement, reuse, attended);
+                  ppl, dense_ppl, agreement, reuse ? absl::StrFormat("%.3f", *reuse).c_str() : "-",
+                  attended);
       if (out != nullptr) {
-        std::fprintf(out,
-                     "{\"bench\": \"accuracy\", \"model\": \"%s\", \"mode\": \"%s\", "
-                     "\"aggregate\": %s, \"budget\": %s, \"window_tokens\": %d, \"windows\": %d, "
-                     "\"eval_tokens\": %d, \"sink_tokens\": %d, \"recent_window_tokens\": %d, "
-                     "\"block_tokens\": %d, \"estimator\": \"%s\", \"summary_radius\": %g, "
-                     "\"summary_bytes_per_token\": %g, "
-                     "\"ppl\": %.6f, \"ppl_dense\": %.6f, \"agreement\": %.6f, \"reuse\": %.6f, "
-                     "\"attended_fraction\": %.6f}\n",
-                     args.model.substr(args.model.find_last_of('/') + 1).c_str(), c.mode.c_str(),
-                     c.aggregate.empty() ? "null" : absl::StrCat("\"", c.aggregate, "\"").c_str(),
-                     c.budget == 0 ? "null" : std::to_string(c.budget).c_str(), size,
-                     args.per_window, args.eval, args.sink, args.window, args.block,
-                     args.estimator.c_str(), estimator.radius,
-                     static_cast<double>(SummaryStoredBytes(layout, estimator)) / args.block, ppl,
-                     dense_ppl, agreement, reuse, attended);
+        std::fprintf(
+            out,
+            "{\"bench\": \"accuracy\", \"model\": \"%s\", \"mode\": \"%s\", "
+            "\"aggregate\": %s, \"budget\": %s, \"window_tokens\": %d, \"windows\": %d, "
+            "\"eval_tokens\": %d, \"sink_tokens\": %d, \"recent_window_tokens\": %d, "
+            "\"block_tokens\": %d, \"estimator\": \"%s\", \"summary_radius\": %g, "
+            "\"summary_bytes_per_token\": %g, "
+            "\"ppl\": %.6f, \"ppl_dense\": %.6f, \"agreement\": %.6f, \"reuse\": %s, "
+            "\"attended_fraction\": %.6f}\n",
+            args.model.substr(args.model.find_last_of('/') + 1).c_str(), c.mode.c_str(),
+            c.aggregate.empty() ? "null" : absl::StrCat("\"", c.aggregate, "\"").c_str(),
+            c.budget == 0 ? "null" : std::to_string(c.budget).c_str(), size, args.per_window,
+            args.eval, args.sink, args.window, args.block, args.estimator.c_str(), estimator.radius,
+            static_cast<double>(SummaryStoredBytes(layout, estimator)) / args.block, ppl, dense_ppl,
+            agreement, reuse ? absl::StrFormat("%.6f", *reuse).c_str() : "null", attended);
         std::fflush(out);
       }
     }
