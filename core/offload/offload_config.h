@@ -18,11 +18,11 @@ enum class EvictionKind : uint8_t { kLru, kScoreAware };
 struct OffloadConfig {
   // The selection every offloaded request decodes with unless it asks for its own budget, sinks
   // and window (the mode is the engine's: the device tier is laid out for it).
-  SelectionOptions selection;
+  SelectionOptions selection = {};
   // How a block's summary estimates a query's attention to it (core/backend/block_estimator.h):
   // by default one box a KV head at radius 0, the q.k of the box's center, which the accuracy
   // report found to pick better blocks than Quest's upper bound (radius 1).
-  BlockEstimator estimator;
+  BlockEstimator estimator = {};
   // The host tier's capacity in tokens (of every layer). The engine resolves 0 to its default;
   // for a model runner 0 means no host tier: sparse rows then select among resident blocks only.
   int64_t host_tokens = 0;

@@ -219,8 +219,8 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, Sp
       query_rows.push_back(sequence.first_row);
     }
     const auto fixed_first = static_cast<int32_t>(fixed.size());
-    for (const auto [begin, end] : {std::pair{0, partition.sink_end},
-                                    std::pair{partition.window_begin, partition.num_blocks}}) {
+    for (const auto& [begin, end] : {std::pair{0, partition.sink_end},
+                                     std::pair{partition.window_begin, partition.num_blocks}}) {
       for (int32_t logical = begin; logical < end; ++logical) {
         const int32_t device = sequence.blocks[static_cast<size_t>(logical)];
         if (device < 0) {
@@ -415,9 +415,11 @@ absl::Status SparseAttention::Attend(int32_t layer, SparseStep& step, const floa
                            .step = plan + step.at.stamp,
                            .pick_stamps = summaries_.pick_stamps(layer),
                            .num_summaries = summaries_.count(),
+                           .directory = {},
                            .tables = step.tables.as<int32_t>(),
                            .table_stride = step.table_stride,
                            .kv_lens = step.kv_lens.as<int32_t>(),
+                           .recalls = {},
                            .counters = step.counters};
     if (tiers_ && step.offloaded) {
       build.directory = tiers_->directory.view(layer);

@@ -12,6 +12,8 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "core/backend/block_estimator.h"
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
@@ -53,12 +55,30 @@ ModelRunner MakeRunner(std::shared_ptr<const Model> model, const OffloadConfig& 
 }
 
 // Both tiers: two sequences' worth of host blocks, `slots` device slots.
-OffloadConfig Offload(SelectionMode mode, int32_t slots,
-                      EvictionKind eviction = EvictionKind::kLru) {
+OffloadConfig Offload(SelectionMode mode, int32_t slots, EvictionKind eviction = EvictionKind::kLru,
+                      const BlockEstimator& estimator = {}) {
   return {.selection = {.mode = mode},
+          .estimator = estimator,
           .host_tokens = 2 * kBlocksPerSeq * kBlockTokens,
           .slot_tokens = slots * kBlockTokens,
           .eviction = eviction};
+}
+
+// Sparse selection with `estimator` over resident blocks only.
+OffloadConfig Resident(const BlockEstimator& estimator) {
+  OffloadConfig offload;
+  offload.estimator = estimator;
+  return offload;
+}
+
+// Every kind of estimator: key boxes at either radius, finer boxes rounded to bf16, and every key
+// scored at int8.
+std::vector<BlockEstimator> Estimators() {
+  std::vector<BlockEstimator> estimators;
+  for (const char* name : {"box-r0", "box-r1", "boxes2-r0.5-bf16", "tokens-r0-int8"}) {
+    estimators.push_back(*ParseEstimator(name, kBlockTokens));
+  }
+  return estimators;
 }
 
 SparseSelection Selection(SelectionMode mode, int32_t budget, uint64_t key = 1) {
@@ -140,19 +160,24 @@ TEST(OffloadedAttentionTest, ABudgetCoveringTheContextIsDenseAttentionBitwise) {
   const auto dense = Decode(dense_runner, tokens, 20, Selection(SelectionMode::kSoloHead, 1 << 20),
                             0, std::nullopt);
   for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
-    SCOPED_TRACE(static_cast<int>(mode));
-    ModelRunner runner = MakeRunner(model, Offload(mode, kBlocksPerSeq));
-    ExpectBitwiseEqual(Decode(runner, tokens, 20, Selection(mode, 1 << 20), 0, 5), dense);
-    const OffloadStats stats = runner.offload_stats();
-    const int64_t layers = TinyConfig().num_layers;
-    // 130 prompt tokens fill 32 blocks, the 20 decoded tokens fill 5 more (the last token's KV
-    // is at position 149: blocks through 37 are full).
-    EXPECT_EQ(stats.writeback_blocks, layers * 37);
-    EXPECT_GT(stats.recall_bytes, 0);
-    EXPECT_GT(stats.cache.hits, 0);
-    EXPECT_EQ(stats.cache.misses * (mode == SelectionMode::kSoloHead ? 1 : 2), stats.recall_chunks);
-    EXPECT_EQ(stats.cache.evictions, 0);
-    EXPECT_GT(stats.recall_seconds, 0.0);
+    for (const BlockEstimator& estimator : Estimators()) {
+      SCOPED_TRACE(
+          absl::StrCat(static_cast<int>(mode), " ", EstimatorName(estimator, kBlockTokens)));
+      ModelRunner runner =
+          MakeRunner(model, Offload(mode, kBlocksPerSeq, EvictionKind::kLru, estimator));
+      ExpectBitwiseEqual(Decode(runner, tokens, 20, Selection(mode, 1 << 20), 0, 5), dense);
+      const OffloadStats stats = runner.offload_stats();
+      const int64_t layers = TinyConfig().num_layers;
+      // 130 prompt tokens fill 32 blocks, the 20 decoded tokens fill 5 more (the last token's KV
+      // is at position 149: blocks through 37 are full).
+      EXPECT_EQ(stats.writeback_blocks, layers * 37);
+      EXPECT_GT(stats.recall_bytes, 0);
+      EXPECT_GT(stats.cache.hits, 0);
+      EXPECT_EQ(stats.cache.misses * (mode == SelectionMode::kSoloHead ? 1 : 2),
+                stats.recall_chunks);
+      EXPECT_EQ(stats.cache.evictions, 0);
+      EXPECT_GT(stats.recall_seconds, 0.0);
+    }
   }
 }
 
@@ -177,6 +202,35 @@ TEST(OffloadedAttentionTest, ASmallBudgetGivesTheResidentSelectionBitwiseAndEvic
       EXPECT_LT(runner.sparse_stats().reused_blocks, runner.sparse_stats().picked_blocks);
       // The host waited for the device only to read the logits.
       EXPECT_EQ(runner.step_host_waits(), 0);
+    }
+  }
+}
+
+// Each estimator picks its own blocks (the logits differ from the other estimators'), and the
+// offloaded path gives bitwise what the same estimator gives with every block resident.
+TEST(OffloadedAttentionTest, EachEstimatorsSelectionOffloadedIsItsResidentSelectionBitwise) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const std::vector<int32_t> tokens = Prompt(150, TinyConfig().vocab_size, 25);
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    std::vector<std::vector<std::vector<float>>> residents;
+    for (const BlockEstimator& estimator : Estimators()) {
+      SCOPED_TRACE(
+          absl::StrCat(static_cast<int>(mode), " ", EstimatorName(estimator, kBlockTokens)));
+      ModelRunner resident_runner = MakeRunner(model, Resident(estimator));
+      residents.push_back(
+          Decode(resident_runner, tokens, 20, Selection(mode, 32), 0, std::nullopt));
+      ModelRunner runner = MakeRunner(model, Offload(mode, 6, EvictionKind::kLru, estimator));
+      ExpectBitwiseEqual(Decode(runner, tokens, 20, Selection(mode, 32), 3, 0), residents.back());
+      EXPECT_EQ(runner.step_host_waits(), 0);
+    }
+    for (size_t a = 0; a < residents.size(); ++a) {
+      for (size_t b = a + 1; b < residents.size(); ++b) {
+        bool differ = false;
+        for (size_t step = 0; step < residents[a].size(); ++step) {
+          differ = differ || residents[a][step] != residents[b][step];
+        }
+        EXPECT_TRUE(differ) << "estimators " << a << " and " << b << " decode alike";
+      }
     }
   }
 }
@@ -336,7 +390,9 @@ TEST(OffloadedAttentionTest, CreateRefusesCapacitiesThatCannotWork) {
   KvCache cache = *KvCache::Create(model->backend(), layout, config.num_layers, 16);
   Backend& backend = model->backend();
   const SparseLimits limits{.max_seqs = 2, .max_blocks_per_seq = 8, .num_heads = config.num_heads};
-  const OffloadConfig tiers{.host_tokens = 4 * kBlockTokens, .slot_tokens = 8 * kBlockTokens};
+  OffloadConfig tiers;
+  tiers.host_tokens = 4 * kBlockTokens;
+  tiers.slot_tokens = 8 * kBlockTokens;
   EXPECT_TRUE(SparseAttention::Create(backend, cache, 8, tiers, limits).ok());
   // Slots past the cache's end.
   EXPECT_EQ(SparseAttention::Create(backend, cache, 10, tiers, limits).status().code(),
