@@ -48,6 +48,14 @@ type EngineParams struct {
 	// Quest's upper bound of q.k, 0 (the zero value, as the library's default) the q.k of the key
 	// range's center.
 	OffloadSummaryRadius float64
+	// OffloadSummaryBoxes is how many boxes of consecutive tokens a block's key summary keeps, the
+	// block scored as its best box: 1 (the library's default, not the zero value) one a block
+	// (Quest's page summary), 0 one a token (every key scored exactly), otherwise a divisor of
+	// BlockTokens.
+	OffloadSummaryBoxes int32
+	// OffloadSummaryPrecision is how summaries are rounded as stored (the zero value, SummaryF32,
+	// is the library's default).
+	OffloadSummaryPrecision SummaryPrecision
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -79,27 +87,40 @@ const (
 	EvictScore Eviction = C.PULSE_EVICT_SCORE // the lowest latest selection score
 )
 
+// SummaryPrecision selects how block summaries are rounded as stored
+// (pulse_summary_precision_code): every backend keeps them in fp32, so the rounding models the
+// selection accuracy of a compact store.
+type SummaryPrecision int32
+
+const (
+	SummaryF32  SummaryPrecision = C.PULSE_SUMMARY_F32  // unrounded
+	SummaryBF16 SummaryPrecision = C.PULSE_SUMMARY_BF16 // rounded to bfloat16
+	SummaryInt8 SummaryPrecision = C.PULSE_SUMMARY_INT8 // rounded to int8 with a scale a row
+)
+
 // DefaultEngineParams returns the library's defaults (pulse_engine_params_init).
 func DefaultEngineParams() EngineParams {
 	var params C.pulse_engine_params
 	C.pulse_engine_params_init(&params, C.sizeof_pulse_engine_params) // cannot fail: the header's own size
 	return EngineParams{
-		MaxBatch:             int32(params.max_batch),
-		PrefillChunk:         int32(params.prefill_chunk),
-		MaxStepTokens:        int32(params.max_step_tokens),
-		BlockTokens:          int32(params.block_tokens),
-		MaxContext:           int32(params.max_context),
-		KVCapacityTokens:     int64(params.kv_capacity_tokens),
-		OffloadMode:          OffloadMode(params.offload_mode),
-		OffloadBudgetTokens:  int32(params.offload_budget_tokens),
-		OffloadSinkTokens:    int32(params.offload_sink_tokens),
-		OffloadWindowTokens:  int32(params.offload_window_tokens),
-		OffloadExecutor:      CopyExecutor(params.offload_executor),
-		OffloadEviction:      Eviction(params.offload_eviction),
-		OffloadHostTokens:    int64(params.offload_host_tokens),
-		OffloadSlotTokens:    int64(params.offload_slot_tokens),
-		NoDecodeGraphs:       params.decode_graphs == 0,
-		OffloadSummaryRadius: float64(params.offload_summary_radius),
+		MaxBatch:                int32(params.max_batch),
+		PrefillChunk:            int32(params.prefill_chunk),
+		MaxStepTokens:           int32(params.max_step_tokens),
+		BlockTokens:             int32(params.block_tokens),
+		MaxContext:              int32(params.max_context),
+		KVCapacityTokens:        int64(params.kv_capacity_tokens),
+		OffloadMode:             OffloadMode(params.offload_mode),
+		OffloadBudgetTokens:     int32(params.offload_budget_tokens),
+		OffloadSinkTokens:       int32(params.offload_sink_tokens),
+		OffloadWindowTokens:     int32(params.offload_window_tokens),
+		OffloadExecutor:         CopyExecutor(params.offload_executor),
+		OffloadEviction:         Eviction(params.offload_eviction),
+		OffloadHostTokens:       int64(params.offload_host_tokens),
+		OffloadSlotTokens:       int64(params.offload_slot_tokens),
+		NoDecodeGraphs:          params.decode_graphs == 0,
+		OffloadSummaryRadius:    float64(params.offload_summary_radius),
+		OffloadSummaryBoxes:     int32(params.offload_summary_boxes),
+		OffloadSummaryPrecision: SummaryPrecision(params.offload_summary_precision),
 	}
 }
 
@@ -124,6 +145,8 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 		params.decode_graphs = 0
 	}
 	params.offload_summary_radius = C.double(p.OffloadSummaryRadius)
+	params.offload_summary_boxes = C.int32_t(p.OffloadSummaryBoxes)
+	params.offload_summary_precision = C.int32_t(p.OffloadSummaryPrecision)
 	return params
 }
 

@@ -370,6 +370,33 @@ func TestOffloadedKVSmallerThanTheRequest(t *testing.T) {
 	}
 }
 
+// Boxes of 4 tokens rounded to int8, and one box a token rounded to bf16, select blocks too: with
+// a budget covering the context, the dense tokens.
+func TestEverySummaryEstimatorGenerates(t *testing.T) {
+	tiny := loadTinyModel(t)
+	defer tiny.Close()
+	dense := pulseinfer.DefaultEngineParams()
+	dense.BlockTokens = 8
+	want, _ := generate150(t, tiny, &dense)
+	if defaults := pulseinfer.DefaultEngineParams(); defaults.OffloadSummaryBoxes != 1 ||
+		defaults.OffloadSummaryPrecision != pulseinfer.SummaryF32 {
+		t.Errorf("DefaultEngineParams() = %+v, want one box a block at f32", defaults)
+	}
+	for _, test := range []struct {
+		boxes     int32
+		precision pulseinfer.SummaryPrecision
+	}{{4, pulseinfer.SummaryInt8}, {0, pulseinfer.SummaryBF16}} {
+		params := offloadedParams()
+		params.OffloadSummaryBoxes = test.boxes
+		params.OffloadSummaryPrecision = test.precision
+		ids, stats := generate150(t, tiny, &params)
+		if !equal(ids, want) || stats.SparseSelections == 0 {
+			t.Errorf("%d boxes, precision %d: %v (%d selections); want %v", test.boxes,
+				test.precision, ids, stats.SparseSelections, want)
+		}
+	}
+}
+
 // A request of an offloading engine runs densely, or with its own budget, when it asks; another
 // mode than the engine's, or a selection on an engine without offloading, is refused.
 func TestARequestChoosesItsOffloadingWithinItsEngines(t *testing.T) {
@@ -436,6 +463,9 @@ func TestBadOffloadSettingsAreRefusedByName(t *testing.T) {
 		{"offload_eviction", func(p *pulseinfer.EngineParams) { p.OffloadEviction = -1 }},
 		{"offload_host_tokens", func(p *pulseinfer.EngineParams) { p.OffloadHostTokens = -5 }},
 		{"offload_summary_radius", func(p *pulseinfer.EngineParams) { p.OffloadSummaryRadius = 1.5 }},
+		{"offload_summary_boxes", func(p *pulseinfer.EngineParams) { p.OffloadSummaryBoxes = 3 }},
+		{"offload_summary_boxes", func(p *pulseinfer.EngineParams) { p.OffloadSummaryBoxes = -1 }},
+		{"offload_summary_precision", func(p *pulseinfer.EngineParams) { p.OffloadSummaryPrecision = 7 }},
 	} {
 		params := offloadedParams()
 		test.set(&params)

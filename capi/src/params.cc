@@ -4,9 +4,26 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/backend/block_estimator.h"
+#include "core/backend/paged_kv.h"
 #include "core/backend/summary_radius.h"
 
 namespace pulse::capi {
+namespace {
+
+int32_t ToPulsePrecision(SummaryPrecision precision) {
+  switch (precision) {
+    case SummaryPrecision::kF32:
+      return PULSE_SUMMARY_F32;
+    case SummaryPrecision::kBf16:
+      return PULSE_SUMMARY_BF16;
+    case SummaryPrecision::kInt8:
+      return PULSE_SUMMARY_INT8;
+  }
+  return PULSE_SUMMARY_F32;
+}
+
+}  // namespace
 
 pulse_model_params DefaultModelParams() {
   pulse_model_params params{};
@@ -41,6 +58,8 @@ pulse_engine_params DefaultEngineParams() {
   params.offload_slot_tokens = offload.slot_tokens;
   params.decode_graphs = options.decode_graphs ? 1 : 0;
   params.offload_summary_radius = offload.estimator.radius;
+  params.offload_summary_boxes = offload.estimator.boxes;
+  params.offload_summary_precision = ToPulsePrecision(offload.estimator.precision);
   return params;
 }
 
@@ -72,6 +91,31 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   }
   OffloadConfig offload;
   offload.estimator.radius = static_cast<float>(params.offload_summary_radius);
+  switch (params.offload_summary_precision) {
+    case PULSE_SUMMARY_F32:
+      offload.estimator.precision = SummaryPrecision::kF32;
+      break;
+    case PULSE_SUMMARY_BF16:
+      offload.estimator.precision = SummaryPrecision::kBf16;
+      break;
+    case PULSE_SUMMARY_INT8:
+      offload.estimator.precision = SummaryPrecision::kInt8;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("pulse_engine_params.offload_summary_precision is ",
+                       params.offload_summary_precision, "; expected a PULSE_SUMMARY_* value"));
+  }
+  offload.estimator.boxes =
+      params.offload_summary_boxes == 0 ? params.block_tokens : params.offload_summary_boxes;
+  // The radius and the precision are valid by now: what is left to refuse is the boxes.
+  if (absl::Status status =
+          ValidateEstimator(offload.estimator, PagedKvLayout{.block_tokens = params.block_tokens});
+      !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_summary_boxes is ",
+                                                   params.offload_summary_boxes, ": ",
+                                                   status.message()));
+  }
   offload.selection.mode = params.offload_mode == PULSE_OFFLOAD_HEADWISE ? SelectionMode::kHeadWise
                                                                          : SelectionMode::kSoloHead;
   offload.selection.budget_tokens = params.offload_budget_tokens;

@@ -5,8 +5,8 @@
 //       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
 //       [--modes dense,solohead,headwise] [--budget 2048] [--sink 32] [--window 128]
 //       [--slot-tokens TOKENS] [--block-tokens TOKENS]
-//       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--graphs on,off]
-//       [--link-gb-s GB_S] [--device NAME]
+//       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--summary-boxes N]
+//       [--summary-precision f32|bf16|int8] [--graphs on,off] [--link-gb-s GB_S] [--device NAME]
 //       [--commit SHA] [--out FILE.jsonl]
 //
 // Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
@@ -42,6 +42,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pulseinfer/pulseinfer.h"
@@ -72,7 +73,9 @@ struct Args {
   int32_t slot_tokens = 0;   // a request's device slots; 0 (as parsed): its budget
   int32_t block_tokens = 0;  // 0 (as parsed): the library's default
   std::string copy = "auto";
-  double summary_radius = -1;  // < 0 (as parsed): the library's default
+  double summary_radius = -1;     // < 0 (as parsed): the library's default
+  int32_t summary_boxes = -1;     // < 0 (as parsed): the library's default
+  std::string summary_precision;  // empty (as parsed): the library's default
   std::vector<bool> graphs = {true};
   double link_gb_s = 0;  // 0: not measured
   std::string device = "unknown";
@@ -118,6 +121,23 @@ std::vector<Shape> ParseShapes(const std::string& text) {
     begin = end + 1;
   }
   return shapes;
+}
+
+constexpr std::pair<const char*, int32_t> kSummaryPrecisions[] = {
+    {"f32", PULSE_SUMMARY_F32}, {"bf16", PULSE_SUMMARY_BF16}, {"int8", PULSE_SUMMARY_INT8}};
+
+int32_t SummaryPrecision(const std::string& name) {
+  for (const auto& [known, code] : kSummaryPrecisions) {
+    if (name == known) return code;
+  }
+  Fail("--summary-precision expects f32, bf16 or int8, got '" + name + "'");
+}
+
+std::string SummaryPrecisionName(int32_t code) {
+  for (const auto& [name, known] : kSummaryPrecisions) {
+    if (code == known) return name;
+  }
+  Fail("the library's default summary precision " + std::to_string(code) + " has no name here");
 }
 
 Args ParseArgs(int argc, char** argv) {
@@ -171,6 +191,10 @@ Args ParseArgs(int argc, char** argv) {
       args.copy = value;
     } else if (flag == "--summary-radius") {
       args.summary_radius = std::atof(value.c_str());
+    } else if (flag == "--summary-boxes") {
+      args.summary_boxes = std::atoi(value.c_str());
+    } else if (flag == "--summary-precision") {
+      args.summary_precision = value;
     } else if (flag == "--graphs") {
       args.graphs.clear();
       for (const std::string& setting : SplitList(value)) {
@@ -201,6 +225,10 @@ Args ParseArgs(int argc, char** argv) {
   Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
   if (args.block_tokens == 0) args.block_tokens = defaults.block_tokens;
   if (args.summary_radius < 0) args.summary_radius = defaults.offload_summary_radius;
+  if (args.summary_boxes < 0) args.summary_boxes = defaults.offload_summary_boxes;
+  if (args.summary_precision.empty()) {
+    args.summary_precision = SummaryPrecisionName(defaults.offload_summary_precision);
+  }
   return args;
 }
 
@@ -315,6 +343,8 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
     params.offload_window_tokens = args.window;
     params.offload_executor = CopyExecutor(args.copy);
     params.offload_summary_radius = args.summary_radius;
+    params.offload_summary_boxes = args.summary_boxes;
+    params.offload_summary_precision = SummaryPrecision(args.summary_precision);
     // Each request's sinks, window and the block written (the engine's resident limit), and
     // one prompt being prefilled.
     const int64_t resident = RoundUp(args.sink, block) + RoundUp(args.window, block) + 2 * block;
@@ -460,7 +490,9 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
               ", \"window\": " + std::to_string(args.window) +
               ", \"block_tokens\": " + std::to_string(args.block_tokens) +
               ", \"slot_tokens\": " + std::to_string(args.slot_tokens) +
-              ", \"summary_radius\": " + Number(args.summary_radius);
+              ", \"summary_radius\": " + Number(args.summary_radius) +
+              ", \"summary_boxes\": " + std::to_string(args.summary_boxes) +
+              ", \"summary_precision\": " + JsonString(args.summary_precision);
     budget = std::to_string(args.budget);
   }
   records.Write(

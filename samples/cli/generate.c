@@ -271,7 +271,8 @@ int command_generate(int argc, char** argv) {
   generate_flags_init(&flags, specs);
   switch (parse_flags("pulseinfer generate", argc, argv, 0, specs, kGenerateFlagCount)) {
     case kParsedHelp:
-      printf(kGenerateHelp, kDefaultMaxTokens);
+      printf(kGenerateHelp, kDefaultMaxTokens, (int)flags.offload.summary_boxes,
+             flags.offload.summary_precision);
       return kExitOk;
     case kParsedBadUsage:
       return kExitUsage;

@@ -3,6 +3,22 @@
 #include <stdio.h>
 #include <string.h>
 
+static const char* const kPrecisions[] = {"f32", "bf16", "int8"};
+static const int32_t kPrecisionCodes[] = {PULSE_SUMMARY_F32, PULSE_SUMMARY_BF16,
+                                          PULSE_SUMMARY_INT8};
+
+/* Sets *code to the code of `name` among the `count` names; 0 when it is none of them. */
+static int find_code(const char* name, const char* const* names, const int32_t* codes, int count,
+                     int32_t* code) {
+  for (int i = 0; i < count; ++i) {
+    if (strcmp(name, names[i]) == 0) {
+      *code = codes[i];
+      return 1;
+    }
+  }
+  return 0;
+}
+
 void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   pulse_engine_params defaults;
   pulse_engine_params_init(&defaults, sizeof(defaults));
@@ -15,6 +31,13 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   flags->host_tokens = 0;
   flags->slot_tokens = 0;
   flags->summary_radius = (float)defaults.offload_summary_radius;
+  flags->summary_boxes = defaults.offload_summary_boxes;
+  flags->summary_precision = kPrecisions[0];
+  for (int i = 0; i < 3; ++i) {
+    if (kPrecisionCodes[i] == defaults.offload_summary_precision) {
+      flags->summary_precision = kPrecisions[i];
+    }
+  }
   flags->block_tokens = defaults.block_tokens;
   const flag_spec own[kOffloadFlagCount] = {
       {"--offload", kFlagString, &flags->mode, 0, 0},
@@ -26,6 +49,8 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
       {"--host-tokens", kFlagInt32, &flags->host_tokens, 1, 1 << 30},
       {"--slot-tokens", kFlagInt32, &flags->slot_tokens, 1, 1 << 30},
       {"--summary-radius", kFlagFloat, &flags->summary_radius, 0, 1},
+      {"--summary-boxes", kFlagInt32, &flags->summary_boxes, 0, 4096},
+      {"--summary-precision", kFlagString, &flags->summary_precision, 0, 0},
       {"--block-tokens", kFlagInt32, &flags->block_tokens, 1, 4096},
   };
   for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
@@ -49,14 +74,7 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
   static const char* const kExecutors[] = {"auto", "gather", "batch-dma", "per-chunk"};
   static const int32_t kExecutorCodes[] = {PULSE_COPY_AUTO, PULSE_COPY_GATHER, PULSE_COPY_BATCH_DMA,
                                            PULSE_COPY_PER_CHUNK};
-  int found = 0;
-  for (int i = 0; i < 4; ++i) {
-    if (strcmp(flags->copy, kExecutors[i]) == 0) {
-      params->offload_executor = kExecutorCodes[i];
-      found = 1;
-    }
-  }
-  if (!found) {
+  if (!find_code(flags->copy, kExecutors, kExecutorCodes, 4, &params->offload_executor)) {
     fprintf(stderr, "pulseinfer: --copy expects auto, gather, batch-dma or per-chunk, got '%s'\n",
             flags->copy);
     return 0;
@@ -69,9 +87,16 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
     fprintf(stderr, "pulseinfer: --evict expects lru or score, got '%s'\n", flags->evict);
     return 0;
   }
+  if (!find_code(flags->summary_precision, kPrecisions, kPrecisionCodes, 3,
+                 &params->offload_summary_precision)) {
+    fprintf(stderr, "pulseinfer: --summary-precision expects f32, bf16 or int8, got '%s'\n",
+            flags->summary_precision);
+    return 0;
+  }
   params->offload_host_tokens = flags->host_tokens;
   params->offload_slot_tokens = flags->slot_tokens;
   params->offload_summary_radius = flags->summary_radius;
+  params->offload_summary_boxes = flags->summary_boxes;
   params->block_tokens = flags->block_tokens;
   return 1;
 }

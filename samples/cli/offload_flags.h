@@ -18,11 +18,15 @@ typedef struct offload_flags {
   int32_t host_tokens;
   int32_t slot_tokens;
   float summary_radius;
+  int32_t summary_boxes;
+  const char* summary_precision; /* "f32", "bf16" or "int8" */
   int32_t block_tokens;
 } offload_flags;
 
-enum { kOffloadFlagCount = 10 };
+enum { kOffloadFlagCount = 12 };
 
+/* A printf format: pass it the defaults of --summary-boxes (int) and --summary-precision
+ * (const char*), as offload_flags_init sets them. */
 #define OFFLOAD_FLAGS_HELP                                                                      \
   "  --offload MODE        sparse decode attention: off (default), solohead (one block set a\n" \
   "                        layer for all KV heads) or headwise (one a KV head)\n"               \
@@ -36,12 +40,18 @@ enum { kOffloadFlagCount = 10 };
   "  --slot-tokens N       device-tier slots in tokens (default: the budget)\n"                 \
   "  --summary-radius R    how blocks score, in [0, 1]: 1 Quest's upper bound of q.k, 0\n"      \
   "                        (default) the q.k of the key range's center\n"                       \
+  "  --summary-boxes N     boxes of consecutive tokens a block's key summary keeps, a block\n"  \
+  "                        scored as its best box: 1 one a block (Quest's), 0 one a token\n"    \
+  "                        (every key exactly), else a divisor of --block-tokens\n"             \
+  "                        (default %d)\n"                                                      \
+  "  --summary-precision P summaries as stored: f32, bf16 or int8 (default %s)\n"               \
   "  --block-tokens N      tokens of one KV block, the unit a selection picks and a recall\n"   \
   "                        moves (default 32)\n"
 
 /* Sets the defaults (the library's) and writes the kOffloadFlagCount specs to `specs`. */
 void offload_flags_init(offload_flags* flags, flag_spec* specs);
-/* Writes the flags into `params`; 0 (after printing why) for an unknown mode. */
+/* Writes the flags into `params`; 0 (after printing why) for an unknown mode, executor, eviction
+ * policy or summary precision. */
 int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params);
 /* Prints the sparse attention and recall statistics of `engine` on stderr, when it attended
  * sparsely. */

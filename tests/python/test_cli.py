@@ -359,6 +359,33 @@ def test_offload_at_small_blocks_and_either_summary_radius(cli, shakespeare_path
     assert proc.returncode == 2 and "--summary-radius expects a number in [0, 1]" in proc.stderr
 
 
+def test_offload_with_boxes_and_rounded_summaries(cli, shakespeare_path, smollm2_path):
+    prompt = shakespeare_path.read_text()[:3000]
+    for boxes, precision in ((4, "int8"), (0, "bf16")):
+        proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens",
+                   8, "--offload", "solohead", "--budget", 256, "--sink", 32, "--window", 64,
+                   "--summary-boxes", boxes, "--summary-precision", precision)
+        assert proc.returncode == 0, proc.stderr
+        line = next(l for l in proc.stderr.splitlines() if l.startswith("sparse attention:"))
+        attended = float(line.split("selections, ")[1].split("%")[0])
+        assert 0 < attended < 40, line
+
+
+def test_summary_boxes_and_precision_must_be_valid(cli, tiny_config):
+    generate = ("generate", "--model", tiny_config, "--random-weights", "--prompt-ids", "1,2,3",
+                "--offload", "solohead")
+    proc = run(cli, *generate, "--summary-boxes", 5)
+    assert proc.returncode == 1
+    assert "pulse_engine_params.offload_summary_boxes is 5" in proc.stderr
+    proc = run(cli, *generate, "--summary-boxes", -1)
+    assert proc.returncode == 2 and "--summary-boxes expects an integer in [0, " in proc.stderr
+    proc = run(cli, *generate, "--summary-precision", "fp8")
+    assert proc.returncode == 1
+    assert "--summary-precision expects f32, bf16 or int8, got 'fp8'" in proc.stderr
+    usage = run(cli, "generate", "--help").stdout
+    assert "--summary-boxes N" in usage and "int8 (default f32)" in usage, usage
+
+
 def test_offload_mode_must_be_known(cli, tiny_config):
     proc = run(cli, "generate", "--model", tiny_config, "--random-weights", "--prompt-ids",
                "1,2,3", "--offload", "everything")

@@ -9,7 +9,7 @@ pulseinfer.capi is the C ABI itself, as SWIG generates it from pulseinfer.h.
 from . import capi
 from ._engine import Engine, EngineStats, StepReport
 from ._enums import (CopyExecutor, DetokenizeFlags, Eviction, Feature, FinishReason, OffloadMode,
-                     RequestState, TokenizeFlags)
+                     RequestState, SummaryPrecision, TokenizeFlags)
 from ._errors import (
     BufferTooSmallError,
     CancelledError,
@@ -54,6 +54,6 @@ __all__ = [
     "FinishReason", "Generation", "InputOutputError", "InternalError", "InvalidArgumentError",
     "InvalidModelError", "Model", "ModelInfo", "ModelParams", "NoCapacityError",
     "NotFinishedError", "NotFoundError", "OffloadMode", "OutOfMemoryError", "PulseError",
-    "RequestState", "RequestStats", "SamplingParams", "StepReport", "Token", "TokenizeFlags",
-    "UnsupportedError", "abi_version", "capi", "features", "version",
+    "RequestState", "RequestStats", "SamplingParams", "StepReport", "SummaryPrecision", "Token",
+    "TokenizeFlags", "UnsupportedError", "abi_version", "capi", "features", "version",
 ]

@@ -79,3 +79,12 @@ class Eviction(enum.IntEnum):
 
     LRU = capi.PULSE_EVICT_LRU
     SCORE = capi.PULSE_EVICT_SCORE
+
+
+class SummaryPrecision(enum.IntEnum):
+    """pulse_summary_precision_code: how block summaries are rounded as stored
+    (EngineParams.offload_summary_precision); INT8 keeps a scale a row."""
+
+    F32 = capi.PULSE_SUMMARY_F32
+    BF16 = capi.PULSE_SUMMARY_BF16
+    INT8 = capi.PULSE_SUMMARY_INT8

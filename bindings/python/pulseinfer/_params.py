@@ -7,7 +7,7 @@ import dataclasses
 from typing import Sequence
 
 from . import capi
-from ._enums import CopyExecutor, Eviction, OffloadMode
+from ._enums import CopyExecutor, Eviction, OffloadMode, SummaryPrecision
 from ._structs import to_struct
 
 _MODEL = capi.pulse_model_params()
@@ -54,6 +54,13 @@ class EngineParams:
     # How a block's key summary scores against a query, in [0, 1]: 1 Quest's upper bound of q.k,
     # 0 (the default) the q.k of the key range's center.
     offload_summary_radius: float = _ENGINE.offload_summary_radius
+    # Boxes of consecutive tokens a block's key summary keeps, the block scored as its best box:
+    # 1 one a block (Quest's page summary), 0 one a token (every key scored exactly), otherwise a
+    # divisor of block_tokens.
+    offload_summary_boxes: int = _ENGINE.offload_summary_boxes
+    # How summaries are rounded as stored (they stay fp32: the rounding models a compact store).
+    offload_summary_precision: SummaryPrecision = SummaryPrecision(
+        _ENGINE.offload_summary_precision)
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

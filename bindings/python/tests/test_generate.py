@@ -6,7 +6,7 @@ import pytest
 
 import pulseinfer
 from pulseinfer import (CopyExecutor, Engine, EngineParams, Eviction, FinishReason, OffloadMode,
-                        SamplingParams)
+                        SamplingParams, SummaryPrecision)
 
 PROMPT = "Once upon a time"
 # SmolLM2's greedy continuation of PROMPT: ", the city of Nova Haven was a thriving..."
@@ -223,6 +223,22 @@ def test_a_request_chooses_its_offloading_within_its_engine_s(tiny_model):
 
 def test_bad_offload_settings_are_refused_by_name(tiny_model):
     for field, value in (("offload_executor", 9), ("offload_eviction", -1),
-                         ("offload_host_tokens", -5), ("offload_summary_radius", 1.5)):
+                         ("offload_host_tokens", -5), ("offload_summary_radius", 1.5),
+                         ("offload_summary_boxes", 3), ("offload_summary_boxes", -1),
+                         ("offload_summary_precision", 7)):
         with pytest.raises(pulseinfer.InvalidArgumentError, match=field):
             Engine(tiny_model, dataclasses.replace(OFFLOADED, **{field: value}))
+
+
+def test_every_summary_estimator_generates_the_dense_tokens_at_a_covering_budget(tiny_model):
+    assert (EngineParams().offload_summary_boxes,
+            EngineParams().offload_summary_precision) == (1, SummaryPrecision.F32)
+    with Engine(tiny_model, EngineParams(block_tokens=8)) as dense:
+        expected = dense.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids()
+    for boxes, precision in ((4, SummaryPrecision.INT8), (0, SummaryPrecision.BF16)):
+        params = dataclasses.replace(OFFLOADED, offload_summary_boxes=boxes,
+                                     offload_summary_precision=precision)
+        with Engine(tiny_model, params) as offloaded:
+            generation = offloaded.generate(TINY_PROMPT, greedy(12, ignore_eos=True))
+            assert generation.token_ids() == expected, (boxes, precision)
+            assert offloaded.stats().sparse_selections > 0

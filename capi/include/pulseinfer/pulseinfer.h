@@ -208,13 +208,14 @@ typedef struct pulse_engine_params {
   /* Offloaded sparse decode attention (fields appended after version 0). With
    * PULSE_OFFLOAD_HEADWISE or PULSE_OFFLOAD_SOLOHEAD, every decode step attends, in each layer,
    * only to the attention-sink blocks, the recent window and the blocks whose key summaries
-   * (per-channel min/max) score highest against the query (offload_summary_radius), within
-   * offload_budget_tokens; prompt chunks stay dense. SoloHead picks one block set a layer for all
-   * KV heads (a recalled block is one contiguous copy), HeadWise one a KV head (per-head
-   * fragments). Every full block is written once to the host tier; a decoding request keeps only
-   * its sinks, window and the block being written in the KV cache (kv_capacity_tokens), and the
-   * blocks a step selects are recalled into the device tier's slots, where they stay cached across
-   * steps. */
+   * score highest against the query, within offload_budget_tokens (a summary keeps, for each
+   * KV head, the per-channel min/max of boxes of consecutive keys: offload_summary_boxes,
+   * offload_summary_radius and offload_summary_precision say how); prompt chunks stay dense.
+   * SoloHead picks one block set a layer for all KV heads (a recalled block is one contiguous
+   * copy), HeadWise one a KV head (per-head fragments). Every full block is written once to the
+   * host tier; a decoding request keeps only its sinks, window and the block being written in the
+   * KV cache (kv_capacity_tokens), and the blocks a step selects are recalled into the device
+   * tier's slots, where they stay cached across steps. */
   int32_t offload_mode;          /* PULSE_OFFLOAD_OFF (default), _HEADWISE or _SOLOHEAD */
   int32_t offload_budget_tokens; /* tokens attended at most, sinks and window included; 2048 */
   int32_t offload_sink_tokens;   /* the first tokens, always attended; default 32 */
@@ -233,12 +234,22 @@ typedef struct pulse_engine_params {
    * runs; the results are the same. 0: launch every op of every step. */
   int32_t decode_graphs;
   /* Fields appended after version 3. */
-  /* How a block's key summary scores against a query, in [0, 1]: with each channel's key range
-   * shrunk to this fraction of its half-width around its midpoint, the sum over channels of the
-   * larger of q*min and q*max. 1 is Quest's upper bound of q.k over the block; 0 (default) the
-   * q.k of the range's center, which picks blocks closer to dense attention's (the accuracy
-   * report in samples/bench/results). */
+  /* How a box of a block's key summary scores against a query, in [0, 1]: with each channel's
+   * key range in the box shrunk to this fraction of its half-width around its midpoint, the sum
+   * over channels of the larger of q*min and q*max. 1 is Quest's upper bound of q.k over the
+   * box; 0 (default) the q.k of the range's center, which picks blocks closer to dense
+   * attention's (the accuracy report in samples/bench/results). */
   double offload_summary_radius;
+  /* Fields appended after version 4. */
+  /* Boxes of consecutive tokens a block's key summary keeps a KV head; a block scores as its
+   * best box. 1 (default): one box a block (Quest's page summary); 0: one box a token (every key
+   * scored exactly, the block's best kept); otherwise a divisor of block_tokens. More boxes
+   * select closer to dense attention for more summary memory. */
+  int32_t offload_summary_boxes;
+  /* How summaries are rounded as stored: PULSE_SUMMARY_F32 (default), _BF16 or _INT8. Every
+   * backend keeps them in fp32; the rounding models the selection accuracy of a compact store
+   * (a box takes one row at radius 0, two otherwise, at this precision). */
+  int32_t offload_summary_precision;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {
@@ -261,6 +272,13 @@ enum pulse_copy_executor_code {
 enum pulse_eviction_code {
   PULSE_EVICT_LRU = 0,  /* least recently selected */
   PULSE_EVICT_SCORE = 1 /* lowest latest selection score */
+};
+
+/* How block summaries are rounded as stored (pulse_engine_params.offload_summary_precision). */
+enum pulse_summary_precision_code {
+  PULSE_SUMMARY_F32 = 0,
+  PULSE_SUMMARY_BF16 = 1,
+  PULSE_SUMMARY_INT8 = 2 /* a scale a row */
 };
 
 /* Fills `params` with the defaults; see pulse_model_params_init for the rules. */

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "pulseinfer/pulseinfer.h"
@@ -312,24 +313,10 @@ using pulse::capi_test::GreedySampling;
 using pulse::capi_test::LoadTinyModel;
 using pulse::capi_test::TinyPrompt;
 
-// Generates 12 greedy tokens after a 150-token prompt with the given offload settings and a KV
-// cache of 160 tokens when offloading (less than the request needs); returns the tokens, and the
+// Generates 12 greedy tokens after a 150-token prompt with `params`; returns the tokens, and the
 // engine's stats in `stats`.
-std::vector<int32_t> GenerateWith(pulse_model* model, int32_t mode, int32_t budget,
-                                  pulse_engine_stats* stats, int32_t executor = PULSE_COPY_AUTO,
-                                  int32_t eviction = PULSE_EVICT_LRU) {
-  pulse_engine_params params;
-  EXPECT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
-  params.block_tokens = 8;
-  params.kv_capacity_tokens = mode == PULSE_OFFLOAD_OFF ? 0 : 160;
-  params.offload_mode = mode;
-  params.offload_budget_tokens = budget;
-  params.offload_sink_tokens = 8;
-  params.offload_window_tokens = 16;
-  params.offload_executor = executor;
-  params.offload_eviction = eviction;
-  params.offload_host_tokens = 1024;
-  params.offload_slot_tokens = 256;
+std::vector<int32_t> Generate(pulse_model* model, const pulse_engine_params& params,
+                              pulse_engine_stats* stats) {
   pulse_engine* engine = nullptr;
   EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_OK) << pulse_last_error();
   const std::vector<int32_t> prompt = TinyPrompt(150);
@@ -346,6 +333,32 @@ std::vector<int32_t> GenerateWith(pulse_model* model, int32_t mode, int32_t budg
   EXPECT_EQ(pulse_engine_stats_get(engine, stats), PULSE_OK);
   pulse_engine_free(engine);
   return tokens;
+}
+
+// The engine parameters of GenerateWith: 8-token blocks and a KV cache of 160 tokens when
+// offloading (less than the request needs).
+pulse_engine_params OffloadParams(int32_t mode, int32_t budget) {
+  pulse_engine_params params;
+  EXPECT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
+  params.block_tokens = 8;
+  params.kv_capacity_tokens = mode == PULSE_OFFLOAD_OFF ? 0 : 160;
+  params.offload_mode = mode;
+  params.offload_budget_tokens = budget;
+  params.offload_sink_tokens = 8;
+  params.offload_window_tokens = 16;
+  params.offload_host_tokens = 1024;
+  params.offload_slot_tokens = 256;
+  return params;
+}
+
+// Generate with the given offload settings (OffloadParams).
+std::vector<int32_t> GenerateWith(pulse_model* model, int32_t mode, int32_t budget,
+                                  pulse_engine_stats* stats, int32_t executor = PULSE_COPY_AUTO,
+                                  int32_t eviction = PULSE_EVICT_LRU) {
+  pulse_engine_params params = OffloadParams(mode, budget);
+  params.offload_executor = executor;
+  params.offload_eviction = eviction;
+  return Generate(model, params, stats);
 }
 
 TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
@@ -387,6 +400,37 @@ TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
     GenerateWith(model, mode, 48, &small);
     EXPECT_GT(small.sparse_picked_blocks, 0);
     EXPECT_LT(small.sparse_attended_tokens, small.sparse_context_tokens / 2);
+  }
+  pulse_model_free(model);
+}
+
+// Boxes of 4 tokens rounded to int8, and one box a token rounded to bf16, at 32-token blocks: the
+// dense tokens with a budget covering the context, and a selection of part of it with a small one.
+TEST(AbiOffload, EveryEstimatorGenerates) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_params dense_params = OffloadParams(PULSE_OFFLOAD_OFF, 0);
+  dense_params.block_tokens = 32;
+  pulse_engine_stats dense_stats;
+  const std::vector<int32_t> dense = Generate(model, dense_params, &dense_stats);
+  for (const auto& [boxes, precision] :
+       {std::pair{4, PULSE_SUMMARY_INT8}, std::pair{0, PULSE_SUMMARY_BF16}}) {
+    for (const int32_t budget : {1 << 20, 96}) {
+      pulse_engine_params params = OffloadParams(PULSE_OFFLOAD_SOLOHEAD, budget);
+      params.block_tokens = 32;
+      params.kv_capacity_tokens = 0;
+      params.offload_summary_boxes = boxes;
+      params.offload_summary_precision = precision;
+      pulse_engine_stats stats;
+      const std::vector<int32_t> tokens = Generate(model, params, &stats);
+      EXPECT_EQ(tokens.size(), dense.size()) << boxes;
+      EXPECT_GT(stats.sparse_picked_blocks, 0) << boxes;
+      if (budget == 96) {
+        EXPECT_LT(stats.sparse_attended_tokens, stats.sparse_context_tokens) << boxes;
+      } else {
+        EXPECT_EQ(tokens, dense) << boxes;
+      }
+    }
   }
   pulse_model_free(model);
 }
@@ -479,6 +523,24 @@ TEST(AbiOffload, BadSettingsAreRefused) {
     params.offload_summary_radius = radius;
     EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
     EXPECT_NE(std::string(pulse_last_error()).find("offload_summary_radius"), std::string::npos);
+    EXPECT_EQ(engine, nullptr);
+  }
+  params.offload_summary_radius = 0;
+  for (const int32_t boxes : {-1, 5}) {
+    params.offload_summary_boxes = boxes;
+    EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(pulse_last_error())
+                  .find("pulse_engine_params.offload_summary_boxes is " + std::to_string(boxes)),
+              std::string::npos)
+        << pulse_last_error();
+    EXPECT_EQ(engine, nullptr);
+  }
+  params.offload_summary_boxes = 1;
+  for (const int32_t precision : {-1, 3}) {
+    params.offload_summary_precision = precision;
+    EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(pulse_last_error()).find("offload_summary_precision"), std::string::npos)
+        << pulse_last_error();
     EXPECT_EQ(engine, nullptr);
   }
   pulse_model_free(model);

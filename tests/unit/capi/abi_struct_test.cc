@@ -131,7 +131,9 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_slot_tokens, 64);
   EXPECT_OFFSET(pulse_engine_params, decode_graphs, 72);
   EXPECT_OFFSET(pulse_engine_params, offload_summary_radius, 80);
-  EXPECT_EQ(sizeof(pulse_engine_params), 88u);
+  EXPECT_OFFSET(pulse_engine_params, offload_summary_boxes, 88);
+  EXPECT_OFFSET(pulse_engine_params, offload_summary_precision, 92);
+  EXPECT_EQ(sizeof(pulse_engine_params), 96u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -182,6 +184,8 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_slot_tokens, 0);
   EXPECT_EQ(engine.decode_graphs, 1);
   EXPECT_EQ(engine.offload_summary_radius, 0.0);
+  EXPECT_EQ(engine.offload_summary_boxes, 1);
+  EXPECT_EQ(engine.offload_summary_precision, PULSE_SUMMARY_F32);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);
@@ -237,6 +241,31 @@ TEST(AbiStructs, InputStructSizeIsChecked) {
   EXPECT_EQ(pulse_engine_create(model, &longer.v0, &engine), PULSE_OK) << pulse_last_error();
   EXPECT_NE(engine, nullptr);
   pulse_engine_free(engine);
+  pulse_model_free(model);
+}
+
+// A caller built before the summary's boxes and precision: the library does not read past its
+// struct_size (where these two hold values it would refuse), so they take their defaults.
+TEST(AbiStructs, AnOlderCallerGetsTheDefaultsOfLaterFields) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  constexpr size_t kBeforeBoxes = offsetof(pulse_engine_params, offload_summary_boxes);
+  pulse_engine_params params;
+  ASSERT_EQ(pulse_engine_params_init(&params, kBeforeBoxes), PULSE_OK);
+  params.block_tokens = 8;
+  params.offload_mode = PULSE_OFFLOAD_SOLOHEAD;
+  params.offload_host_tokens = 1024;
+  params.offload_slot_tokens = 256;
+  params.offload_summary_boxes = 5;
+  params.offload_summary_precision = 9;
+  pulse_engine* engine = nullptr;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_OK) << pulse_last_error();
+  EXPECT_NE(engine, nullptr);
+  pulse_engine_free(engine);
+  engine = nullptr;
+  params.struct_size = sizeof(params);
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  EXPECT_EQ(engine, nullptr);
   pulse_model_free(model);
 }
 

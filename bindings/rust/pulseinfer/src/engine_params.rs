@@ -126,6 +126,20 @@ impl EngineParams {
         self
     }
 
+    /// Boxes of consecutive tokens a block's key summary keeps, the block scored as its best
+    /// box: 1 (the default) one a block (Quest's page summary), 0 one a token (every key scored
+    /// exactly), otherwise a divisor of block_tokens.
+    pub fn offload_summary_boxes(mut self, boxes: i32) -> Self {
+        self.raw.offload_summary_boxes = boxes;
+        self
+    }
+
+    /// How block summaries are rounded as stored (default [`SummaryPrecision::F32`]).
+    pub fn offload_summary_precision(mut self, precision: SummaryPrecision) -> Self {
+        self.raw.offload_summary_precision = precision as i32;
+        self
+    }
+
     pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
         &self.raw
     }
@@ -170,4 +184,17 @@ pub enum Eviction {
     Lru = sys::PULSE_EVICT_LRU as i32,
     /// The lowest latest selection score.
     Score = sys::PULSE_EVICT_SCORE as i32,
+}
+
+/// How block summaries are rounded as stored (`pulse_summary_precision_code`): every backend keeps
+/// them in fp32, so the rounding models the selection accuracy of a compact store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum SummaryPrecision {
+    /// Unrounded.
+    F32 = sys::PULSE_SUMMARY_F32 as i32,
+    /// Rounded to bfloat16.
+    Bf16 = sys::PULSE_SUMMARY_BF16 as i32,
+    /// Rounded to int8 with a scale a row.
+    Int8 = sys::PULSE_SUMMARY_INT8 as i32,
 }

@@ -2,7 +2,7 @@
 
 use pulseinfer::{
     ChatMessage, CopyExecutor, DetokenizeFlags, Engine, EngineParams, EngineStats, Error, Eviction,
-    FinishReason, Model, ModelParams, OffloadMode, SamplingParams, TokenizeFlags,
+    FinishReason, Model, ModelParams, OffloadMode, SamplingParams, SummaryPrecision, TokenizeFlags,
 };
 
 /// A two-layer Llama with random weights and no tokenizer, shared with the C, Python and Go tests.
@@ -178,4 +178,22 @@ fn bad_offload_capacities_are_refused_by_name() {
     let error = Engine::new(&load(7), &offloaded().offload_summary_radius(1.5)).unwrap_err();
     assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
     assert!(error.message().contains("offload_summary_radius"), "{error}");
+    // The precision is an enum too; boxes that do not divide the 8-token blocks are refused.
+    for boxes in [-1, 3] {
+        let error = Engine::new(&load(7), &offloaded().offload_summary_boxes(boxes)).unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+        assert!(error.message().contains("offload_summary_boxes"), "{error}");
+    }
+}
+
+#[test]
+fn every_summary_estimator_generates_the_dense_ids_at_a_covering_budget() {
+    let model = load(7);
+    let (dense, _) = generate_150(&model, &EngineParams::default().block_tokens(8));
+    for (boxes, precision) in [(4, SummaryPrecision::Int8), (0, SummaryPrecision::Bf16)] {
+        let params = offloaded().offload_summary_boxes(boxes).offload_summary_precision(precision);
+        let (ids, stats) = generate_150(&model, &params);
+        assert_eq!(ids, dense, "{boxes} boxes, {precision:?}");
+        assert!(stats.sparse_selections > 0, "{stats:?}");
+    }
 }
