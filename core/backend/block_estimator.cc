@@ -46,6 +46,12 @@ int64_t SummaryStoredBytes(const PagedKvLayout& layout, const BlockEstimator& es
   return rows * layout.head_dim * 4;
 }
 
+int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                          int32_t num_heads) {
+  return int64_t{num_heads} * estimator.boxes * (estimator.radius == 0.0f ? 1 : 2) *
+         layout.head_dim;
+}
+
 std::string EstimatorName(const BlockEstimator& estimator, int32_t block_tokens) {
   std::string name = estimator.boxes == 1 ? "box"
                      : estimator.boxes == block_tokens

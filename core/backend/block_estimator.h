@@ -39,6 +39,11 @@ int64_t SummaryElems(const PagedKvLayout& layout, const BlockEstimator& estimato
 // otherwise, at the estimator's precision, plus a 4-byte scale a row at int8.
 int64_t SummaryStoredBytes(const PagedKvLayout& layout, const BlockEstimator& estimator);
 
+// Multiply-adds that scoring one block against one token's `num_heads` query heads takes from
+// that compact store: a product per channel of each box's row, two at a radius above 0.
+int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                          int32_t num_heads);
+
 // "box-r0", "boxes4-r0.5-bf16", "tokens-r0-int8" (as many boxes as tokens): what records and
 // flags call it. ParseEstimator reads it back (InvalidArgument for anything else); "tokens"
 // needs the block's tokens.

@@ -31,12 +31,14 @@
 #include <fstream>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/format/gguf_reader.h"
@@ -45,6 +47,7 @@
 #include "core/model/model.h"
 #include "core/model/tensor_source.h"
 #include "core/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
 #include "tests/tools/tool_main.h"
 
 namespace pulse {
@@ -69,6 +72,7 @@ struct Args {
   std::string estimator = "box-r0";
   bool sequential = false;
   std::string out;
+  std::string command;  // the command line, for the records
 };
 
 absl::StatusOr<std::vector<int32_t>> ParseList(absl::string_view text) {
@@ -85,6 +89,7 @@ absl::StatusOr<std::vector<int32_t>> ParseList(absl::string_view text) {
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   Args args;
+  args.command = absl::StrJoin(std::span<char*>(argv, static_cast<size_t>(argc)), " ");
   for (int i = 1; i < argc; i += 2) {
     const absl::string_view flag = argv[i];
     if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
@@ -324,35 +329,45 @@ absl::Status Run(const Args& args) {
       const double agreement = static_cast<double>(c.agreeing) / c.predictions;
       const SparseAttentionStats stats =
           c.sparse ? runner.sparse_stats(c.sparse->key) : SparseAttentionStats{};
-      const std::optional<double> reuse =
-          !args.sequential || !c.sparse ? std::nullopt
-          : c.picked_blocks > 0
-              ? std::optional(static_cast<double>(c.reused_blocks) / c.picked_blocks)
-              : std::optional(1.0);
+      // Measured only when the configurations step one at a time (null otherwise).
+      nlohmann::json reuse;
+      if (args.sequential && c.sparse) {
+        reuse = c.picked_blocks > 0 ? static_cast<double>(c.reused_blocks) / c.picked_blocks : 1.0;
+      }
       const double attended =
           stats.context_tokens > 0
               ? static_cast<double>(stats.attended_tokens) / stats.context_tokens
               : 1.0;
-      std::printf("%-9s %-11s %7d %7s %9.4f %9.4f %10.4f %7s %8.3f\n", c.mode.c_str(),
-                  c.aggregate.c_str(), size, c.budget == 0 ? "-" : std::to_string(c.budget).c_str(),
-                  ppl, dense_ppl, agreement, reuse ? absl::StrFormat("%.3f", *reuse).c_str() : "-",
-                  attended);
+      std::printf(
+          "%-9s %-11s %7d %7s %9.4f %9.4f %10.4f %7s %8.3f\n", c.mode.c_str(), c.aggregate.c_str(),
+          size, c.budget == 0 ? "-" : std::to_string(c.budget).c_str(), ppl, dense_ppl, agreement,
+          reuse.is_null() ? "-" : absl::StrFormat("%.3f", reuse.get<double>()).c_str(), attended);
       if (out != nullptr) {
-        std::fprintf(
-            out,
-            "{\"bench\": \"accuracy\", \"model\": \"%s\", \"mode\": \"%s\", "
-            "\"aggregate\": %s, \"budget\": %s, \"window_tokens\": %d, \"windows\": %d, "
-            "\"eval_tokens\": %d, \"sink_tokens\": %d, \"recent_window_tokens\": %d, "
-            "\"block_tokens\": %d, \"estimator\": \"%s\", \"summary_radius\": %g, "
-            "\"summary_bytes_per_token\": %g, "
-            "\"ppl\": %.6f, \"ppl_dense\": %.6f, \"agreement\": %.6f, \"reuse\": %s, "
-            "\"attended_fraction\": %.6f}\n",
-            args.model.substr(args.model.find_last_of('/') + 1).c_str(), c.mode.c_str(),
-            c.aggregate.empty() ? "null" : absl::StrCat("\"", c.aggregate, "\"").c_str(),
-            c.budget == 0 ? "null" : std::to_string(c.budget).c_str(), size, args.per_window,
-            args.eval, args.sink, args.window, args.block, args.estimator.c_str(), estimator.radius,
-            static_cast<double>(SummaryStoredBytes(layout, estimator)) / args.block, ppl, dense_ppl,
-            agreement, reuse ? absl::StrFormat("%.6f", *reuse).c_str() : "null", attended);
+        const nlohmann::json record = {
+            {"bench", "accuracy"},
+            {"model", args.model.substr(args.model.find_last_of('/') + 1)},
+            {"mode", c.mode},
+            {"aggregate", c.aggregate.empty() ? nlohmann::json() : nlohmann::json(c.aggregate)},
+            {"budget", c.budget == 0 ? nlohmann::json() : nlohmann::json(c.budget)},
+            {"window_tokens", size},
+            {"windows", args.per_window},
+            {"eval_tokens", args.eval},
+            {"sink_tokens", args.sink},
+            {"recent_window_tokens", args.window},
+            {"block_tokens", args.block},
+            {"estimator", args.estimator},
+            {"summary_bytes_per_token",
+             static_cast<double>(SummaryStoredBytes(layout, estimator)) / args.block},
+            {"score_macs_per_token",
+             static_cast<double>(ScoreMultiplyAdds(layout, estimator, config.num_heads)) /
+                 args.block},
+            {"ppl", ppl},
+            {"ppl_dense", dense_ppl},
+            {"agreement", agreement},
+            {"reuse", reuse},
+            {"attended_fraction", attended},
+            {"command", args.command}};
+        std::fprintf(out, "%s\n", record.dump().c_str());
         std::fflush(out);
       }
     }

@@ -364,6 +364,9 @@ TEST(BlockEstimatorTest, NamesAndBytes) {
   // Every key in int8 with a scale each: 2 heads x 32 tokens x (64 + 4) bytes.
   EXPECT_EQ(SummaryStoredBytes(layout, {.boxes = 32, .precision = SummaryPrecision::kInt8}),
             2 * 32 * 68);
+  // 6 query heads against 4 boxes of 64 channels: one product each at radius 0, two above.
+  EXPECT_EQ(ScoreMultiplyAdds(layout, {.boxes = 4}, 6), 6 * 4 * 64);
+  EXPECT_EQ(ScoreMultiplyAdds(layout, {.boxes = 4, .radius = 0.5f}, 6), 6 * 4 * 2 * 64);
   EXPECT_FALSE(ValidateEstimator({.boxes = 0}, layout).ok());
   EXPECT_FALSE(ValidateEstimator({.boxes = 5}, layout).ok());
   EXPECT_FALSE(ValidateEstimator({.radius = 2.0f}, layout).ok());
