@@ -8,8 +8,9 @@
 //       [--out FILE.jsonl]
 //
 // The text is tokenized with the model's tokenizer and cut into windows of each size, spread
-// evenly over it. In a window, the first tokens (a multiple of the block size, `eval` + 1 short of
-// the window) are prefilled densely once; then the last `eval` tokens are fed one a step, teacher
+// evenly over it. In a window, the first tokens (a multiple of 32 tokens and of the block size,
+// `eval` + 1 short of the window, so that block sizes dividing 32 score the same tokens) are
+// prefilled densely once; then the last `eval` tokens are fed one a step, teacher
 // forced, to every configuration in turn - dense, head-wise at each budget, and SoloHead with
 // each head aggregate at each budget - as sequences sharing the prefilled blocks (so they all see
 // the same context), each with blocks of its own for the tokens it appends. By default a step
@@ -181,13 +182,17 @@ int32_t Argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+// The prefilled tokens of a window are a multiple of this.
+int32_t PrefillUnit(int32_t block_tokens) { return std::lcm(block_tokens, 32); }
+
 // Evaluates one window (tokens[0, size)) for every config, adding to their totals; returns the
 // runner's per-config statistics through `runner`.
 absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window, int32_t eval,
                             bool sequential, std::vector<Config>& configs) {
   const int32_t size = static_cast<int32_t>(window.size());
   const int32_t block_tokens = runner.cache().layout().block_tokens;
-  const int32_t context = (size - eval - 1) / block_tokens * block_tokens;
+  const int32_t unit = PrefillUnit(block_tokens);
+  const int32_t context = (size - eval - 1) / unit * unit;
   const int32_t shared_blocks = context / block_tokens;
   const int32_t own_blocks = (size - context) / block_tokens + 1;
   std::vector<std::vector<int32_t>> tables;
@@ -295,7 +300,7 @@ absl::Status Run(const Args& args) {
     }
     std::vector<Config> configs = Configs(args);
     const int32_t block_tokens = args.block;
-    const int32_t own_blocks = (args.eval + 1 + block_tokens) / block_tokens + 1;
+    const int32_t own_blocks = (args.eval + 1 + PrefillUnit(block_tokens)) / block_tokens + 1;
     const int32_t num_blocks =
         size / block_tokens + static_cast<int32_t>(configs.size()) * (own_blocks + 1);
     const PagedKvLayout layout{.block_tokens = block_tokens,
