@@ -192,6 +192,7 @@ absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window
   const int32_t size = static_cast<int32_t>(window.size());
   const int32_t block_tokens = runner.cache().layout().block_tokens;
   const int32_t unit = PrefillUnit(block_tokens);
+  if (unit <= 0) return absl::InvalidArgumentError("blocks of no tokens");
   const int32_t context = (size - eval - 1) / unit * unit;
   const int32_t shared_blocks = context / block_tokens;
   const int32_t own_blocks = (size - context) / block_tokens + 1;
