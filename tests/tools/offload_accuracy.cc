@@ -4,7 +4,7 @@
 //
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
 //       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128]
-//       [--block 32] [--estimator box-r0] [--sequential 0]
+//       [--block 32] [--estimator box-r0] [--sequential 0] [--backend cpu]
 //       [--out FILE.jsonl]
 //
 // The text is tokenized with the model's tokenizer and cut into windows of each size, spread
@@ -42,6 +42,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/cuda/cuda_backend.h"
 #include "core/format/gguf_reader.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
@@ -57,7 +58,7 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
     "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128] "
-    "[--block 32] [--estimator box-r0] [--sequential 0] "
+    "[--block 32] [--estimator box-r0] [--sequential 0] [--backend cpu|cuda] "
     "[--out FILE.jsonl]";
 
 struct Args {
@@ -72,6 +73,7 @@ struct Args {
   int32_t block = 32;
   std::string estimator = "box-r0";
   bool sequential = false;
+  bool cuda = false;  // else the CPU backend
   std::string out;
   std::string command;  // the command line, for the records
 };
@@ -119,6 +121,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--sequential") {
       ok = value == "0" || value == "1";
       args.sequential = value == "1";
+    } else if (flag == "--backend") {
+      ok = value == "cpu" || value == "cuda";
+      args.cuda = value == "cuda";
     } else if (flag == "--out") {
       args.out = std::string(value);
     } else {
@@ -286,7 +291,8 @@ absl::Status Run(const Args& args) {
   text << file.rdbuf();
   const std::vector<int32_t> tokens = tokenizer->Encode(text.str(), {});
   PULSE_ASSIGN_OR_RETURN(const std::unique_ptr<TensorSource> source, OpenTensorSource(args.model));
-  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, CreateCpuBackend({}));
+  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend,
+                         args.cuda ? CreateCudaBackend({}) : CreateCpuBackend({}));
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
                          Model::Load(std::move(backend), *source, {DType::kBF16}));
   const ModelConfig& config = model->config();
@@ -372,6 +378,7 @@ absl::Status Run(const Args& args) {
             {"agreement", agreement},
             {"reuse", reuse},
             {"attended_fraction", attended},
+            {"backend", args.cuda ? "cuda" : "cpu"},
             {"command", args.command}};
         std::fprintf(out, "%s\n", record.dump().c_str());
         std::fflush(out);

@@ -1,11 +1,12 @@
 // pulse-retrieval: whether sparse decode attention keeps a model able to retrieve one fact from
-// far back in its context, beside dense attention, on the CPU backend.
+// far back in its context, beside dense attention, on the CPU backend (or --backend cuda).
 //
 //   pulse-retrieval --model MODEL.gguf --text FILE [--contexts 2048,4096,8192]
 //       [--depths 0,25,50,75,100] [--trials 20] [--answer-tokens 24] [--modes solohead,headwise]
 //       [--fractions 8,16] [--sink 32] [--window 128] [--block 32] [--estimator box-r0]
 //       [--agreement on] [--prompts 20] [--agree-tokens 128] [--agree-min 1024]
-//       [--agree-max 4096] [--seed 0] [--threads 0] [--weights f32] [--verbose off]
+//       [--agree-max 4096] [--seed 0] [--backend cpu] [--threads 0] [--weights f32]
+//       [--verbose off]
 //       [--out FILE.jsonl]
 //
 // Passkey retrieval. For each context C, depth D (percent) and trial t: a random 5-digit passkey
@@ -61,6 +62,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/cuda/cuda_backend.h"
 #include "core/chat/chat_template.h"
 #include "core/format/gguf_reader.h"
 #include "core/kv/kv_cache.h"
@@ -79,7 +81,8 @@ constexpr std::string_view kUsage =
     "[--depths 0,25,50,75,100] [--trials 20] [--answer-tokens 24] [--modes solohead,headwise] "
     "[--fractions 8,16] [--sink 32] [--window 128] [--block 32] [--estimator box-r0] "
     "[--agreement on|off] [--prompts 20] [--agree-tokens 128] [--agree-min 1024] "
-    "[--agree-max 4096] [--seed 0] [--threads 0] [--weights f32|bf16] [--verbose on|off] "
+    "[--agree-max 4096] [--seed 0] [--backend cpu|cuda] [--threads 0] [--weights f32|bf16] "
+    "[--verbose on|off] "
     "[--out FILE.jsonl]";
 
 constexpr std::string_view kQuestion =
@@ -114,6 +117,7 @@ struct Args {
   int32_t agree_min = 1024;
   int32_t agree_max = 4096;
   uint64_t seed = 0;
+  bool cuda = false;  // else the CPU backend
   int32_t threads = 0;
   DType weights = DType::kF32;
   bool verbose = false;
@@ -209,6 +213,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
            args.agree_max <= kMax;
     } else if (flag == "--seed") {
       ok = absl::SimpleAtoi(value, &args.seed);
+    } else if (flag == "--backend") {
+      ok = value == "cpu" || value == "cuda";
+      args.cuda = value == "cuda";
     } else if (flag == "--threads") {
       ok = absl::SimpleAtoi(value, &args.threads) && args.threads >= 0 && args.threads <= 1024;
     } else if (flag == "--weights") {
@@ -556,6 +563,7 @@ void Write(const Bench& bench, nlohmann::json record) {
   record["sink"] = args.sink;
   record["window"] = args.window;
   record["seed"] = args.seed;
+  record["backend"] = args.cuda ? "cuda" : "cpu";
   record["command"] = args.command;
   std::fprintf(bench.out.get(), "%s\n", record.dump().c_str());
   std::fflush(bench.out.get());
@@ -847,8 +855,9 @@ absl::StatusOr<std::unique_ptr<Bench>> Setup(const Args& args) {
   }
 
   PULSE_ASSIGN_OR_RETURN(const std::unique_ptr<TensorSource> source, OpenTensorSource(args.model));
-  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend,
-                         CreateCpuBackend({.threads = args.threads}));
+  PULSE_ASSIGN_OR_RETURN(
+      std::shared_ptr<Backend> backend,
+      args.cuda ? CreateCudaBackend({}) : CreateCpuBackend({.threads = args.threads}));
   PULSE_ASSIGN_OR_RETURN(bench->model,
                          Model::Load(std::move(backend), *source, {.weight_type = args.weights}));
   const ModelConfig& config = bench->model->config();
