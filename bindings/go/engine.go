@@ -53,7 +53,7 @@ type EngineParams struct {
 	// (Quest's page summary), 0 one a token (every key scored exactly), otherwise a divisor of
 	// BlockTokens.
 	OffloadSummaryBoxes int32
-	// OffloadSummaryPrecision is how summaries are rounded as stored (the zero value, SummaryF32,
+	// OffloadSummaryPrecision is how summaries are stored (the zero value, SummaryF32,
 	// is the library's default).
 	OffloadSummaryPrecision SummaryPrecision
 }
@@ -87,9 +87,8 @@ const (
 	EvictScore Eviction = C.PULSE_EVICT_SCORE // the lowest latest selection score
 )
 
-// SummaryPrecision selects how block summaries are rounded as stored
-// (pulse_summary_precision_code): every backend keeps them in fp32, so the rounding models the
-// selection accuracy of a compact store.
+// SummaryPrecision selects how block summaries are stored (pulse_summary_precision_code): every
+// backend stores their rows at this precision.
 type SummaryPrecision int32
 
 const (

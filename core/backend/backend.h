@@ -273,18 +273,19 @@ class Backend {
                           void* out) = 0;
   // Block summaries (core/backend/block_estimator.h, reference::SummarizeBlock): for i < count,
   // the summary under `estimator` of every key of block block_ids[i] of `blocks` (one layer's
-  // cache of `layout`), written as fp32 at summaries + summary_ids[i] * SummaryElems. An entry
-  // whose block id is negative is skipped (a step's list is padded to its shape).
+  // cache of `layout`), stored at `estimator`'s precision as SummaryBytes lays it out, at
+  // summaries + summary_ids[i] * SummaryBytes bytes. An entry whose block id is negative is
+  // skipped (a step's list is padded to its shape).
   virtual void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                                const BlockEstimator& estimator, const int32_t* block_ids,
-                               const int32_t* summary_ids, int32_t count, float* summaries) = 0;
+                               const int32_t* summary_ids, int32_t count, void* summaries) = 0;
   // For i < count and every query head h: bounds[h * count + i] = head h's estimate
-  // (reference::BlockBound) over the summary at summaries + summary_ids[i] * SummaryElems, for
-  // the query row q + query_rows[i] * q_stride ([num_heads][head_dim]). One call scores every
-  // candidate of every sparse row of a step.
+  // (reference::BlockBound) over the summary (as SummarizeBlocks stores it) at summaries +
+  // summary_ids[i] * SummaryBytes bytes, for the query row q + query_rows[i] * q_stride
+  // ([num_heads][head_dim]). One call scores every candidate of every sparse row of a step.
   virtual void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
                            const PagedKvLayout& layout, const BlockEstimator& estimator,
-                           const float* summaries, const int32_t* summary_ids,
+                           const void* summaries, const int32_t* summary_ids,
                            const int32_t* query_rows, int32_t count, float* bounds) = 0;
   // Each segment's scores from a step's bounds ([num_heads][bound_stride], as ScoreBlocks writes
   // them): for segment s of `segments` (num_segments of them) and set k < s.num_sets,

@@ -28,13 +28,10 @@ absl::Status ValidateEstimator(const BlockEstimator& estimator, const PagedKvLay
   return absl::OkStatus();
 }
 
-int64_t SummaryElems(const PagedKvLayout& layout, const BlockEstimator& estimator) {
-  return int64_t{layout.num_kv_heads} * estimator.boxes * 2 * layout.head_dim;
-}
+int32_t SummaryBoxRows(const BlockEstimator& estimator) { return estimator.radius == 0.0f ? 1 : 2; }
 
-int64_t SummaryStoredBytes(const PagedKvLayout& layout, const BlockEstimator& estimator) {
-  const int64_t rows =
-      int64_t{layout.num_kv_heads} * estimator.boxes * (estimator.radius == 0.0f ? 1 : 2);
+int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimator) {
+  const int64_t rows = int64_t{layout.num_kv_heads} * estimator.boxes * SummaryBoxRows(estimator);
   switch (estimator.precision) {
     case SummaryPrecision::kBf16:
       return rows * layout.head_dim * 2;
@@ -48,8 +45,7 @@ int64_t SummaryStoredBytes(const PagedKvLayout& layout, const BlockEstimator& es
 
 int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& estimator,
                           int32_t num_heads) {
-  return int64_t{num_heads} * estimator.boxes * (estimator.radius == 0.0f ? 1 : 2) *
-         layout.head_dim;
+  return int64_t{num_heads} * estimator.boxes * SummaryBoxRows(estimator) * layout.head_dim;
 }
 
 std::string EstimatorName(const BlockEstimator& estimator, int32_t block_tokens) {

@@ -4,10 +4,8 @@
 // head's estimate for the block is the largest over its boxes of the box's bound of q.k (at
 // radius 1 Quest's upper bound, at radius 0 the box center's q.k). One box a block is Quest's
 // page summary; as many boxes as tokens scores every key exactly and keeps the block's best:
-// the estimators between trade summary bytes for selection accuracy. `precision` rounds the
-// box rows as they would be stored (bf16, or int8 with a scale a row); summaries are laid out in
-// fp32 on every backend, so the rounding models the accuracy of a compact store, whose bytes
-// SummaryStoredBytes counts.
+// the estimators between trade summary bytes for selection accuracy. Every backend stores a box's
+// rows at `precision` (fp32, bf16, or int8 with a scale a row), laid out as SummaryBytes says.
 #pragma once
 
 #include <cstdint>
@@ -31,16 +29,21 @@ struct BlockEstimator {
 // outside [0, 1] or an unknown precision.
 absl::Status ValidateEstimator(const BlockEstimator& estimator, const PagedKvLayout& layout);
 
-// Floats of one block's summary as laid out: [num_kv_heads][boxes][2][head_dim], each box's
-// (shrunk) minimum row, then its maximum row.
-int64_t SummaryElems(const PagedKvLayout& layout, const BlockEstimator& estimator);
+// Rows a box keeps: 1 at radius 0 (its center; there the shrunk minimum and maximum are equal),
+// 2 otherwise (its shrunk minimum, then its shrunk maximum).
+int32_t SummaryBoxRows(const BlockEstimator& estimator);
 
-// Bytes a block's summary takes stored compactly: one row a box at radius 0 (its center), two
-// otherwise, at the estimator's precision, plus a 4-byte scale a row at int8.
-int64_t SummaryStoredBytes(const PagedKvLayout& layout, const BlockEstimator& estimator);
+// Bytes of one block's summary as every backend stores it. Its R = num_kv_heads * boxes *
+// SummaryBoxRows rows of head_dim values are ordered [num_kv_heads][boxes][rows]; a value is an
+// fp32, the bf16 bits of core/backend/bf16.h, or an int8, as `precision` says. At int8 the R
+// rows' values come first, then the R rows' fp32 scales in the same order (4-byte aligned in a
+// summary whenever R * head_dim is a multiple of 4), and value q of a row reads as q * scale
+// (core/backend/summary_int8.h says how rows are quantized). Summaries lie back to back, summary
+// i at i * SummaryBytes.
+int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimator);
 
 // Multiply-adds that scoring one block against one token's `num_heads` query heads takes from
-// that compact store: a product per channel of each box's row, two at a radius above 0.
+// its stored summary: a product per channel of each box's row, two at a radius above 0.
 int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& estimator,
                           int32_t num_heads);
 

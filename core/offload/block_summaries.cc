@@ -15,8 +15,7 @@ absl::StatusOr<BlockSummaries> BlockSummaries::Create(Backend& backend, const Pa
   for (int32_t layer = 0; layer < num_layers; ++layer) {
     PULSE_ASSIGN_OR_RETURN(
         DeviceBuffer buffer,
-        backend.Allocate(count * static_cast<size_t>(SummaryElems(layout, estimator)) *
-                         sizeof(float)));
+        backend.Allocate(count * static_cast<size_t>(SummaryBytes(layout, estimator))));
     summaries.summaries_.push_back(std::move(buffer));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer stamps, backend.Allocate(never.size() * sizeof(int32_t)));
     backend.CopyToDevice(stamps.data(), never.data(), never.size() * sizeof(int32_t));
@@ -28,7 +27,7 @@ absl::StatusOr<BlockSummaries> BlockSummaries::Create(Backend& backend, const Pa
 void BlockSummaries::Summarize(int32_t layer, const void* layer_blocks, const int32_t* block_ids,
                                const int32_t* summary_ids, int32_t count) {
   backend_->SummarizeBlocks(layer_blocks, layout_, estimator_, block_ids, summary_ids, count,
-                            summaries_[static_cast<size_t>(layer)].as<float>());
+                            summaries_[static_cast<size_t>(layer)].data());
 }
 
 }  // namespace pulse

@@ -27,9 +27,7 @@ class BlockSummaries {
   int32_t host_id(int32_t block) const { return num_dense_ + block; }
   int32_t count() const { return num_dense_ + num_host_; }
   const BlockEstimator& estimator() const { return estimator_; }
-  const float* layer(int32_t layer) const {
-    return summaries_[static_cast<size_t>(layer)].as<float>();
-  }
+  const void* layer(int32_t layer) const { return summaries_[static_cast<size_t>(layer)].data(); }
   int32_t* pick_stamps(int32_t layer) const {
     return pick_stamps_[static_cast<size_t>(layer)].as<int32_t>();
   }
@@ -52,7 +50,7 @@ class BlockSummaries {
   int32_t num_dense_;
   int32_t num_host_;
   BlockEstimator estimator_;
-  std::vector<DeviceBuffer> summaries_;    // [layers]: [count][summary floats]
+  std::vector<DeviceBuffer> summaries_;    // [layers]: [count][SummaryBytes]
   std::vector<DeviceBuffer> pick_stamps_;  // [layers]: int32 [sets][count], -1 never picked
 };
 

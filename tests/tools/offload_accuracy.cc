@@ -369,7 +369,7 @@ absl::Status Run(const Args& args) {
             {"block_tokens", args.block},
             {"estimator", args.estimator},
             {"summary_bytes_per_token",
-             static_cast<double>(SummaryStoredBytes(layout, estimator)) / args.block},
+             static_cast<double>(SummaryBytes(layout, estimator)) / args.block},
             {"score_macs_per_token",
              static_cast<double>(ScoreMultiplyAdds(layout, estimator, config.num_heads)) /
                  args.block},

@@ -82,7 +82,7 @@ class Eviction(enum.IntEnum):
 
 
 class SummaryPrecision(enum.IntEnum):
-    """pulse_summary_precision_code: how block summaries are rounded as stored
+    """pulse_summary_precision_code: how block summaries are stored
     (EngineParams.offload_summary_precision); INT8 keeps a scale a row."""
 
     F32 = capi.PULSE_SUMMARY_F32

@@ -58,7 +58,7 @@ class EngineParams:
     # 1 one a block (Quest's page summary), 0 one a token (every key scored exactly), otherwise a
     # divisor of block_tokens.
     offload_summary_boxes: int = _ENGINE.offload_summary_boxes
-    # How summaries are rounded as stored (they stay fp32: the rounding models a compact store).
+    # How summaries are stored: their rows' precision.
     offload_summary_precision: SummaryPrecision = SummaryPrecision(
         _ENGINE.offload_summary_precision)
 

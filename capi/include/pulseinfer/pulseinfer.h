@@ -246,9 +246,9 @@ typedef struct pulse_engine_params {
    * scored exactly, the block's best kept); otherwise a divisor of block_tokens. More boxes
    * select closer to dense attention for more summary memory. */
   int32_t offload_summary_boxes;
-  /* How summaries are rounded as stored: PULSE_SUMMARY_F32 (default), _BF16 or _INT8. Every
-   * backend keeps them in fp32; the rounding models the selection accuracy of a compact store
-   * (a box takes one row at radius 0, two otherwise, at this precision). */
+  /* How summaries are stored: PULSE_SUMMARY_F32 (default), _BF16 or _INT8 (a scale a row). Every
+   * backend stores a box as one row at radius 0 (its center), two otherwise, at this precision:
+   * fewer bytes to keep and read, for a slightly coarser selection. */
   int32_t offload_summary_precision;
 } pulse_engine_params;
 
@@ -274,7 +274,7 @@ enum pulse_eviction_code {
   PULSE_EVICT_SCORE = 1 /* lowest latest selection score */
 };
 
-/* How block summaries are rounded as stored (pulse_engine_params.offload_summary_precision). */
+/* How block summaries are stored (pulse_engine_params.offload_summary_precision). */
 enum pulse_summary_precision_code {
   PULSE_SUMMARY_F32 = 0,
   PULSE_SUMMARY_BF16 = 1,

@@ -1,9 +1,11 @@
 #include "core/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -193,33 +195,34 @@ class CpuBackend final : public Backend {
   }
   void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                        const BlockEstimator& estimator, const int32_t* block_ids,
-                       const int32_t* summary_ids, int32_t count, float* summaries) override {
-    const int64_t elems = SummaryElems(layout, estimator);
+                       const int32_t* summary_ids, int32_t count, void* summaries) override {
+    const auto bytes = static_cast<size_t>(SummaryBytes(layout, estimator));
     const auto* data = static_cast<const float*>(blocks);
+    auto* out = static_cast<std::byte*>(summaries);
     for (int32_t i = 0; i < count; ++i) {
       if (block_ids[i] < 0) continue;
       Record(reference::SummarizeBlock(
           layout, estimator,
           std::span<const float>(data + block_ids[i] * layout.block_elems(), layout.block_elems()),
-          layout.block_tokens, std::span<float>(summaries + summary_ids[i] * elems, elems)));
+          layout.block_tokens, std::span<std::byte>(out + summary_ids[i] * bytes, bytes)));
     }
   }
   void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,
-                   const BlockEstimator& estimator, const float* summaries,
+                   const BlockEstimator& estimator, const void* summaries,
                    const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
                    float* bounds) override {
-    const int64_t elems = SummaryElems(layout, estimator);
-    const int64_t head_elems = elems / layout.num_kv_heads;
+    const auto bytes = static_cast<size_t>(SummaryBytes(layout, estimator));
     const int32_t dim = layout.head_dim;
     const int32_t group = num_heads / layout.num_kv_heads;
+    const auto* stored = static_cast<const std::byte*>(summaries);
     pool_.ParallelFor(count, 16, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const float* row = q + query_rows[i] * q_stride;
-        const float* summary = summaries + summary_ids[i] * elems;
+        const std::span<const std::byte> summary(stored + summary_ids[i] * bytes, bytes);
         for (int32_t h = 0; h < num_heads; ++h) {
           bounds[h * int64_t{count} + i] = reference::BlockBound(
-              std::span<const float>(row + int64_t{h} * dim, dim),
-              std::span<const float>(summary + int64_t{h / group} * head_elems, head_elems));
+              layout, estimator, std::span<const float>(row + int64_t{h} * dim, dim), summary,
+              h / group);
         }
       }
     });

@@ -1,27 +1,32 @@
-// Quest block summaries for sparse decode attention: SummarizeBlocks (per KV head, the channel
-// minimum and maximum of a block's bf16 keys) and ScoreBlocks (every query head's upper bound of
-// q.k over a candidate block's summary). The CPU reference is
-// core/backend/reference/block_summary.cc.
+// Quest block summaries for sparse decode attention: SummarizeBlocks (per KV head and box, the
+// channel minimum and maximum of a block's bf16 keys, stored at the estimator's precision) and
+// ScoreBlocks (every query head's bound of q.k over a candidate block's summary). The CPU
+// reference is core/backend/reference/block_summary.cc.
 //
 // Both are memory bound; their floors at the H200's HBM bandwidth (4.8 TB/s nominal, ~4 TB/s
-// measured), for Llama-3.1-8B (8 KV heads, 32 query heads, head_dim 128, 32-token blocks):
-//  - SummarizeBlocks reads each block's keys once and writes its fp32 summary:
-//    num_kv_heads * (block_tokens * head_dim * 2 + 2 * head_dim * 4) bytes a block, here
-//    64 KiB + 8 KiB = 72 KiB, 18 ns a block at 4 TB/s; 512 blocks (a prompt chunk of 16K tokens)
-//    37.7 MB, 9.4 us a layer. A decode step fills a few blocks a layer: launch latency then.
-//  - ScoreBlocks reads each candidate's summary once (2 * num_kv_heads * head_dim floats, 8 KiB)
-//    and writes its num_heads bounds (128 B); the q rows (16 KiB each) are few and stay in cache.
-//    8 rows x 512 candidates: 33.6 MB of summaries + 0.5 MB of bounds + 0.1 MB of q, 8.6 us a
-//    layer at 4 TB/s (7.1 us at 4.8 TB/s), 0.27 ms a step over 32 layers.
+// measured), for Llama-3.1-8B (8 KV heads, 32 query heads, head_dim 128, 32-token blocks) and
+// Quest's box in fp32 (SummaryBytes: 8 KiB a block; 4 KiB at radius 0, half that in bf16):
+//  - SummarizeBlocks reads each block's keys once and writes its summary:
+//    num_kv_heads * block_tokens * head_dim * 2 bytes of keys a block, here 64 KiB + 8 KiB =
+//    72 KiB, 18 ns a block at 4 TB/s; 512 blocks (a prompt chunk of 16K tokens) 37.7 MB, 9.4 us a
+//    layer. A decode step fills a few blocks a layer: launch latency then.
+//  - ScoreBlocks reads each candidate's summary once and writes its num_heads bounds (128 B); the
+//    q rows (16 KiB each) are few and stay in cache. 8 rows x 512 candidates: 33.6 MB of
+//    summaries + 0.5 MB of bounds + 0.1 MB of q, 8.6 us a layer at 4 TB/s (7.1 us at 4.8 TB/s),
+//    0.27 ms a step over 32 layers; the summaries' share scales with their bytes.
 // Compute is well below either: a key row costs two fminf/fmaxf a channel; a bound costs a
 // select and an FMA a channel, and one summary serves its group's query heads from registers.
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "core/backend/cuda/block_summary_kernels.h"
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/launch.cuh"
+#include "core/backend/summary_int8.h"
 #include "core/backend/summary_radius.h"
 
 namespace pulse::cuda {
@@ -40,13 +45,22 @@ bool Positive(const PagedKvLayout& layout) {
   return layout.block_tokens > 0 && layout.num_kv_heads > 0 && layout.head_dim > 0;
 }
 
+// The kernels are templates on the stored value type: float, bf16 or int8_t (SummaryBytes).
+template <typename Value>
+constexpr bool kIsInt8 = std::is_same_v<Value, int8_t>;
+
+// The byte offset of the scale of row `row` of a summary of `rows` int8 rows of `head_dim`.
+__device__ __forceinline__ int64_t ScaleOffset(int32_t rows, int32_t head_dim, int32_t row) {
+  return int64_t{rows} * head_dim + int64_t{row} * static_cast<int64_t>(sizeof(float));
+}
+
 // --- SummarizeBlocks ---------------------------------------------------------------------------
-// A warp summarizes one (block, KV head): its keys are one contiguous [block_tokens][head_dim]
-// bf16 run, read once, coalesced, as vectors of kWidth channels (8: 16-byte loads; 1: any
-// head_dim or alignment). The warp covers up to 32 vectors of a key row at a time: `width` lanes
-// across the row, 32 / width rows at once (head_dim 128: 16 lanes x 2 rows, 512 contiguous bytes
-// a load), kRowUnroll rows a lane in flight; then the rows' lanes merge by shuffles and the first
-// `width` lanes write the minimum and maximum rows.
+// A warp summarizes one (block, KV head, box): its keys are one contiguous run of the head's
+// [block_tokens][head_dim] bf16 keys, read once, coalesced, as vectors of kWidth channels (8:
+// 16-byte loads; 1: any head_dim or alignment). The warp covers up to 32 vectors of a key row a
+// pass: `width` lanes across the row, 32 / width rows at once (head_dim 128: 16 lanes x 2 rows,
+// 512 contiguous bytes a load), kRowUnroll rows a lane in flight; then the rows' lanes merge by
+// shuffles and the first `width` lanes store the box's rows at the precision.
 constexpr int kRowUnroll = 8;
 
 __device__ __forceinline__ void LoadKeys(const bf16* keys, float (&out)[8]) {
@@ -55,20 +69,106 @@ __device__ __forceinline__ void LoadKeys(const bf16* keys, float (&out)[8]) {
 __device__ __forceinline__ void LoadKeys(const bf16* keys, float (&out)[1]) {
   out[0] = __bfloat162float(*keys);
 }
-__device__ __forceinline__ void StoreRow(float* out, const float (&values)[8]) {
+
+// Vectors `first + lane` (lane < min(32, vectors - first)) of the box's channel minimum and
+// maximum, shrunk to `radius`, into lo and hi (the other lanes' values are not used).
+template <int kWidth>
+__device__ __forceinline__ void SummarizePass(const bf16* keys, int32_t dim, int32_t tokens,
+                                              int32_t first, float radius, float (&lo)[kWidth],
+                                              float (&hi)[kWidth]) {
+  const int lane = threadIdx.x % kWarp;
+  const int32_t width = min(kWarp, dim / kWidth - first);  // vectors of a row this pass
+  const int32_t rows = kWarp / width;                      // rows at once
+  const int32_t column = lane % width;
+  const int32_t row = lane / width;
+  // NaN is the identity of fminf and fmaxf: a channel whose keys are all NaN stays NaN.
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) lo[k] = hi[k] = NaN();
+  if (row < rows) {
+    const bf16* column_keys = keys + (first + column) * kWidth;
+    for (int32_t t = row; t < tokens; t += kRowUnroll * rows) {
+      float values[kRowUnroll][kWidth];
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        const int32_t token = t + u * rows;
+        if (token < tokens) {
+          LoadKeys(column_keys + int64_t{token} * dim, values[u]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) values[u][k] = NaN();
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) {
+          lo[k] = fminf(lo[k], values[u][k]);
+          hi[k] = fmaxf(hi[k], values[u][k]);
+        }
+      }
+    }
+  }
+  // Lane `column` (< width) gathers the rows' lanes column + r * width, from copies taken
+  // before any lane merged (a merged lane could hold another column's values when width does
+  // not divide 32).
+  float own_lo[kWidth];
+  float own_hi[kWidth];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    own_lo[k] = lo[k];
+    own_hi[k] = hi[k];
+  }
+  for (int32_t r = 1; r < rows; ++r) {
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      lo[k] = fminf(lo[k], __shfl_sync(0xffffffffu, own_lo[k], lane + r * width));
+      hi[k] = fmaxf(hi[k], __shfl_sync(0xffffffffu, own_hi[k], lane + r * width));
+    }
+  }
+  if (radius != 1.0f) {
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) ShrinkToRadius(lo[k], hi[k], radius);
+  }
+}
+
+// Stores kWidth values of a row at `out` (`scale`: an int8 row's; unused otherwise).
+__device__ __forceinline__ void StoreValues(float* out, const float (&values)[8], float) {
   reinterpret_cast<float4*>(out)[0] = make_float4(values[0], values[1], values[2], values[3]);
   reinterpret_cast<float4*>(out)[1] = make_float4(values[4], values[5], values[6], values[7]);
 }
-__device__ __forceinline__ void StoreRow(float* out, const float (&values)[1]) {
+__device__ __forceinline__ void StoreValues(float* out, const float (&values)[1], float) {
   out[0] = values[0];
 }
-
+__device__ __forceinline__ void StoreValues(bf16* out, const float (&values)[8], float) {
+  *reinterpret_cast<Bf16x8*>(out) = Pack(values);
+}
+__device__ __forceinline__ void StoreValues(bf16* out, const float (&values)[1], float) {
+  out[0] = __float2bfloat16_rn(values[0]);
+}
 template <int kWidth>
+__device__ __forceinline__ void StoreValues(int8_t* out, const float (&values)[kWidth],
+                                            float scale) {
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) out[k] = QuantizeInt8(values[k], scale);
+}
+
+// Folds this lane's kWidth values of a row into the row's largest magnitude and finiteness.
+template <int kWidth>
+__device__ __forceinline__ void Measure(const float (&values)[kWidth], float& largest,
+                                        bool& finite) {
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    largest = fmaxf(largest, fabsf(values[k]));
+    finite = finite && isfinite(values[k]);
+  }
+}
+
+template <int kWidth, typename Value>
 __global__ void __launch_bounds__(kThreads)
     SummarizeBlocksKernel(const bf16* __restrict__ blocks, PagedKvLayout layout, int32_t boxes,
                           const int32_t* __restrict__ block_ids,
                           const int32_t* __restrict__ summary_ids, int64_t tasks, float radius,
-                          float* __restrict__ summaries) {
+                          int64_t summary_bytes, std::byte* __restrict__ summaries) {
   WaitForPriorGrids();
   const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
   if (task >= tasks) return;  // the whole warp
@@ -82,96 +182,120 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t tokens = layout.block_tokens / boxes;
   const bf16* keys = blocks + block_ids[i] * layout.block_elems() + head * layout.head_elems() +
                      int64_t{head_box % boxes} * tokens * dim;
-  float* out =
-      summaries + summary_ids[i] * (int64_t{2} * boxes_a_block * dim) + int64_t{2} * head_box * dim;
+  // At radius 0 the box keeps its center alone: lo after the shrink (hi equals it).
+  const int32_t box_rows = radius == 0.0f ? 1 : 2;
+  const int32_t row = head_box * box_rows;
+  std::byte* summary = summaries + summary_ids[i] * summary_bytes;
+  Value* lo_row = reinterpret_cast<Value*>(summary) + int64_t{row} * dim;
+  Value* hi_row = lo_row + dim;
   const int32_t vectors = dim / kWidth;
-  for (int32_t first = 0; first < vectors; first += kWarp) {
-    const int32_t width = min(kWarp, vectors - first);  // vectors of a row this pass
-    const int32_t rows = kWarp / width;                 // rows at once
-    const int32_t column = lane % width;
-    const int32_t row = lane / width;
-    // NaN is the identity of fminf and fmaxf: a channel whose keys are all NaN stays NaN.
-    float lo[kWidth];
-    float hi[kWidth];
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) lo[k] = hi[k] = NaN();
-    if (row < rows) {
-      const bf16* column_keys = keys + (first + column) * kWidth;
-      for (int32_t t = row; t < tokens; t += kRowUnroll * rows) {
-        float values[kRowUnroll][kWidth];
-#pragma unroll
-        for (int u = 0; u < kRowUnroll; ++u) {
-          const int32_t token = t + u * rows;
-          if (token < tokens) {
-            LoadKeys(column_keys + int64_t{token} * dim, values[u]);
-          } else {
-#pragma unroll
-            for (int k = 0; k < kWidth; ++k) values[u][k] = NaN();
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kRowUnroll; ++u) {
-#pragma unroll
-          for (int k = 0; k < kWidth; ++k) {
-            lo[k] = fminf(lo[k], values[u][k]);
-            hi[k] = fmaxf(hi[k], values[u][k]);
-          }
-        }
+  float lo[kWidth];
+  float hi[kWidth];
+  float lo_scale = 0.0f;
+  float hi_scale = 0.0f;
+  if constexpr (kIsInt8<Value>) {
+    // A row's scale needs the row's largest magnitude before any value is stored: a row of one
+    // pass keeps its values in registers for the store, a wider row is summarized again.
+    float lo_largest = 0.0f;
+    float hi_largest = 0.0f;
+    bool lo_finite = true;
+    bool hi_finite = true;
+    for (int32_t first = 0; first < vectors; first += kWarp) {
+      SummarizePass(keys, dim, tokens, first, radius, lo, hi);
+      if (lane < vectors - first) {
+        Measure(lo, lo_largest, lo_finite);
+        Measure(hi, hi_largest, hi_finite);
       }
     }
-    // Lane `column` (< width) gathers the rows' lanes column + r * width, from copies taken
-    // before any lane merged (a merged lane could hold another column's values when width does
-    // not divide 32); the other lanes' results are not used.
-    float own_lo[kWidth];
-    float own_hi[kWidth];
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      own_lo[k] = lo[k];
-      own_hi[k] = hi[k];
-    }
-    for (int32_t r = 1; r < rows; ++r) {
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) {
-        lo[k] = fminf(lo[k], __shfl_sync(0xffffffffu, own_lo[k], lane + r * width));
-        hi[k] = fmaxf(hi[k], __shfl_sync(0xffffffffu, own_hi[k], lane + r * width));
+    lo_scale = Int8RowScale(WarpReduce(lo_largest, MaxFloat{}), __all_sync(0xffffffffu, lo_finite));
+    hi_scale = Int8RowScale(WarpReduce(hi_largest, MaxFloat{}), __all_sync(0xffffffffu, hi_finite));
+    if (lane == 0) {
+      const int32_t rows = boxes_a_block * box_rows;
+      memcpy(summary + ScaleOffset(rows, dim, row), &lo_scale, sizeof(float));
+      if (box_rows == 2) {
+        memcpy(summary + ScaleOffset(rows, dim, row + 1), &hi_scale, sizeof(float));
       }
-    }
-    if (radius != 1.0f) {
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) ShrinkToRadius(lo[k], hi[k], radius);
-    }
-    if (lane < width) {
-      StoreRow(out + (first + column) * kWidth, lo);
-      StoreRow(out + dim + (first + column) * kWidth, hi);
     }
   }
+  for (int32_t first = 0; first < vectors; first += kWarp) {
+    if (!kIsInt8<Value> || vectors > kWarp) SummarizePass(keys, dim, tokens, first, radius, lo, hi);
+    if (lane < vectors - first) {
+      StoreValues(lo_row + (first + lane) * kWidth, lo, lo_scale);
+      if (box_rows == 2) StoreValues(hi_row + (first + lane) * kWidth, hi, hi_scale);
+    }
+  }
+}
+
+template <typename Value>
+cudaError_t LaunchSummarize(bool vectors, unsigned grid, cudaStream_t stream, const bf16* keys,
+                            const PagedKvLayout& layout, const BlockEstimator& estimator,
+                            const int32_t* block_ids, const int32_t* summary_ids, int64_t tasks,
+                            std::byte* summaries) {
+  const int64_t bytes = SummaryBytes(layout, estimator);
+  return vectors ? LaunchKernel(SummarizeBlocksKernel<8, Value>, grid, kThreads, 0, stream, keys,
+                                layout, estimator.boxes, block_ids, summary_ids, tasks,
+                                estimator.radius, bytes, summaries)
+                 : LaunchKernel(SummarizeBlocksKernel<1, Value>, grid, kThreads, 0, stream, keys,
+                                layout, estimator.boxes, block_ids, summary_ids, tasks,
+                                estimator.radius, bytes, summaries);
 }
 
 // --- ScoreBlocks -------------------------------------------------------------------------------
 // A thread block scores a tile of kScoreTile consecutive candidates for one KV head (grid y):
 // kScoreLanes lanes a candidate, so a warp serves kCandidatesPerWarp candidates. Each candidate's
-// lanes load the KV head's min and max rows once (coalesced float4s, 2 * head_dim floats), keep
-// them in registers and score the group's query heads against them, reading q (a few rows,
-// cached) as float4s; the candidate's partial sums meet by shuffles. The tile's bounds go through
-// shared memory so that each query head's kScoreTile bounds are written as one contiguous run.
+// lanes load each box's rows of the KV head once (coalesced quads of 4 values: 16, 8 or 4 bytes
+// at fp32, bf16 or int8), keep them in registers in fp32 and score the group's query heads
+// against them, reading q (a few rows, cached) as float4s; the candidate's partial sums meet by
+// shuffles. The tile's bounds go through shared memory so that each query head's kScoreTile
+// bounds are written as one contiguous run.
 constexpr int kScoreLanes = 8;
 constexpr int kCandidatesPerWarp = kWarp / kScoreLanes;
 constexpr int kScoreTile = kWarpsPerBlock * kCandidatesPerWarp;
 // The largest group the tiled kernel stages in its 48 KiB of shared memory.
 constexpr int32_t kMaxTiledGroup = (48 << 10) / (kScoreTile * static_cast<int>(sizeof(float)));
 
-// acc + max(q * lo, q * hi) for lo <= hi, in one rounding: q's sign picks the larger product.
-// NaN in q, lo or hi gives NaN.
+// acc + max(q * lo, q * hi) for lo <= hi, in one rounding: q's sign picks the larger product
+// (q * lo when lo == hi, a box center). NaN in q, lo or hi gives NaN.
 __device__ __forceinline__ float AddBound(float q, float lo, float hi, float acc) {
   return fmaf(q, q >= 0.0f ? hi : lo, acc);
 }
 
-// kVectors: float4s of a row each lane holds, at least head_dim / (4 * kScoreLanes).
-template <int kVectors>
+// Value d of a stored row, in fp32 (`scale`: an int8 row's; unused otherwise).
+__device__ __forceinline__ float Read(const float* row, int32_t d, float) { return row[d]; }
+__device__ __forceinline__ float Read(const bf16* row, int32_t d, float) {
+  return __bfloat162float(row[d]);
+}
+__device__ __forceinline__ float Read(const int8_t* row, int32_t d, float scale) {
+  return DequantizeInt8(row[d], scale);
+}
+
+// Values 4 * quad .. 4 * quad + 3 of a stored row, whose quads are aligned, in fp32.
+struct alignas(8) Bf16x4 {
+  __nv_bfloat162 pairs[2];
+};
+__device__ __forceinline__ float4 ReadQuad(const float* row, int32_t quad, float) {
+  return reinterpret_cast<const float4*>(row)[quad];
+}
+__device__ __forceinline__ float4 ReadQuad(const bf16* row, int32_t quad, float) {
+  const Bf16x4 packed = reinterpret_cast<const Bf16x4*>(row)[quad];
+  const float2 low = __bfloat1622float2(packed.pairs[0]);
+  const float2 high = __bfloat1622float2(packed.pairs[1]);
+  return make_float4(low.x, low.y, high.x, high.y);
+}
+__device__ __forceinline__ float4 ReadQuad(const int8_t* row, int32_t quad, float scale) {
+  const char4 packed = reinterpret_cast<const char4*>(row)[quad];
+  return make_float4(DequantizeInt8(packed.x, scale), DequantizeInt8(packed.y, scale),
+                     DequantizeInt8(packed.z, scale), DequantizeInt8(packed.w, scale));
+}
+
+// kVectors: quads of a row each lane holds, at least head_dim / (4 * kScoreLanes); kBoxRows:
+// rows a box (1: its center, 2: its minimum and maximum).
+template <int kVectors, typename Value, int kBoxRows>
 __global__ void __launch_bounds__(kThreads)
     ScoreBlocksKernel(const float* __restrict__ q, int64_t q_stride, int32_t group,
                       int32_t num_kv_heads, int32_t head_dim, int32_t boxes,
-                      const float* __restrict__ summaries, const int32_t* __restrict__ summary_ids,
+                      const std::byte* __restrict__ summaries, int64_t summary_bytes,
+                      const int32_t* __restrict__ summary_ids,
                       const int32_t* __restrict__ query_rows, int32_t count,
                       float* __restrict__ bounds) {
   WaitForPriorGrids();
@@ -186,25 +310,30 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t vectors = head_dim / (4 * kScoreLanes);
 
   const float4* q_heads = nullptr;
+  const std::byte* summary = nullptr;
   if (active) {
     q_heads = reinterpret_cast<const float4*>(q + query_rows[i] * q_stride +
                                               int64_t{kv_head} * group * head_dim);
+    summary = summaries + summary_ids[i] * summary_bytes;
   }
   // A head's estimate is the largest of its boxes' bounds (fmaxf: NaN only when all are).
   for (int32_t box = 0; box < boxes; ++box) {
-    float4 lo[kVectors];
-    float4 hi[kVectors];
+    float4 values[kBoxRows][kVectors];  // the box's rows (lo, then hi) of this lane's channels
     if (active) {
-      const float* summary = summaries +
-                             summary_ids[i] * (int64_t{2} * num_kv_heads * boxes * head_dim) +
-                             (int64_t{kv_head} * boxes + box) * 2 * head_dim;
-      const float4* lo_row = reinterpret_cast<const float4*>(summary);
-      const float4* hi_row = reinterpret_cast<const float4*>(summary + head_dim);
+      const int32_t first_row = (kv_head * boxes + box) * kBoxRows;
 #pragma unroll
-      for (int u = 0; u < kVectors; ++u) {
-        if (u < vectors) {
-          lo[u] = lo_row[part + u * kScoreLanes];
-          hi[u] = hi_row[part + u * kScoreLanes];
+      for (int r = 0; r < kBoxRows; ++r) {
+        const Value* row =
+            reinterpret_cast<const Value*>(summary) + int64_t{first_row + r} * head_dim;
+        float scale = 0.0f;
+        if constexpr (kIsInt8<Value>) {
+          const int32_t rows = num_kv_heads * boxes * kBoxRows;
+          scale =
+              *reinterpret_cast<const float*>(summary + ScaleOffset(rows, head_dim, first_row + r));
+        }
+#pragma unroll
+        for (int u = 0; u < kVectors; ++u) {
+          if (u < vectors) values[r][u] = ReadQuad(row, part + u * kScoreLanes, scale);
         }
       }
     }
@@ -216,10 +345,12 @@ __global__ void __launch_bounds__(kThreads)
         for (int u = 0; u < kVectors; ++u) {
           if (u < vectors) {
             const float4 x = q_head[part + u * kScoreLanes];
-            acc = AddBound(x.x, lo[u].x, hi[u].x, acc);
-            acc = AddBound(x.y, lo[u].y, hi[u].y, acc);
-            acc = AddBound(x.z, lo[u].z, hi[u].z, acc);
-            acc = AddBound(x.w, lo[u].w, hi[u].w, acc);
+            const float4& lo = values[0][u];
+            const float4& hi = values[kBoxRows - 1][u];
+            acc = AddBound(x.x, lo.x, hi.x, acc);
+            acc = AddBound(x.y, lo.y, hi.y, acc);
+            acc = AddBound(x.z, lo.z, hi.z, acc);
+            acc = AddBound(x.w, lo.w, hi.w, acc);
           }
         }
       }
@@ -242,11 +373,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Any head_dim, stride or alignment: a warp per (candidate, KV head), scalar loads, one query
-// head at a time.
+// head at a time. At radius 0 (box_rows 1) a box's hi row is its lo row.
+template <typename Value>
 __global__ void __launch_bounds__(kThreads)
     ScoreBlocksScalarKernel(const float* __restrict__ q, int64_t q_stride, int32_t group,
-                            int32_t num_kv_heads, int32_t head_dim, int32_t boxes,
-                            const float* __restrict__ summaries,
+                            int32_t num_kv_heads, int32_t head_dim, int32_t boxes, int32_t box_rows,
+                            const std::byte* __restrict__ summaries, int64_t summary_bytes,
                             const int32_t* __restrict__ summary_ids,
                             const int32_t* __restrict__ query_rows, int32_t count,
                             float* __restrict__ bounds) {
@@ -256,19 +388,26 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kWarp;
   const int32_t i = static_cast<int32_t>(task / num_kv_heads);
   const int32_t kv_head = static_cast<int32_t>(task % num_kv_heads);
-  const float* head_summary = summaries +
-                              summary_ids[i] * (int64_t{2} * num_kv_heads * boxes * head_dim) +
-                              int64_t{kv_head} * boxes * 2 * head_dim;
+  const std::byte* summary = summaries + summary_ids[i] * summary_bytes;
   const float* q_heads = q + query_rows[i] * q_stride + int64_t{kv_head} * group * head_dim;
   for (int32_t h = 0; h < group; ++h) {
     const float* q_head = q_heads + int64_t{h} * head_dim;
     float best = NaN();  // fmaxf keeps a box's number over NaN
     for (int32_t box = 0; box < boxes; ++box) {
-      const float* lo = head_summary + int64_t{box} * 2 * head_dim;
-      const float* hi = lo + head_dim;
+      const int32_t lo_row = (kv_head * boxes + box) * box_rows;
+      const int32_t hi_row = lo_row + box_rows - 1;
+      const Value* lo = reinterpret_cast<const Value*>(summary) + int64_t{lo_row} * head_dim;
+      const Value* hi = reinterpret_cast<const Value*>(summary) + int64_t{hi_row} * head_dim;
+      float lo_scale = 0.0f;
+      float hi_scale = 0.0f;
+      if constexpr (kIsInt8<Value>) {  // a scale may be unaligned: head_dim need not be even
+        const int32_t rows = num_kv_heads * boxes * box_rows;
+        memcpy(&lo_scale, summary + ScaleOffset(rows, head_dim, lo_row), sizeof(float));
+        memcpy(&hi_scale, summary + ScaleOffset(rows, head_dim, hi_row), sizeof(float));
+      }
       float acc = 0.0f;
       for (int32_t d = lane; d < head_dim; d += kWarp) {
-        acc = AddBound(q_head[d], lo[d], hi[d], acc);
+        acc = AddBound(q_head[d], Read(lo, d, lo_scale), Read(hi, d, hi_scale), acc);
       }
       best = fmaxf(best, WarpSum(acc));
     }
@@ -276,91 +415,33 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kVectors>
+template <int kVectors, typename Value>
 cudaError_t LaunchTiledScore(dim3 grid, size_t shared_bytes, cudaStream_t stream, const float* q,
                              int64_t q_stride, int32_t group, const PagedKvLayout& layout,
-                             int32_t boxes, const float* summaries, const int32_t* summary_ids,
-                             const int32_t* query_rows, int32_t count, float* bounds) {
-  return LaunchKernel(ScoreBlocksKernel<kVectors>, grid, kThreads, shared_bytes, stream, q,
-                      q_stride, group, layout.num_kv_heads, layout.head_dim, boxes, summaries,
-                      summary_ids, query_rows, count, bounds);
+                             const BlockEstimator& estimator, const std::byte* summaries,
+                             const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
+                             float* bounds) {
+  const int64_t bytes = SummaryBytes(layout, estimator);
+  return SummaryBoxRows(estimator) == 1
+             ? LaunchKernel(ScoreBlocksKernel<kVectors, Value, 1>, grid, kThreads, shared_bytes,
+                            stream, q, q_stride, group, layout.num_kv_heads, layout.head_dim,
+                            estimator.boxes, summaries, bytes, summary_ids, query_rows, count,
+                            bounds)
+             : LaunchKernel(ScoreBlocksKernel<kVectors, Value, 2>, grid, kThreads, shared_bytes,
+                            stream, q, q_stride, group, layout.num_kv_heads, layout.head_dim,
+                            estimator.boxes, summaries, bytes, summary_ids, query_rows, count,
+                            bounds);
 }
 
-// A warp rounds one summary row (head_dim floats) to `precision`, as reference::SummarizeBlock
-// does: bf16 to nearest even; int8 to multiples of the row's largest magnitude / 127.
-__global__ void __launch_bounds__(kThreads)
-    RoundSummaryRowsKernel(const int32_t* __restrict__ block_ids,
-                           const int32_t* __restrict__ summary_ids, int64_t rows,
-                           int32_t rows_a_summary, int32_t head_dim, SummaryPrecision precision,
-                           float* __restrict__ summaries) {
-  WaitForPriorGrids();
-  const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
-  if (task >= rows) return;  // the whole warp
-  const int32_t i = static_cast<int32_t>(task / rows_a_summary);
-  if (block_ids[i] < 0) return;
-  const int lane = threadIdx.x % kWarp;
-  float* row =
-      summaries + (summary_ids[i] * int64_t{rows_a_summary} + task % rows_a_summary) * head_dim;
-  if (precision == SummaryPrecision::kBf16) {
-    for (int32_t d = lane; d < head_dim; d += kWarp) {
-      row[d] = __bfloat162float(__float2bfloat16_rn(row[d]));
-    }
-    return;
-  }
-  float largest = 0.0f;
-  for (int32_t d = lane; d < head_dim; d += kWarp) largest = fmaxf(largest, fabsf(row[d]));
-  largest = WarpReduce(largest, MaxFloat{});
-  if (!(largest > 0.0f) || isinf(largest)) return;
-  const float scale = largest / 127.0f;
-  for (int32_t d = lane; d < head_dim; d += kWarp) row[d] = rintf(row[d] / scale) * scale;
-}
-
-}  // namespace
-
-cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
-                                  const BlockEstimator& estimator, const int32_t* block_ids,
-                                  const int32_t* summary_ids, int32_t count, float* summaries,
-                                  cudaStream_t stream) {
-  if (count < 0 || !Positive(layout) || layout.type != DType::kBF16 ||
-      !ValidateEstimator(estimator, layout).ok()) {
-    return cudaErrorInvalidValue;
-  }
-  if (count == 0) return cudaSuccess;
-  const int64_t tasks = int64_t{count} * layout.num_kv_heads * estimator.boxes;
-  const int64_t grid = CeilDiv(tasks, kWarpsPerBlock);
-  if (2 * grid > INT_MAX) return cudaErrorInvalidConfiguration;
-  const bf16* keys = static_cast<const bf16*>(blocks);
-  const bool vectors = layout.head_dim % 8 == 0 && Aligned(blocks, 16) && Aligned(summaries, 16);
-  const cudaError_t summarized =
-      vectors ? LaunchKernel(SummarizeBlocksKernel<8>, static_cast<unsigned>(grid), kThreads, 0,
-                             stream, keys, layout, estimator.boxes, block_ids, summary_ids, tasks,
-                             estimator.radius, summaries)
-              : LaunchKernel(SummarizeBlocksKernel<1>, static_cast<unsigned>(grid), kThreads, 0,
-                             stream, keys, layout, estimator.boxes, block_ids, summary_ids, tasks,
-                             estimator.radius, summaries);
-  if (summarized != cudaSuccess || estimator.precision == SummaryPrecision::kF32) {
-    return summarized;
-  }
-  const int32_t rows_a_summary = 2 * layout.num_kv_heads * estimator.boxes;
-  return LaunchKernel(RoundSummaryRowsKernel, static_cast<unsigned>(2 * grid), kThreads, 0, stream,
-                      block_ids, summary_ids, int64_t{count} * rows_a_summary, rows_a_summary,
-                      layout.head_dim, estimator.precision, summaries);
-}
-
-cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
-                              const PagedKvLayout& layout, const BlockEstimator& estimator,
-                              const float* summaries, const int32_t* summary_ids,
-                              const int32_t* query_rows, int32_t count, float* bounds,
-                              cudaStream_t stream) {
-  if (count < 0 || !Positive(layout) || num_heads <= 0 || num_heads % layout.num_kv_heads != 0 ||
-      !ValidateEstimator(estimator, layout).ok()) {
-    return cudaErrorInvalidValue;
-  }
-  const int32_t boxes = estimator.boxes;
-  if (count == 0) return cudaSuccess;
-  const int32_t group = num_heads / layout.num_kv_heads;
+template <typename Value>
+cudaError_t LaunchScore(const float* q, int64_t q_stride, int32_t group,
+                        const PagedKvLayout& layout, const BlockEstimator& estimator,
+                        const std::byte* summaries, const int32_t* summary_ids,
+                        const int32_t* query_rows, int32_t count, float* bounds,
+                        cudaStream_t stream) {
   const int32_t dim = layout.head_dim;
   const int32_t vectors = dim / (4 * kScoreLanes);
+  // head_dim a multiple of 32 keeps every quad of every summary aligned, and int8 scales too.
   const bool tiled = dim % (4 * kScoreLanes) == 0 && vectors <= 8 && q_stride % 4 == 0 &&
                      Aligned(q, 16) && Aligned(summaries, 16) && group <= kMaxTiledGroup &&
                      layout.num_kv_heads <= 65535;
@@ -369,21 +450,82 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
                     static_cast<unsigned>(layout.num_kv_heads));
     const size_t shared_bytes = size_t{kScoreTile} * group * sizeof(float);
     if (vectors <= 2) {
-      return LaunchTiledScore<2>(grid, shared_bytes, stream, q, q_stride, group, layout, boxes,
-                                 summaries, summary_ids, query_rows, count, bounds);
+      return LaunchTiledScore<2, Value>(grid, shared_bytes, stream, q, q_stride, group, layout,
+                                        estimator, summaries, summary_ids, query_rows, count,
+                                        bounds);
     }
     if (vectors <= 4) {
-      return LaunchTiledScore<4>(grid, shared_bytes, stream, q, q_stride, group, layout, boxes,
-                                 summaries, summary_ids, query_rows, count, bounds);
+      return LaunchTiledScore<4, Value>(grid, shared_bytes, stream, q, q_stride, group, layout,
+                                        estimator, summaries, summary_ids, query_rows, count,
+                                        bounds);
     }
-    return LaunchTiledScore<8>(grid, shared_bytes, stream, q, q_stride, group, layout, boxes,
-                               summaries, summary_ids, query_rows, count, bounds);
+    return LaunchTiledScore<8, Value>(grid, shared_bytes, stream, q, q_stride, group, layout,
+                                      estimator, summaries, summary_ids, query_rows, count, bounds);
   }
   const int64_t grid = CeilDiv(int64_t{count} * layout.num_kv_heads, kWarpsPerBlock);
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
-  return LaunchKernel(ScoreBlocksScalarKernel, static_cast<unsigned>(grid), kThreads, 0, stream, q,
-                      q_stride, group, layout.num_kv_heads, dim, boxes, summaries, summary_ids,
-                      query_rows, count, bounds);
+  return LaunchKernel(ScoreBlocksScalarKernel<Value>, static_cast<unsigned>(grid), kThreads, 0,
+                      stream, q, q_stride, group, layout.num_kv_heads, dim, estimator.boxes,
+                      SummaryBoxRows(estimator), summaries, SummaryBytes(layout, estimator),
+                      summary_ids, query_rows, count, bounds);
+}
+
+}  // namespace
+
+cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
+                                  const BlockEstimator& estimator, const int32_t* block_ids,
+                                  const int32_t* summary_ids, int32_t count, void* summaries,
+                                  cudaStream_t stream) {
+  if (count < 0 || !Positive(layout) || layout.type != DType::kBF16 ||
+      !ValidateEstimator(estimator, layout).ok()) {
+    return cudaErrorInvalidValue;
+  }
+  if (count == 0) return cudaSuccess;
+  const int64_t tasks = int64_t{count} * layout.num_kv_heads * estimator.boxes;
+  const int64_t grid = CeilDiv(tasks, kWarpsPerBlock);
+  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+  const auto* keys = static_cast<const bf16*>(blocks);
+  auto* out = static_cast<std::byte*>(summaries);
+  const bool vectors = layout.head_dim % 8 == 0 && Aligned(blocks, 16) && Aligned(summaries, 16);
+  const auto blocks_x = static_cast<unsigned>(grid);
+  switch (estimator.precision) {
+    case SummaryPrecision::kBf16:
+      return LaunchSummarize<bf16>(vectors, blocks_x, stream, keys, layout, estimator, block_ids,
+                                   summary_ids, tasks, out);
+    case SummaryPrecision::kInt8:
+      return LaunchSummarize<int8_t>(vectors, blocks_x, stream, keys, layout, estimator, block_ids,
+                                     summary_ids, tasks, out);
+    case SummaryPrecision::kF32:
+      break;
+  }
+  return LaunchSummarize<float>(vectors, blocks_x, stream, keys, layout, estimator, block_ids,
+                                summary_ids, tasks, out);
+}
+
+cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
+                              const PagedKvLayout& layout, const BlockEstimator& estimator,
+                              const void* summaries, const int32_t* summary_ids,
+                              const int32_t* query_rows, int32_t count, float* bounds,
+                              cudaStream_t stream) {
+  if (count < 0 || !Positive(layout) || num_heads <= 0 || num_heads % layout.num_kv_heads != 0 ||
+      !ValidateEstimator(estimator, layout).ok()) {
+    return cudaErrorInvalidValue;
+  }
+  if (count == 0) return cudaSuccess;
+  const int32_t group = num_heads / layout.num_kv_heads;
+  const auto* stored = static_cast<const std::byte*>(summaries);
+  switch (estimator.precision) {
+    case SummaryPrecision::kBf16:
+      return LaunchScore<bf16>(q, q_stride, group, layout, estimator, stored, summary_ids,
+                               query_rows, count, bounds, stream);
+    case SummaryPrecision::kInt8:
+      return LaunchScore<int8_t>(q, q_stride, group, layout, estimator, stored, summary_ids,
+                                 query_rows, count, bounds, stream);
+    case SummaryPrecision::kF32:
+      break;
+  }
+  return LaunchScore<float>(q, q_stride, group, layout, estimator, stored, summary_ids, query_rows,
+                            count, bounds, stream);
 }
 
 // --- AggregateScores ---------------------------------------------------------------------------

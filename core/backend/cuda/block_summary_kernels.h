@@ -14,26 +14,28 @@
 namespace pulse::cuda {
 
 // For i < count: the summary under `estimator` (core/backend/block_estimator.h) of the keys of
-// block block_ids[i] of `blocks` (one layer's bf16 cache of `layout`), written at summaries +
-// summary_ids[i] * SummaryElems: per KV head and box, the channels' minimum and maximum (NaN keys
-// skipped as fminf and fmaxf skip them), shrunk to the radius and rounded to the precision as
-// reference::SummarizeBlock does, bit for bit; a negative block id is skipped. The summary_ids
-// must be distinct. cudaErrorInvalidValue for a layout that is not bf16 with positive sizes, an
+// block block_ids[i] of `blocks` (one layer's bf16 cache of `layout`), stored as SummaryBytes
+// lays it out at summaries + summary_ids[i] * SummaryBytes bytes: per KV head and box, the
+// channels' minimum and maximum (NaN keys skipped as fminf and fmaxf skip them), shrunk to the
+// radius (the center alone at radius 0) and stored at the precision as reference::SummarizeBlock
+// does, the same values bit for bit; a negative block id is skipped. The summary_ids must be
+// distinct. cudaErrorInvalidValue for a layout that is not bf16 with positive sizes, an
 // estimator that does not fit it, or a negative count.
 cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                                   const BlockEstimator& estimator, const int32_t* block_ids,
-                                  const int32_t* summary_ids, int32_t count, float* summaries,
+                                  const int32_t* summary_ids, int32_t count, void* summaries,
                                   cudaStream_t stream);
 
 // For i < count and query head h < num_heads: bounds[h * count + i] = the largest over the boxes
 // of KV head h / (num_heads / num_kv_heads) of the summary at summaries + summary_ids[i] *
-// SummaryElems of the sum over d of max(q[d] * min[d], q[d] * max[d]), q the head's row at q +
+// SummaryBytes bytes of the sum over d of q[d] * center[d] at radius 0, else of max(q[d] *
+// min[d], q[d] * max[d]), the stored values read in fp32 and q the head's row at q +
 // query_rows[i] * q_stride + h * head_dim. cudaErrorInvalidValue for a layout without positive
 // sizes, an estimator that does not fit it, num_heads not a multiple of num_kv_heads, or a
 // negative count.
 cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads,
                               const PagedKvLayout& layout, const BlockEstimator& estimator,
-                              const float* summaries, const int32_t* summary_ids,
+                              const void* summaries, const int32_t* summary_ids,
                               const int32_t* query_rows, int32_t count, float* bounds,
                               cudaStream_t stream);
 

@@ -437,7 +437,7 @@ class CudaBackend final : public Backend {
 
   void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                        const BlockEstimator& estimator, const int32_t* block_ids,
-                       const int32_t* summary_ids, int32_t count, float* summaries) override {
+                       const int32_t* summary_ids, int32_t count, void* summaries) override {
     absl::MutexLock lock(&mu_);
     if (!CheckSummaries(layout, estimator, layout.num_kv_heads, count, "SummarizeBlocks")) return;
     Record(cuda::LaunchSummarizeBlocks(blocks, layout, estimator, block_ids, summary_ids, count,
@@ -445,7 +445,7 @@ class CudaBackend final : public Backend {
            "SummarizeBlocks");
   }
   void ScoreBlocks(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvLayout& layout,
-                   const BlockEstimator& estimator, const float* summaries,
+                   const BlockEstimator& estimator, const void* summaries,
                    const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
                    float* bounds) override {
     absl::MutexLock lock(&mu_);

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "core/backend/bf16.h"
+#include "core/backend/summary_int8.h"
 #include "core/backend/summary_radius.h"
 
 namespace pulse::reference {
@@ -23,44 +25,143 @@ absl::Status CheckLayout(const PagedKvLayout& layout) {
   return absl::OkStatus();
 }
 
-absl::Status CheckSize(const char* what, size_t size, int64_t expected) {
+absl::Status CheckSize(const char* what, size_t size, int64_t expected, const char* unit) {
   if (static_cast<int64_t>(size) != expected) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s has %d floats; the layout needs %d", what, size, expected));
+        absl::StrFormat("%s has %d %s; the layout needs %d", what, size, unit, expected));
   }
   return absl::OkStatus();
 }
 
-// Rounds `values` as a store of `precision` keeps them: bf16 to nearest even; int8 to the nearest
-// of 255 levels spaced by the row's largest magnitude / 127.
-void RoundToPrecision(std::span<float> values, SummaryPrecision precision) {
-  if (precision == SummaryPrecision::kBf16) {
-    for (float& value : values) value = Bf16ToF32(F32ToBf16(value));
-    return;
+// Where the rows of one block's summary lie (SummaryBytes): `rows` rows of head_dim values of
+// value_bytes each, then, at int8, a scale a row.
+struct RowLayout {
+  size_t head_dim;
+  size_t rows;
+  size_t value_bytes;
+
+  size_t row_offset(size_t row) const { return row * head_dim * value_bytes; }
+  size_t scale_offset(size_t row) const { return rows * head_dim + row * sizeof(float); }
+};
+
+RowLayout RowsOf(const PagedKvLayout& layout, const BlockEstimator& estimator) {
+  const size_t value_bytes = estimator.precision == SummaryPrecision::kF32    ? sizeof(float)
+                             : estimator.precision == SummaryPrecision::kBf16 ? sizeof(uint16_t)
+                                                                              : sizeof(int8_t);
+  return {.head_dim = static_cast<size_t>(layout.head_dim),
+          .rows = static_cast<size_t>(layout.num_kv_heads) * static_cast<size_t>(estimator.boxes) *
+                  static_cast<size_t>(SummaryBoxRows(estimator)),
+          .value_bytes = value_bytes};
+}
+
+template <typename T>
+T Load(const std::byte* at) {
+  T value;
+  std::memcpy(&value, at, sizeof value);
+  return value;
+}
+
+template <typename T>
+void Store(std::byte* at, T value) {
+  std::memcpy(at, &value, sizeof value);
+}
+
+// Stores `values` as row `row` of `summary` at `precision`.
+void StoreRow(std::span<const float> values, const RowLayout& rows, size_t row,
+              SummaryPrecision precision, std::span<std::byte> summary) {
+  std::byte* out = summary.data() + rows.row_offset(row);
+  switch (precision) {
+    case SummaryPrecision::kF32:
+      std::memcpy(out, values.data(), values.size_bytes());
+      return;
+    case SummaryPrecision::kBf16:
+      for (size_t d = 0; d < values.size(); ++d) {
+        Store(out + d * sizeof(uint16_t), F32ToBf16(values[d]));
+      }
+      return;
+    case SummaryPrecision::kInt8: {
+      float largest = 0.0f;
+      bool finite = true;
+      for (const float value : values) {
+        largest = std::fmax(largest, std::fabs(value));
+        finite = finite && std::isfinite(value);
+      }
+      const float scale = Int8RowScale(largest, finite);
+      for (size_t d = 0; d < values.size(); ++d) Store(out + d, QuantizeInt8(values[d], scale));
+      Store(summary.data() + rows.scale_offset(row), scale);
+      return;
+    }
   }
-  if (precision != SummaryPrecision::kInt8) return;
-  float largest = 0.0f;
-  for (const float value : values) largest = std::fmax(largest, std::fabs(value));
-  if (!(largest > 0.0f) || std::isinf(largest)) return;
-  const float scale = largest / 127.0f;
-  for (float& value : values) value = std::nearbyint(value / scale) * scale;
+}
+
+// The values of row `row` of a summary stored at kPrecision, read in fp32.
+template <SummaryPrecision kPrecision>
+class RowReader {
+ public:
+  RowReader(std::span<const std::byte> summary, const RowLayout& rows, size_t row)
+      : values_(summary.data() + rows.row_offset(row)) {
+    if constexpr (kPrecision == SummaryPrecision::kInt8) {
+      scale_ = Load<float>(summary.data() + rows.scale_offset(row));
+    }
+  }
+
+  float operator[](size_t d) const {
+    if constexpr (kPrecision == SummaryPrecision::kF32) {
+      return Load<float>(values_ + d * sizeof(float));
+    } else if constexpr (kPrecision == SummaryPrecision::kBf16) {
+      return Bf16ToF32(Load<uint16_t>(values_ + d * sizeof(uint16_t)));
+    } else {
+      return DequantizeInt8(Load<int8_t>(values_ + d), scale_);
+    }
+  }
+
+ private:
+  const std::byte* values_;
+  float scale_ = 1.0f;
+};
+
+template <SummaryPrecision kPrecision>
+float HeadBound(std::span<const float> query, std::span<const std::byte> summary,
+                const RowLayout& rows, size_t first_row, int32_t boxes, int32_t box_rows) {
+  // NaN unless some box's bound is a number (fmax keeps the number).
+  float best = std::numeric_limits<float>::quiet_NaN();
+  for (int32_t box = 0; box < boxes; ++box) {
+    const size_t row = first_row + static_cast<size_t>(box) * box_rows;
+    const RowReader<kPrecision> lo(summary, rows, row);
+    float bound = 0.0f;
+    if (box_rows == 1) {
+      for (size_t d = 0; d < query.size(); ++d) bound += query[d] * lo[d];
+    } else {
+      const RowReader<kPrecision> hi(summary, rows, row + 1);
+      for (size_t d = 0; d < query.size(); ++d) {
+        bound += std::max(query[d] * lo[d], query[d] * hi[d]);
+      }
+    }
+    best = std::fmax(best, bound);
+  }
+  return best;
 }
 
 }  // namespace
 
 absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& estimator,
                             std::span<const float> block, int32_t tokens,
-                            std::span<float> summary) {
+                            std::span<std::byte> summary) {
   PULSE_RETURN_IF_ERROR(CheckLayout(layout));
   PULSE_RETURN_IF_ERROR(ValidateEstimator(estimator, layout));
-  PULSE_RETURN_IF_ERROR(CheckSize("the block", block.size(), layout.block_elems()));
-  PULSE_RETURN_IF_ERROR(CheckSize("the summary", summary.size(), SummaryElems(layout, estimator)));
+  PULSE_RETURN_IF_ERROR(CheckSize("the block", block.size(), layout.block_elems(), "floats"));
+  PULSE_RETURN_IF_ERROR(
+      CheckSize("the summary", summary.size(), SummaryBytes(layout, estimator), "bytes"));
   if (tokens < 1 || tokens > layout.block_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat("cannot summarize %d tokens of a block of %d",
                                                       tokens, layout.block_tokens));
   }
   const auto head_dim = static_cast<size_t>(layout.head_dim);
   const int32_t box_tokens = layout.block_tokens / estimator.boxes;
+  const int32_t box_rows = SummaryBoxRows(estimator);
+  const RowLayout rows = RowsOf(layout, estimator);
+  std::vector<float> min(head_dim);
+  std::vector<float> max(head_dim);
   for (int32_t head = 0; head < layout.num_kv_heads; ++head) {
     for (int32_t box = 0; box < estimator.boxes; ++box) {
       // A box past the tokens repeats the last box that has some.
@@ -69,9 +170,6 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& e
       const std::span<const float> keys = block.subspan(
           static_cast<size_t>(head * layout.head_elems() + int64_t{first} * layout.head_dim),
           static_cast<size_t>(end - first) * head_dim);
-      const size_t row = (static_cast<size_t>(head) * estimator.boxes + box) * 2 * head_dim;
-      const std::span<float> min = summary.subspan(row, head_dim);
-      const std::span<float> max = summary.subspan(row + head_dim, head_dim);
       std::copy_n(keys.begin(), head_dim, min.begin());
       std::copy_n(keys.begin(), head_dim, max.begin());
       for (size_t t = 1; t < static_cast<size_t>(end - first); ++t) {
@@ -84,31 +182,39 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& e
       if (estimator.radius != 1.0f) {
         for (size_t d = 0; d < head_dim; ++d) ShrinkToRadius(min[d], max[d], estimator.radius);
       }
-      for (const std::span<float> values : {min, max})
-        RoundToPrecision(values, estimator.precision);
+      const size_t row = (static_cast<size_t>(head) * estimator.boxes + box) * box_rows;
+      StoreRow(min, rows, row, estimator.precision, summary);
+      if (box_rows == 2) StoreRow(max, rows, row + 1, estimator.precision, summary);
     }
   }
   return absl::OkStatus();
 }
 
-float BlockBound(std::span<const float> query, std::span<const float> head_summary) {
-  const size_t head_dim = query.size();
-  assert(head_dim > 0 && head_summary.size() % (2 * head_dim) == 0);
-  // NaN unless some box's bound is a number (fmax keeps the number).
-  float best = std::numeric_limits<float>::quiet_NaN();
-  for (size_t row = 0; row < head_summary.size(); row += 2 * head_dim) {
-    float bound = 0.0f;
-    for (size_t d = 0; d < head_dim; ++d) {
-      bound +=
-          std::max(query[d] * head_summary[row + d], query[d] * head_summary[row + head_dim + d]);
-    }
-    best = std::fmax(best, bound);
+float BlockBound(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                 std::span<const float> query, std::span<const std::byte> summary,
+                 int32_t kv_head) {
+  assert(static_cast<int64_t>(query.size()) == layout.head_dim &&
+         static_cast<int64_t>(summary.size()) == SummaryBytes(layout, estimator) && kv_head >= 0 &&
+         kv_head < layout.num_kv_heads);
+  const RowLayout rows = RowsOf(layout, estimator);
+  const int32_t box_rows = SummaryBoxRows(estimator);
+  const size_t first_row = static_cast<size_t>(kv_head) * estimator.boxes * box_rows;
+  switch (estimator.precision) {
+    case SummaryPrecision::kBf16:
+      return HeadBound<SummaryPrecision::kBf16>(query, summary, rows, first_row, estimator.boxes,
+                                                box_rows);
+    case SummaryPrecision::kInt8:
+      return HeadBound<SummaryPrecision::kInt8>(query, summary, rows, first_row, estimator.boxes,
+                                                box_rows);
+    case SummaryPrecision::kF32:
+      break;
   }
-  return best;
+  return HeadBound<SummaryPrecision::kF32>(query, summary, rows, first_row, estimator.boxes,
+                                           box_rows);
 }
 
 absl::Status ScoreBlocks(const PagedKvLayout& layout, const BlockEstimator& estimator,
-                         std::span<const float> query, std::span<const float> summaries,
+                         std::span<const float> query, std::span<const std::byte> summaries,
                          std::span<const int32_t> block_ids, std::span<float> bounds) {
   PULSE_RETURN_IF_ERROR(CheckLayout(layout));
   PULSE_RETURN_IF_ERROR(ValidateEstimator(estimator, layout));
@@ -120,14 +226,14 @@ absl::Status ScoreBlocks(const PagedKvLayout& layout, const BlockEstimator& esti
         absl::StrFormat("a query of %d floats is not query heads of %d dims over %d KV heads",
                         query.size(), head_dim, num_kv_heads));
   }
-  const int64_t summary_elems = SummaryElems(layout, estimator);
-  if (summaries.size() % summary_elems != 0) {
+  const auto summary_bytes = static_cast<size_t>(SummaryBytes(layout, estimator));
+  if (summaries.size() % summary_bytes != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%d floats of summaries are not summaries of %d floats", summaries.size(), summary_elems));
+        "%d bytes of summaries are not summaries of %d bytes", summaries.size(), summary_bytes));
   }
-  PULSE_RETURN_IF_ERROR(
-      CheckSize("the bounds", bounds.size(), int64_t(num_query_heads * block_ids.size())));
-  const int64_t num_summaries = static_cast<int64_t>(summaries.size()) / summary_elems;
+  PULSE_RETURN_IF_ERROR(CheckSize("the bounds", bounds.size(),
+                                  int64_t(num_query_heads * block_ids.size()), "floats"));
+  const auto num_summaries = static_cast<int64_t>(summaries.size() / summary_bytes);
   for (const int32_t id : block_ids) {
     if (id < 0 || id >= num_summaries) {
       return absl::InvalidArgumentError(
@@ -135,14 +241,13 @@ absl::Status ScoreBlocks(const PagedKvLayout& layout, const BlockEstimator& esti
     }
   }
   const size_t group = num_query_heads / num_kv_heads;
-  const size_t head_elems = static_cast<size_t>(summary_elems) / num_kv_heads;
   for (size_t i = 0; i < block_ids.size(); ++i) {
-    const std::span<const float> summary =
-        summaries.subspan(block_ids[i] * summary_elems, summary_elems);
+    const std::span<const std::byte> summary =
+        summaries.subspan(static_cast<size_t>(block_ids[i]) * summary_bytes, summary_bytes);
     for (size_t head = 0; head < num_query_heads; ++head) {
       bounds[head * block_ids.size() + i] =
-          BlockBound(query.subspan(head * head_dim, head_dim),
-                     summary.subspan((head / group) * head_elems, head_elems));
+          BlockBound(layout, estimator, query.subspan(head * head_dim, head_dim), summary,
+                     static_cast<int32_t>(head / group));
     }
   }
   return absl::OkStatus();

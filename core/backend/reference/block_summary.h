@@ -7,6 +7,7 @@
 // runs it, the selection policy ranks by it, and the CUDA kernels are tested against it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -17,23 +18,27 @@
 
 namespace pulse::reference {
 
-// Writes into `summary` (SummaryElems(layout, estimator) floats) the summary of the keys of the
-// first `tokens` tokens of `block`, one fp32 block of `layout` (the tokens after them are not
-// read): for each KV head and box (block_tokens / boxes consecutive tokens), the channels'
-// minimum and maximum over the box's keys, a NaN channel skipped as fminf and fmaxf skip it; a
-// box past `tokens` repeats the last box with tokens. With a radius below 1 each channel's range
-// shrinks around its midpoint m = min/2 + max/2 to m -/+ radius * h, h = max/2 - min/2 (each a
-// fused multiply-add, so every backend rounds alike). Then the rows are rounded to the
-// estimator's precision: bf16 to nearest even; int8 to the nearest multiple of a row's largest
-// magnitude / 127. InvalidArgument for a layout that is not fp32 or not positive, an estimator
-// that does not fit it, spans whose sizes do not match, or `tokens` outside [1, block_tokens].
+// Writes into `summary` (SummaryBytes(layout, estimator) bytes, laid out as SummaryBytes says)
+// the summary of the keys of the first `tokens` tokens of `block`, one fp32 block of `layout` (the
+// tokens after them are not read): for each KV head and box (block_tokens / boxes consecutive
+// tokens), the channels' minimum and maximum over the box's keys, a NaN channel skipped as fminf
+// and fmaxf skip it; a box past `tokens` repeats the last box with tokens. With a radius below 1
+// each channel's range shrinks around its midpoint as ShrinkToRadius does (summary_radius.h); at
+// radius 0 the box keeps the shrunk minimum alone, its center. Each row is stored at the
+// estimator's precision: bf16 rounded to nearest even (F32ToBf16), int8 as summary_int8.h
+// quantizes it. InvalidArgument for a layout that is not fp32 or not positive, an estimator that
+// does not fit it, spans whose sizes do not match, or `tokens` outside [1, block_tokens].
 absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& estimator,
-                            std::span<const float> block, int32_t tokens, std::span<float> summary);
+                            std::span<const float> block, int32_t tokens,
+                            std::span<std::byte> summary);
 
-// The estimate of q.k over the keys one KV head's summary (`head_summary`: [boxes][2][head_dim])
-// covers: the largest over its boxes of the sum over d of max(q[d] * min[d], q[d] * max[d]) (NaN
-// only when every box's is).
-float BlockBound(std::span<const float> query, std::span<const float> head_summary);
+// The estimate of q.k (`query`: head_dim floats) over the keys that KV head `kv_head` of one
+// block's `summary` (as SummarizeBlock writes it) covers: the largest over the head's boxes of
+// the box's bound, the sum over d of query[d] * center[d] at radius 0, else of max(query[d] *
+// min[d], query[d] * max[d]), each row value read in fp32 (NaN only when every box's bound is).
+// The sums run in channel order.
+float BlockBound(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                 std::span<const float> query, std::span<const std::byte> summary, int32_t kv_head);
 
 // The bounds of every query head over the blocks `block_ids`: bounds[h][i] is query head h's
 // BlockBound over block block_ids[i], whose summary is the block_ids[i]-th of `summaries`.
@@ -41,7 +46,7 @@ float BlockBound(std::span<const float> query, std::span<const float> head_summa
 // num_kv_heads), as attention does. InvalidArgument for sizes that do not fit the layout or a
 // block id outside `summaries`.
 absl::Status ScoreBlocks(const PagedKvLayout& layout, const BlockEstimator& estimator,
-                         std::span<const float> query, std::span<const float> summaries,
+                         std::span<const float> query, std::span<const std::byte> summaries,
                          std::span<const int32_t> block_ids, std::span<float> bounds);
 
 // scores[i] for i < scores.size(): `aggregate` (with `logit_scale`, block_scores.h) over

@@ -1,15 +1,19 @@
 // The CUDA backend's Quest block-summary ops against the CPU reference functions of
-// core/backend/reference/block_summary.h. SummarizeBlocks over random bf16 caches (negative keys,
-// whole channels below zero, NaN keys, a channel of NaN keys, NaN values that must not be read)
-// must give the reference's summaries exactly: the minimum or maximum of bf16 values is exact in
-// fp32. ScoreBlocks must give the reference's bounds within fp32 rounding of another summation
-// order, over query rows whose stride padding is NaN (a read outside a row's heads shows). The
-// shapes cover head_dim 64 and 128, 1, 2 and 8 KV heads, 16- and 32-token blocks and GQA groups 1,
-// 4 and 8, plus head_dim 256, 96, 80 and 20 for the kernels' other paths; query strides a multiple
-// of 4 (vector loads) and not (scalar loads). Skipped without a CUDA device.
+// core/backend/reference/block_summary.h, for every precision and row count of the compact store.
+// SummarizeBlocks over random bf16 caches (negative keys, whole channels below zero, NaN keys, a
+// channel of NaN keys, NaN values that must not be read) must store the reference's summaries
+// exactly: the minimum or maximum of bf16 values is exact in fp32, and the shrink, the bf16
+// rounding and the int8 quantization are the same fp32 operations. ScoreBlocks must give the
+// reference's bounds within fp32 rounding of another summation order, over query rows whose
+// stride padding is NaN (a read outside a row's heads shows). The shapes cover head_dim 64 and
+// 128, 1, 2 and 8 KV heads, 16- and 32-token blocks and GQA groups 1, 4 and 8, plus head_dim 256,
+// 96, 80 and 20 for the kernels' other paths; query strides a multiple of 4 (vector loads) and
+// not (scalar loads). Skipped without a CUDA device.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <ostream>
@@ -30,19 +34,22 @@ using ::pulse::testing::Poisoned;
 using ::pulse::testing::RandomValues;
 
 constexpr uint16_t kBf16NaN = 0x7FC0;
-// Written into summary slots that no block is summarized into: they must keep it.
-constexpr float kUntouched = -7777.0f;
+// Written into the bytes of summary slots that no block is summarized into: they must keep it.
+constexpr std::byte kUntouched{0xA5};
 // Quest's page summary: one box a block, the whole range.
 constexpr BlockEstimator kQuest{.boxes = 1, .radius = 1.0f};
 
-// The estimators the kernels must reproduce exactly on `layout`: boxes shrunk, smaller boxes,
-// every key, and rows rounded to bf16 and int8.
+// The estimators the kernels must reproduce on `layout`, besides Quest's: boxes shrunk to their
+// centers (one row a box) or part way, smaller boxes, every key, and rows stored in bf16 and int8
+// with one and two rows a box.
 std::vector<BlockEstimator> Estimators(const PagedKvLayout& layout) {
   return {{.radius = 0.0f},
           {.radius = 0.375f},
           {.boxes = 2, .radius = 1.0f},
           {.boxes = layout.block_tokens, .radius = 0.0f, .precision = SummaryPrecision::kBf16},
-          {.boxes = 4, .radius = 0.0f, .precision = SummaryPrecision::kInt8}};
+          {.boxes = 2, .radius = 0.5f, .precision = SummaryPrecision::kBf16},
+          {.boxes = 4, .radius = 0.0f, .precision = SummaryPrecision::kInt8},
+          {.radius = 1.0f, .precision = SummaryPrecision::kInt8}};
 }
 
 // Bounds may differ from the reference by fp32 rounding of another summation order (and FMA).
@@ -103,31 +110,100 @@ std::vector<int32_t> DistinctIds(int32_t n, int32_t count, uint32_t seed) {
   return ids;
 }
 
-// What the CPU reference writes for SummarizeBlocks into `summaries` (kUntouched elsewhere).
-std::vector<float> ReferenceSummaries(const PagedKvLayout& layout,
-                                      const std::vector<uint16_t>& cache,
-                                      const std::vector<int32_t>& block_ids,
-                                      const std::vector<int32_t>& summary_ids, int32_t slots,
-                                      const BlockEstimator& estimator = kQuest) {
-  PagedKvLayout f32 = layout;
-  f32.type = DType::kF32;
-  const int64_t elems = SummaryElems(f32, estimator);
-  std::vector<float> summaries(static_cast<size_t>(slots * elems), kUntouched);
+PagedKvLayout F32(PagedKvLayout layout) {
+  layout.type = DType::kF32;
+  return layout;
+}
+
+template <typename T>
+T Load(const std::byte* at) {
+  T value;
+  std::memcpy(&value, at, sizeof value);
+  return value;
+}
+
+// Every number stored in `summaries` (summaries of `layout` under `estimator`, back to back) in
+// fp32, in order: each summary's row values (int8 ones as the integers), then at int8 its rows'
+// scales.
+std::vector<float> StoredNumbers(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                                 const std::vector<std::byte>& summaries) {
+  const auto bytes = static_cast<size_t>(SummaryBytes(layout, estimator));
+  const size_t rows = static_cast<size_t>(layout.num_kv_heads) * estimator.boxes *
+                      static_cast<size_t>(SummaryBoxRows(estimator));
+  const size_t values = rows * static_cast<size_t>(layout.head_dim);
+  std::vector<float> numbers;
+  for (size_t at = 0; at + bytes <= summaries.size(); at += bytes) {
+    const std::byte* summary = summaries.data() + at;
+    for (size_t k = 0; k < values; ++k) {
+      switch (estimator.precision) {
+        case SummaryPrecision::kF32:
+          numbers.push_back(Load<float>(summary + 4 * k));
+          break;
+        case SummaryPrecision::kBf16:
+          numbers.push_back(Bf16ToF32(Load<uint16_t>(summary + 2 * k)));
+          break;
+        case SummaryPrecision::kInt8:
+          numbers.push_back(static_cast<float>(Load<int8_t>(summary + k)));
+          break;
+      }
+    }
+    if (estimator.precision == SummaryPrecision::kInt8) {
+      for (size_t r = 0; r < rows; ++r) numbers.push_back(Load<float>(summary + values + 4 * r));
+    }
+  }
+  return numbers;
+}
+
+// Row r's values of one stored summary as read in fp32 (int8 ones times their scale).
+std::vector<float> ReadRow(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                           const std::byte* summary, size_t r) {
+  const auto dim = static_cast<size_t>(layout.head_dim);
+  const size_t rows = static_cast<size_t>(layout.num_kv_heads) * estimator.boxes *
+                      static_cast<size_t>(SummaryBoxRows(estimator));
+  std::vector<float> row(dim);
+  for (size_t d = 0; d < dim; ++d) {
+    const size_t k = r * dim + d;
+    switch (estimator.precision) {
+      case SummaryPrecision::kF32:
+        row[d] = Load<float>(summary + 4 * k);
+        break;
+      case SummaryPrecision::kBf16:
+        row[d] = Bf16ToF32(Load<uint16_t>(summary + 2 * k));
+        break;
+      case SummaryPrecision::kInt8:
+        row[d] = static_cast<float>(Load<int8_t>(summary + k)) *
+                 Load<float>(summary + rows * dim + 4 * r);
+        break;
+    }
+  }
+  return row;
+}
+
+// What the CPU reference stores for SummarizeBlocks into `slots` summaries (kUntouched
+// elsewhere); `cache` holds bf16 bits, read in fp32 (exactly).
+std::vector<std::byte> ReferenceSummaries(const PagedKvLayout& layout,
+                                          const std::vector<uint16_t>& cache,
+                                          const std::vector<int32_t>& block_ids,
+                                          const std::vector<int32_t>& summary_ids, int32_t slots,
+                                          const BlockEstimator& estimator = kQuest) {
+  const PagedKvLayout f32 = F32(layout);
+  const auto bytes = static_cast<size_t>(SummaryBytes(f32, estimator));
+  std::vector<std::byte> summaries(slots * bytes, kUntouched);
   std::vector<float> block(static_cast<size_t>(f32.block_elems()));
   for (size_t i = 0; i < block_ids.size(); ++i) {
     const uint16_t* bits = cache.data() + block_ids[i] * f32.block_elems();
-    std::transform(bits, bits + block.size(), block.begin(), Bf16ToF32);  // exact
+    std::transform(bits, bits + block.size(), block.begin(), Bf16ToF32);
     const absl::Status status = reference::SummarizeBlock(
         f32, estimator, block, f32.block_tokens,
-        std::span<float>(summaries).subspan(static_cast<size_t>(summary_ids[i] * elems),
-                                            static_cast<size_t>(elems)));
+        std::span(summaries).subspan(static_cast<size_t>(summary_ids[i]) * bytes, bytes));
     EXPECT_TRUE(status.ok()) << status;
   }
   return summaries;
 }
 
 // The CPU reference's bounds [num_heads][count], and the magnitude of each (the largest over the
-// boxes of the sum over d of |q[d]| * max(|min[d]|, |max[d]|)) for the rounding allowance.
+// boxes of the sum over d of |q[d]| * max(|min[d]|, |max[d]|), the rows as read) for the rounding
+// allowance.
 struct ReferenceBounds {
   std::vector<float> bounds;
   std::vector<double> magnitudes;
@@ -135,16 +211,15 @@ struct ReferenceBounds {
 
 ReferenceBounds ScoreOnCpu(const std::vector<float>& q, int64_t q_stride, int32_t num_heads,
                            const PagedKvLayout& layout, const BlockEstimator& estimator,
-                           const std::vector<float>& summaries,
+                           const std::vector<std::byte>& summaries,
                            const std::vector<int32_t>& summary_ids,
                            const std::vector<int32_t>& query_rows) {
-  PagedKvLayout f32 = layout;
-  f32.type = DType::kF32;
+  const PagedKvLayout f32 = F32(layout);
   const size_t count = summary_ids.size();
   const size_t dim = static_cast<size_t>(layout.head_dim);
   const size_t group = static_cast<size_t>(num_heads / layout.num_kv_heads);
-  const size_t elems = static_cast<size_t>(SummaryElems(f32, estimator));
-  const size_t head_elems = elems / static_cast<size_t>(layout.num_kv_heads);
+  const auto bytes = static_cast<size_t>(SummaryBytes(f32, estimator));
+  const auto box_rows = static_cast<size_t>(SummaryBoxRows(estimator));
   ReferenceBounds out{std::vector<float>(num_heads * count),
                       std::vector<double>(num_heads * count)};
   std::vector<float> bounds(static_cast<size_t>(num_heads));
@@ -153,15 +228,17 @@ ReferenceBounds ScoreOnCpu(const std::vector<float>& q, int64_t q_stride, int32_
     const absl::Status status = reference::ScoreBlocks(
         f32, estimator, row, summaries, std::span<const int32_t>(&summary_ids[i], 1), bounds);
     EXPECT_TRUE(status.ok()) << status;
+    const std::byte* summary = summaries.data() + summary_ids[i] * bytes;
     for (size_t h = 0; h < static_cast<size_t>(num_heads); ++h) {
       double magnitude = 0.0;
       for (size_t box = 0; box < static_cast<size_t>(estimator.boxes); ++box) {
-        const float* lo =
-            summaries.data() + summary_ids[i] * elems + (h / group) * head_elems + 2 * box * dim;
+        const size_t first_row = ((h / group) * estimator.boxes + box) * box_rows;
+        const std::vector<float> lo = ReadRow(f32, estimator, summary, first_row);
+        const std::vector<float> hi = ReadRow(f32, estimator, summary, first_row + box_rows - 1);
         double box_magnitude = 0.0;
         for (size_t d = 0; d < dim; ++d) {
           box_magnitude += std::abs(double{row[h * dim + d]}) *
-                           std::max(std::abs(double{lo[d]}), std::abs(double{lo[dim + d]}));
+                           std::max(std::abs(double{lo[d]}), std::abs(double{hi[d]}));
         }
         magnitude = std::max(magnitude, box_magnitude);
       }
@@ -189,34 +266,34 @@ class CudaBlockSummaryFixture : public ::testing::Test {
     return *std::move(buffer);
   }
 
-  std::vector<float> Download(const DeviceBuffer& buffer, size_t count) {
-    std::vector<float> values(count);
-    const absl::Status status =
-        cuda_->CopyToHost(values.data(), buffer.data(), count * sizeof(float));
+  template <typename T = float>
+  std::vector<T> Download(const DeviceBuffer& buffer, size_t count) {
+    std::vector<T> values(count);
+    const absl::Status status = cuda_->CopyToHost(values.data(), buffer.data(), count * sizeof(T));
     EXPECT_TRUE(status.ok()) << status;
     return values;
   }
 
   // SummarizeBlocks on the device into `slots` summaries first holding kUntouched.
-  std::vector<float> Summarize(const PagedKvLayout& layout, const std::vector<uint16_t>& cache,
-                               const std::vector<int32_t>& block_ids,
-                               const std::vector<int32_t>& summary_ids, int32_t slots,
-                               const BlockEstimator& estimator = kQuest) {
-    const size_t floats = static_cast<size_t>(slots * SummaryElems(layout, estimator));
+  std::vector<std::byte> Summarize(const PagedKvLayout& layout, const std::vector<uint16_t>& cache,
+                                   const std::vector<int32_t>& block_ids,
+                                   const std::vector<int32_t>& summary_ids, int32_t slots,
+                                   const BlockEstimator& estimator = kQuest) {
+    const size_t bytes = static_cast<size_t>(slots * SummaryBytes(layout, estimator));
     DeviceBuffer blocks = Upload(cache);
     DeviceBuffer block_id_buffer = Upload(block_ids);
     DeviceBuffer summary_id_buffer = Upload(summary_ids);
-    DeviceBuffer summaries = Upload(std::vector<float>(floats, kUntouched));
+    DeviceBuffer summaries = Upload(std::vector<std::byte>(bytes, kUntouched));
     cuda_->SummarizeBlocks(blocks.data(), layout, estimator, block_id_buffer.as<int32_t>(),
                            summary_id_buffer.as<int32_t>(), static_cast<int32_t>(block_ids.size()),
-                           summaries.as<float>());
-    return Download(summaries, floats);
+                           summaries.data());
+    return Download<std::byte>(summaries, bytes);
   }
 
   // ScoreBlocks on the device into bounds first holding NaN.
   std::vector<float> Score(const std::vector<float>& q, int64_t q_stride, int32_t num_heads,
                            const PagedKvLayout& layout, const BlockEstimator& estimator,
-                           const std::vector<float>& summaries,
+                           const std::vector<std::byte>& summaries,
                            const std::vector<int32_t>& summary_ids,
                            const std::vector<int32_t>& query_rows) {
     const size_t floats = static_cast<size_t>(num_heads) * summary_ids.size();
@@ -226,19 +303,24 @@ class CudaBlockSummaryFixture : public ::testing::Test {
     DeviceBuffer row_buffer = Upload(query_rows);
     DeviceBuffer bounds = Upload(Poisoned(floats));
     cuda_->ScoreBlocks(q_buffer.as<float>(), q_stride, num_heads, layout, estimator,
-                       summary_buffer.as<float>(), id_buffer.as<int32_t>(),
-                       row_buffer.as<int32_t>(), static_cast<int32_t>(summary_ids.size()),
-                       bounds.as<float>());
+                       summary_buffer.data(), id_buffer.as<int32_t>(), row_buffer.as<int32_t>(),
+                       static_cast<int32_t>(summary_ids.size()), bounds.as<float>());
     return Download(bounds, floats);
   }
 
-  static void ExpectSameSummaries(const std::vector<float>& actual,
-                                  const std::vector<float>& expected) {
+  // The same stored numbers (values and scales), or both NaN (the sign of a zero may differ:
+  // fminf(-0, +0) may be either).
+  static void ExpectSameSummaries(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                                  const std::vector<std::byte>& actual,
+                                  const std::vector<std::byte>& expected) {
     ASSERT_EQ(actual.size(), expected.size());
+    const std::vector<float> actual_numbers = StoredNumbers(layout, estimator, actual);
+    const std::vector<float> expected_numbers = StoredNumbers(layout, estimator, expected);
     size_t mismatches = 0;
-    for (size_t k = 0; k < actual.size(); ++k) {
-      if (!SameValue(actual[k], expected[k]) && mismatches++ < 5) {
-        ADD_FAILURE() << "summary float " << k << ": " << actual[k] << " != " << expected[k];
+    for (size_t k = 0; k < actual_numbers.size(); ++k) {
+      if (!SameValue(actual_numbers[k], expected_numbers[k]) && mismatches++ < 5) {
+        ADD_FAILURE() << "stored number " << k << ": " << actual_numbers[k]
+                      << " != " << expected_numbers[k];
       }
     }
     EXPECT_EQ(mismatches, 0u);
@@ -285,19 +367,21 @@ TEST_P(CudaBlockSummaryTest, SummarizeBlocksMatchesTheReferenceExactly) {
     KeyBits(layout, cache, block_ids[1], last_head, t, layout.head_dim - 1) = kBf16NaN;
   }
 
-  const std::vector<float> expected =
+  const std::vector<std::byte> expected =
       ReferenceSummaries(layout, cache, block_ids, summary_ids, kSlots);
-  const int64_t elems = SummaryElems(layout, kQuest);
-  ASSERT_FALSE(std::isnan(expected[summary_ids[0] * elems + channel]));
-  ASSERT_TRUE(std::isnan(expected[summary_ids[1] * elems + (2 * last_head + 1) * layout.head_dim +
-                                  layout.head_dim - 1]));
-  ExpectSameSummaries(Summarize(layout, cache, block_ids, summary_ids, kSlots), expected);
-  // Boxes shrunk around their midpoints, boxes of fewer tokens, rows rounded to bf16 or int8,
-  // bit for bit as the reference does them.
+  const std::vector<float> floats = StoredNumbers(layout, kQuest, expected);
+  const int64_t floats_a_summary = SummaryBytes(layout, kQuest) / 4;
+  ASSERT_FALSE(std::isnan(floats[summary_ids[0] * floats_a_summary + channel]));
+  ASSERT_TRUE(std::isnan(floats[summary_ids[1] * floats_a_summary +
+                                (2 * last_head + 1) * layout.head_dim + layout.head_dim - 1]));
+  ExpectSameSummaries(layout, kQuest, Summarize(layout, cache, block_ids, summary_ids, kSlots),
+                      expected);
+  // Boxes shrunk around their midpoints (their centers alone at radius 0), boxes of fewer
+  // tokens, rows stored in bf16 or int8, the same numbers as the reference stores.
   for (const BlockEstimator& estimator : Estimators(layout)) {
     SCOPED_TRACE(EstimatorName(estimator, layout.block_tokens));
     ExpectSameSummaries(
-        Summarize(layout, cache, block_ids, summary_ids, kSlots, estimator),
+        layout, estimator, Summarize(layout, cache, block_ids, summary_ids, kSlots, estimator),
         ReferenceSummaries(layout, cache, block_ids, summary_ids, kSlots, estimator));
   }
 }
@@ -305,42 +389,43 @@ TEST_P(CudaBlockSummaryTest, SummarizeBlocksMatchesTheReferenceExactly) {
 TEST_P(CudaBlockSummaryTest, ScoreBlocksMatchesTheReference) {
   const Shape shape = GetParam();
   const PagedKvLayout layout = Layout(shape, DType::kBF16);
-  for (const int32_t boxes : {1, 4}) {
-    SCOPED_TRACE(::testing::Message() << boxes << " boxes");
-    const BlockEstimator estimator{.boxes = boxes, .radius = 1.0f};
-    const int32_t num_heads = shape.num_kv_heads * shape.group;
-    const int64_t elems = SummaryElems(layout, estimator);
-    constexpr int32_t kRows = 5;
-    constexpr int32_t kSlots = 19;
-    constexpr int32_t kCount = 300;  // over several tiles of candidates, not a multiple of one
+  const int32_t num_heads = shape.num_kv_heads * shape.group;
+  constexpr int32_t kRows = 5;
+  constexpr int32_t kSlots = 19;
+  constexpr int32_t kCount = 300;  // over several tiles of candidates, not a multiple of one
 
-    // Summaries: random min <= max rows, one channel NaN (a channel of NaN keys), one min == max.
-    std::vector<float> summaries(static_cast<size_t>(kSlots * elems));
-    const std::vector<float> a = RandomValues(summaries.size(), 4, -2.0f, 2.0f);
-    const std::vector<float> b = RandomValues(summaries.size(), 5, -2.0f, 2.0f);
-    for (int64_t s = 0; s < kSlots * 2 * layout.num_kv_heads * boxes; s += 2) {
-      for (int64_t d = 0; d < layout.head_dim; ++d) {
-        const size_t lo = static_cast<size_t>(s * layout.head_dim + d);
-        const size_t hi = lo + static_cast<size_t>(layout.head_dim);
-        summaries[lo] = std::min(a[lo], b[lo]);
-        summaries[hi] = std::max(a[lo], b[lo]);
+  // The summaries of random blocks, one with a channel of NaN keys (a NaN bound at every
+  // precision), one whose keys are all equal (min == max).
+  std::vector<uint16_t> cache = RandomCache(layout, kSlots, 4);
+  for (int32_t t = 0; t < layout.block_tokens; ++t) {
+    KeyBits(layout, cache, 4, 0, t, 1 % layout.head_dim) = kBf16NaN;
+    for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+      for (int32_t d = 0; d < layout.head_dim; ++d) {
+        KeyBits(layout, cache, 7, h, t, d) = KeyBits(layout, cache, 7, h, 0, d);
       }
     }
-    summaries[4 * elems + 1 % layout.head_dim] = NAN;
-    summaries[4 * elems + layout.head_dim + 1 % layout.head_dim] = NAN;
-    summaries[7 * elems + layout.head_dim] = summaries[7 * elems];
+  }
+  std::vector<int32_t> slots(kSlots);
+  std::iota(slots.begin(), slots.end(), 0);
 
-    std::mt19937 rng(6);
-    std::vector<int32_t> summary_ids(kCount);
-    for (int32_t& id : summary_ids) id = static_cast<int32_t>(rng() % kSlots);
-    // Runs of candidates a row, the rows out of order, and a few strays.
-    const int32_t row_order[kRows] = {3, 0, 4, 1, 2};
-    std::vector<int32_t> query_rows(kCount);
-    for (int32_t i = 0; i < kCount; ++i) {
-      query_rows[i] =
-          i % 17 == 5 ? static_cast<int32_t>(rng() % kRows) : row_order[i * kRows / kCount];
-    }
+  std::mt19937 rng(6);
+  std::vector<int32_t> summary_ids(kCount);
+  for (int32_t& id : summary_ids) id = static_cast<int32_t>(rng() % kSlots);
+  // Runs of candidates a row, the rows out of order, and a few strays.
+  const int32_t row_order[kRows] = {3, 0, 4, 1, 2};
+  std::vector<int32_t> query_rows(kCount);
+  for (int32_t i = 0; i < kCount; ++i) {
+    query_rows[i] =
+        i % 17 == 5 ? static_cast<int32_t>(rng() % kRows) : row_order[i * kRows / kCount];
+  }
 
+  std::vector<BlockEstimator> estimators = Estimators(layout);
+  estimators.push_back(kQuest);
+  estimators.push_back({.boxes = 4, .radius = 1.0f});
+  for (const BlockEstimator& estimator : estimators) {
+    SCOPED_TRACE(EstimatorName(estimator, layout.block_tokens));
+    const std::vector<std::byte> summaries =
+        ReferenceSummaries(layout, cache, slots, slots, kSlots, estimator);
     for (const int64_t padding : {8, 3}) {  // float4 loads of q, then scalar loads
       SCOPED_TRACE(::testing::Message() << "q padding " << padding);
       const int64_t q_stride = int64_t{num_heads} * layout.head_dim + padding;
@@ -366,7 +451,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaBlockSummaryTest,
                                            Shape{20, 2, 16, 2}));
 
 // Llama-3.1-8B's shape at a step's scale: 512 blocks summarized, then 8 query rows x 512
-// candidates scored in one call against those device summaries.
+// candidates scored in one call against those device summaries, for Quest's box and for the
+// default estimator (one center row a block).
 TEST_F(CudaBlockSummaryFixture, LlamaShapeSummarizesAndScoresAStep) {
   const Shape shape{128, 8, 32, 4};
   const PagedKvLayout layout = Layout(shape, DType::kBF16);
@@ -377,19 +463,6 @@ TEST_F(CudaBlockSummaryFixture, LlamaShapeSummarizesAndScoresAStep) {
   const std::vector<uint16_t> cache = RandomCache(layout, kBlocks, 8);
   const std::vector<int32_t> block_ids = DistinctIds(kBlocks, kCount, 9);
   const std::vector<int32_t> summary_ids = DistinctIds(kCount, kCount, 10);
-
-  const int64_t elems = SummaryElems(layout, kQuest);
-  const size_t floats = static_cast<size_t>(kCount * elems);
-  DeviceBuffer blocks = Upload(cache);
-  DeviceBuffer block_id_buffer = Upload(block_ids);
-  DeviceBuffer summary_id_buffer = Upload(summary_ids);
-  DeviceBuffer summaries = Upload(Poisoned(floats));
-  cuda_->SummarizeBlocks(blocks.data(), layout, kQuest, block_id_buffer.as<int32_t>(),
-                         summary_id_buffer.as<int32_t>(), kCount, summaries.as<float>());
-  const std::vector<float> expected =
-      ReferenceSummaries(layout, cache, block_ids, summary_ids, kCount);
-  ExpectSameSummaries(Download(summaries, floats), expected);
-
   // Every row scores every summary, each row in its own order.
   std::vector<int32_t> candidate_ids;
   std::vector<int32_t> query_rows;
@@ -400,17 +473,32 @@ TEST_F(CudaBlockSummaryFixture, LlamaShapeSummarizesAndScoresAStep) {
   }
   const int64_t q_stride = (num_heads + 2 * shape.num_kv_heads) * shape.head_dim;  // QKV rows
   const std::vector<float> q = RandomValues(static_cast<size_t>(kRows * q_stride), 11);
+  DeviceBuffer blocks = Upload(cache);
+  DeviceBuffer block_id_buffer = Upload(block_ids);
+  DeviceBuffer summary_id_buffer = Upload(summary_ids);
   DeviceBuffer q_buffer = Upload(q);
   DeviceBuffer id_buffer = Upload(candidate_ids);
   DeviceBuffer row_buffer = Upload(query_rows);
-  const size_t bound_floats = static_cast<size_t>(num_heads) * candidate_ids.size();
-  DeviceBuffer bounds = Upload(Poisoned(bound_floats));
-  cuda_->ScoreBlocks(q_buffer.as<float>(), q_stride, num_heads, layout, kQuest,
-                     summaries.as<float>(), id_buffer.as<int32_t>(), row_buffer.as<int32_t>(),
-                     static_cast<int32_t>(candidate_ids.size()), bounds.as<float>());
-  ExpectCloseBounds(
-      Download(bounds, bound_floats),
-      ScoreOnCpu(q, q_stride, num_heads, layout, kQuest, expected, candidate_ids, query_rows));
+
+  for (const BlockEstimator& estimator : {kQuest, BlockEstimator{}}) {
+    SCOPED_TRACE(EstimatorName(estimator, layout.block_tokens));
+    const size_t bytes = static_cast<size_t>(kCount * SummaryBytes(layout, estimator));
+    DeviceBuffer summaries = Upload(std::vector<std::byte>(bytes, kUntouched));
+    cuda_->SummarizeBlocks(blocks.data(), layout, estimator, block_id_buffer.as<int32_t>(),
+                           summary_id_buffer.as<int32_t>(), kCount, summaries.data());
+    const std::vector<std::byte> expected =
+        ReferenceSummaries(layout, cache, block_ids, summary_ids, kCount, estimator);
+    ExpectSameSummaries(layout, estimator, Download<std::byte>(summaries, bytes), expected);
+
+    const size_t bound_floats = static_cast<size_t>(num_heads) * candidate_ids.size();
+    DeviceBuffer bounds = Upload(Poisoned(bound_floats));
+    cuda_->ScoreBlocks(q_buffer.as<float>(), q_stride, num_heads, layout, estimator,
+                       summaries.data(), id_buffer.as<int32_t>(), row_buffer.as<int32_t>(),
+                       static_cast<int32_t>(candidate_ids.size()), bounds.as<float>());
+    ExpectCloseBounds(
+        Download(bounds, bound_floats),
+        ScoreOnCpu(q, q_stride, num_heads, layout, estimator, expected, candidate_ids, query_rows));
+  }
 }
 
 // A step of rows of either mode and aggregate, at Llama-3.1-8B's 32 query heads: the device's
@@ -452,29 +540,28 @@ TEST_F(CudaBlockSummaryFixture, AggregateScoresMatchesTheReference) {
 
 TEST_F(CudaBlockSummaryFixture, NoBlocksIsNothingToDo) {
   const PagedKvLayout layout = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
-  DeviceBuffer summaries = Upload(std::vector<float>(8, kUntouched));
-  cuda_->SummarizeBlocks(nullptr, layout, kQuest, nullptr, nullptr, 0, summaries.as<float>());
-  cuda_->ScoreBlocks(nullptr, 256, 4, layout, kQuest, summaries.as<float>(), nullptr, nullptr, 0,
+  DeviceBuffer summaries = Upload(std::vector<std::byte>(32, kUntouched));
+  cuda_->SummarizeBlocks(nullptr, layout, kQuest, nullptr, nullptr, 0, summaries.data());
+  cuda_->ScoreBlocks(nullptr, 256, 4, layout, kQuest, summaries.data(), nullptr, nullptr, 0,
                      summaries.as<float>());
-  EXPECT_EQ(Download(summaries, 8), std::vector<float>(8, kUntouched));
+  EXPECT_EQ(Download<std::byte>(summaries, 32), std::vector<std::byte>(32, kUntouched));
 }
 
 TEST_F(CudaBlockSummaryFixture, RefusesWhatItCannotRun) {
   DeviceBuffer scratch = Upload(std::vector<float>(1024, 0.0f));
   const PagedKvLayout fp32 = Layout(Shape{64, 2, 16, 2}, DType::kF32);
-  cuda_->SummarizeBlocks(scratch.data(), fp32, kQuest, nullptr, nullptr, 1, scratch.as<float>());
+  cuda_->SummarizeBlocks(scratch.data(), fp32, kQuest, nullptr, nullptr, 1, scratch.data());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kUnimplemented);
   const PagedKvLayout bf16 = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
-  cuda_->ScoreBlocks(scratch.as<float>(), 64 * 3, 3, bf16, kQuest, scratch.as<float>(), nullptr,
-                     nullptr, 1, scratch.as<float>());
+  cuda_->ScoreBlocks(scratch.as<float>(), 64 * 3, 3, bf16, kQuest, scratch.data(), nullptr, nullptr,
+                     1, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
-  cuda_->SummarizeBlocks(scratch.data(), bf16, kQuest, nullptr, nullptr, -1, scratch.as<float>());
+  cuda_->SummarizeBlocks(scratch.data(), bf16, kQuest, nullptr, nullptr, -1, scratch.data());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
   cuda_->SummarizeBlocks(scratch.data(), bf16, {.radius = 1.5f}, nullptr, nullptr, 1,
-                         scratch.as<float>());
+                         scratch.data());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
-  cuda_->SummarizeBlocks(scratch.data(), bf16, {.boxes = 3}, nullptr, nullptr, 1,
-                         scratch.as<float>());
+  cuda_->SummarizeBlocks(scratch.data(), bf16, {.boxes = 3}, nullptr, nullptr, 1, scratch.data());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
   cuda_->AggregateScores(scratch.as<float>(), 129, 1, nullptr, 1, 1, scratch.as<float>());
   EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);

@@ -1,10 +1,17 @@
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
+#include "core/backend/bf16.h"
 #include "core/backend/reference/block_summary.h"
+#include "core/backend/summary_radius.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -32,7 +39,33 @@ std::vector<float> RandomFloats(std::mt19937& rng, size_t count, float scale) {
   return values;
 }
 
-// The summary computed straight from its definition.
+// What SummarizeBlock stores for the first `tokens` tokens of `block`.
+std::vector<std::byte> Summarize(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                                 std::span<const float> block, int32_t tokens) {
+  std::vector<std::byte> summary(static_cast<size_t>(SummaryBytes(layout, estimator)));
+  const absl::Status status = SummarizeBlock(layout, estimator, block, tokens, summary);
+  EXPECT_TRUE(status.ok()) << status;
+  return summary;
+}
+
+// The bytes of a summary (or part of one) read as Ts.
+template <typename T>
+std::vector<T> As(std::span<const std::byte> bytes) {
+  std::vector<T> values(bytes.size() / sizeof(T));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+  return values;
+}
+
+// fp32 rows as a summary stores them.
+std::vector<std::byte> Bytes(const std::vector<float>& rows) {
+  const std::span<const std::byte> bytes = std::as_bytes(std::span(rows));
+  return {bytes.begin(), bytes.end()};
+}
+
+// Equal values, or both NaN.
+bool SameValue(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+// The summary computed straight from its definition: per head its min row, then its max row.
 std::vector<float> ReferenceSummary(const PagedKvLayout& layout, std::vector<float>& block,
                                     int32_t tokens) {
   std::vector<float> summary;
@@ -49,6 +82,34 @@ std::vector<float> ReferenceSummary(const PagedKvLayout& layout, std::vector<flo
     }
   }
   return summary;
+}
+
+// KV head h's estimate from the keys in fp32, both rows of every box kept whatever the radius:
+// each box's channels' min and max (NaN keys skipped), shrunk by ShrinkToRadius, and the sum in
+// channel order of max(q * min, q * max), the best box kept. At radius 0 min and max are equal,
+// so the stored center alone must give the same value, bit for bit.
+float TwoRowBound(const PagedKvLayout& layout, const BlockEstimator& estimator,
+                  std::vector<float>& block, int32_t tokens, int32_t h,
+                  std::span<const float> query) {
+  const int32_t box_tokens = layout.block_tokens / estimator.boxes;
+  float best = kNan;
+  for (int32_t box = 0; box < estimator.boxes; ++box) {
+    const int32_t first = std::min(box, (tokens - 1) / box_tokens) * box_tokens;
+    const int32_t end = std::min(first + box_tokens, tokens);
+    float bound = 0.0f;
+    for (int32_t d = 0; d < layout.head_dim; ++d) {
+      float lo = Key(layout, block, h, first, d);
+      float hi = lo;
+      for (int32_t t = first + 1; t < end; ++t) {
+        lo = std::fmin(lo, Key(layout, block, h, t, d));
+        hi = std::fmax(hi, Key(layout, block, h, t, d));
+      }
+      if (estimator.radius != 1.0f) ShrinkToRadius(lo, hi, estimator.radius);
+      bound += std::max(query[d] * lo, query[d] * hi);
+    }
+    best = std::fmax(best, bound);
+  }
+  return best;
 }
 
 // A block of 3 tokens, 2 KV heads of 2 dims: head 0's keys (1, -1), (3, -5), (2, 4); head 1's
@@ -68,32 +129,32 @@ std::vector<float> SmallBlock() {
 
 TEST(BlockSummaryTest, MinRowThenMaxRowPerHead) {
   const PagedKvLayout layout = kSmallLayout;
-  EXPECT_EQ(SummaryElems(layout, {}), 8);
+  EXPECT_EQ(SummaryBytes(layout, Box(1.0f)), 8 * 4);
   const std::vector<float> block = SmallBlock();
-  std::vector<float> summary(8);
-  ASSERT_TRUE(SummarizeBlock(layout, Box(1.0f), block, 3, summary).ok());
-  EXPECT_THAT(summary, ElementsAre(1, -5, 3, 4, -2, 0, 6, 7));
-  ASSERT_TRUE(SummarizeBlock(layout, Box(1.0f), block, 2, summary).ok());
-  EXPECT_THAT(summary, ElementsAre(1, -5, 3, -1, -2, 0, 0, 7));
+  EXPECT_THAT(As<float>(Summarize(layout, Box(1.0f), block, 3)),
+              ElementsAre(1, -5, 3, 4, -2, 0, 6, 7));
+  EXPECT_THAT(As<float>(Summarize(layout, Box(1.0f), block, 2)),
+              ElementsAre(1, -5, 3, -1, -2, 0, 0, 7));
 }
 
 TEST(BlockSummaryTest, ARadiusShrinksEachChannelAroundItsMidpoint) {
   const PagedKvLayout layout = kSmallLayout;
   const std::vector<float> block = SmallBlock();
   // Ranges [1, 3], [-5, 4]; [-2, 6], [0, 7]: midpoints 2, -0.5, 2, 3.5; half-widths 1, 4.5, 4, 3.5.
-  std::vector<float> summary(8);
-  ASSERT_TRUE(SummarizeBlock(layout, Box(0.0f), block, 3, summary).ok());
-  EXPECT_THAT(summary, ElementsAre(2, -0.5, 2, -0.5, 2, 3.5, 2, 3.5));
-  ASSERT_TRUE(SummarizeBlock(layout, Box(0.5f), block, 3, summary).ok());
-  EXPECT_THAT(summary, ElementsAre(1.5, -2.75, 2.5, 1.75, 0, 1.75, 4, 5.25));
+  // At radius 0 a box keeps one row, its center.
+  EXPECT_EQ(SummaryBytes(layout, Box(0.0f)), 4 * 4);
+  EXPECT_THAT(As<float>(Summarize(layout, Box(0.0f), block, 3)), ElementsAre(2, -0.5, 2, 3.5));
+  const std::vector<std::byte> summary = Summarize(layout, Box(0.5f), block, 3);
+  EXPECT_THAT(As<float>(summary), ElementsAre(1.5, -2.75, 2.5, 1.75, 0, 1.75, 4, 5.25));
   // Head 0 scores q = (1, 2) by max(q.min, q.max) a channel: 2.5 + 3.5, which is q.midpoint (1)
   // plus half of sum |q| * half-width (0.5 * 10).
-  EXPECT_EQ(BlockBound(std::vector<float>{1, 2}, std::span(summary).first(4)), 6.0f);
+  const std::vector<float> query = {1, 2};
+  EXPECT_EQ(BlockBound(layout, Box(0.5f), query, summary, 0), 6.0f);
   // At radius 0 that is q.midpoint alone.
-  ASSERT_TRUE(SummarizeBlock(layout, Box(0.0f), block, 3, summary).ok());
-  EXPECT_EQ(BlockBound(std::vector<float>{1, 2}, std::span(summary).first(4)), 1.0f);
-  for (const float radius : {-0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
-    EXPECT_EQ(SummarizeBlock(layout, Box(radius), block, 3, summary).code(),
+  EXPECT_EQ(BlockBound(layout, Box(0.0f), query, Summarize(layout, Box(0.0f), block, 3), 0), 1.0f);
+  std::vector<std::byte> bytes(static_cast<size_t>(SummaryBytes(layout, Box(1.0f))));
+  for (const float radius : {-0.5f, 1.5f, kNan}) {
+    EXPECT_EQ(SummarizeBlock(layout, Box(radius), block, 3, bytes).code(),
               absl::StatusCode::kInvalidArgument)
         << radius;
   }
@@ -113,18 +174,15 @@ TEST(BlockSummaryTest, ReadsOnlyTheKeysOfItsTokens) {
     }
   }
   std::fill(block.begin() + layout.value_offset(), block.end(), kNan);
-  std::vector<float> summary(static_cast<size_t>(SummaryElems(layout, {})));
-  ASSERT_TRUE(SummarizeBlock(layout, Box(1.0f), block, tokens, summary).ok());
-  EXPECT_EQ(summary, ReferenceSummary(layout, block, tokens));
+  EXPECT_EQ(As<float>(Summarize(layout, Box(1.0f), block, tokens)),
+            ReferenceSummary(layout, block, tokens));
 }
 
 TEST(BlockSummaryTest, SkipsNanKeysAsFminfDoes) {
   const PagedKvLayout layout{.block_tokens = 3, .num_kv_heads = 1, .head_dim = 2};
   std::vector<float> block = {kNan, 1, 2, kNan, -3, kNan,  // keys (NaN, 1), (2, NaN), (-3, NaN)
                               0,    0, 0, 0,    0,  0};
-  std::vector<float> summary(4);
-  ASSERT_TRUE(SummarizeBlock(layout, Box(1.0f), block, 3, summary).ok());
-  EXPECT_THAT(summary, ElementsAre(-3, 1, 2, 1));
+  EXPECT_THAT(As<float>(Summarize(layout, Box(1.0f), block, 3)), ElementsAre(-3, 1, 2, 1));
 }
 
 TEST(BlockSummaryTest, RandomBlocksMatchTheDefinition) {
@@ -136,18 +194,21 @@ TEST(BlockSummaryTest, RandomBlocksMatchTheDefinition) {
     std::vector<float> block =
         RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 1.0f + trial % 5);
     const int32_t tokens = 1 + static_cast<int32_t>(rng() % layout.block_tokens);
-    std::vector<float> summary(static_cast<size_t>(SummaryElems(layout, {})), kNan);
-    ASSERT_TRUE(SummarizeBlock(layout, Box(1.0f), block, tokens, summary).ok());
-    ASSERT_EQ(summary, ReferenceSummary(layout, block, tokens)) << "trial " << trial;
+    ASSERT_EQ(As<float>(Summarize(layout, Box(1.0f), block, tokens)),
+              ReferenceSummary(layout, block, tokens))
+        << "trial " << trial;
   }
 }
 
 TEST(BlockBoundTest, TakesTheLargerProductPerChannel) {
+  const PagedKvLayout layout{.block_tokens = 2, .num_kv_heads = 1, .head_dim = 4};
   const std::vector<float> query = {1, -2, 0, 0.5f};
-  const std::vector<float> summary = {-1, -3, 5, -4,   // min
-                                      2,  1,  7, -2};  // max
+  const std::vector<std::byte> summary = Bytes({-1, -3, 5, -4,  // min
+                                                2, 1, 7, -2});  // max
   // max(-1, 2) + max(6, -2) + max(0, 0) + max(-2, -1)
-  EXPECT_EQ(BlockBound(query, summary), 2 + 6 + 0 - 1);
+  EXPECT_EQ(BlockBound(layout, Box(1.0f), query, summary, 0), 2 + 6 + 0 - 1);
+  // At radius 0 the one row is the center: 1 * -1 + -2 * -3 + 0 * 5 + 0.5 * -4.
+  EXPECT_EQ(BlockBound(layout, Box(0.0f), query, std::span(summary).first(16), 0), -1 + 6 + 0 - 2);
 }
 
 // The property selection relies on: no key of the block has a larger dot product with the query
@@ -168,13 +229,11 @@ TEST(BlockBoundTest, BoundsEveryKeyOfTheBlock) {
       }
     }
     const int32_t tokens = 1 + static_cast<int32_t>(rng() % layout.block_tokens);
-    std::vector<float> summary(static_cast<size_t>(SummaryElems(layout, {})));
-    ASSERT_TRUE(SummarizeBlock(layout, Box(1.0f), block, tokens, summary).ok());
+    const std::vector<std::byte> summary = Summarize(layout, Box(1.0f), block, tokens);
     const size_t head_dim = static_cast<size_t>(layout.head_dim);
     const std::vector<float> query = RandomFloats(rng, head_dim, 1.0f);
     for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
-      const float bound = BlockBound(
-          query, std::span<const float>(summary).subspan(2 * h * head_dim, 2 * head_dim));
+      const float bound = BlockBound(layout, Box(1.0f), query, summary, h);
       double best = -std::numeric_limits<double>::infinity();
       double magnitude = 0.0;  // of the terms, for the rounding allowance of an fp32 sum
       for (int32_t t = 0; t < tokens; ++t) {
@@ -200,20 +259,29 @@ TEST(ScoreBlocksTest, EveryQueryHeadAgainstItsKvHeadsSummaries) {
   constexpr int32_t kQueryHeads = 6;  // groups of 3
   constexpr int32_t kSummaries = 5;
   std::mt19937 rng(5);
-  const std::vector<float> summaries =
-      RandomFloats(rng, kSummaries * static_cast<size_t>(SummaryElems(layout, {})), 1.0f);
-  const std::vector<float> query = RandomFloats(rng, kQueryHeads * 3, 1.0f);
-  const std::vector<int32_t> block_ids = {3, 0, 3, 4};
-  std::vector<float> bounds(kQueryHeads * block_ids.size(), kNan);
-  ASSERT_TRUE(ScoreBlocks(layout, {}, query, summaries, block_ids, bounds).ok());
-  for (int32_t h = 0; h < kQueryHeads; ++h) {
-    for (size_t i = 0; i < block_ids.size(); ++i) {
-      const size_t kv_head = static_cast<size_t>(h / 3);
-      const size_t at = static_cast<size_t>(block_ids[i]) * 12 + kv_head * 6;
-      EXPECT_EQ(bounds[static_cast<size_t>(h) * block_ids.size() + i],
-                BlockBound(std::span<const float>(query).subspan(h * 3u, 3),
-                           std::span<const float>(summaries).subspan(at, 6)))
-          << "query head " << h << " block " << block_ids[i];
+  for (const BlockEstimator& estimator :
+       {BlockEstimator{}, Box(1.0f),
+        BlockEstimator{.boxes = 2, .radius = 0.5f, .precision = SummaryPrecision::kInt8}}) {
+    SCOPED_TRACE(EstimatorName(estimator, layout.block_tokens));
+    const auto bytes = static_cast<size_t>(SummaryBytes(layout, estimator));
+    std::vector<std::byte> summaries;
+    for (int32_t s = 0; s < kSummaries; ++s) {
+      const std::vector<float> block =
+          RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 1.0f);
+      const std::vector<std::byte> summary = Summarize(layout, estimator, block, 4);
+      summaries.insert(summaries.end(), summary.begin(), summary.end());
+    }
+    const std::vector<float> query = RandomFloats(rng, kQueryHeads * 3, 1.0f);
+    const std::vector<int32_t> block_ids = {3, 0, 3, 4};
+    std::vector<float> bounds(kQueryHeads * block_ids.size(), kNan);
+    ASSERT_TRUE(ScoreBlocks(layout, estimator, query, summaries, block_ids, bounds).ok());
+    for (int32_t h = 0; h < kQueryHeads; ++h) {
+      for (size_t i = 0; i < block_ids.size(); ++i) {
+        EXPECT_EQ(bounds[static_cast<size_t>(h) * block_ids.size() + i],
+                  BlockBound(layout, estimator, std::span<const float>(query).subspan(h * 3u, 3),
+                             std::span(summaries).subspan(block_ids[i] * bytes, bytes), h / 3))
+            << "query head " << h << " block " << block_ids[i];
+      }
     }
   }
 }
@@ -221,7 +289,7 @@ TEST(ScoreBlocksTest, EveryQueryHeadAgainstItsKvHeadsSummaries) {
 TEST(BlockSummaryTest, RejectsShapesThatDoNotFit) {
   const PagedKvLayout layout{.block_tokens = 4, .num_kv_heads = 2, .head_dim = 3};
   std::vector<float> block(static_cast<size_t>(layout.block_elems()));
-  std::vector<float> summary(12);
+  std::vector<std::byte> summary(2 * 2 * 3 * 4);
   EXPECT_TRUE(SummarizeBlock(layout, Box(1.0f), block, 4, summary).ok());
   for (const int32_t tokens : {0, 5, -1}) {
     const absl::Status status = SummarizeBlock(layout, Box(1.0f), block, tokens, summary);
@@ -230,15 +298,18 @@ TEST(BlockSummaryTest, RejectsShapesThatDoNotFit) {
   std::vector<float> short_block(block.size() - 1);
   EXPECT_THAT(SummarizeBlock(layout, Box(1.0f), short_block, 4, summary).message(),
               HasSubstr("block"));
-  std::vector<float> long_summary(13);
-  EXPECT_EQ(SummarizeBlock(layout, Box(1.0f), block, 4, long_summary).code(),
+  std::vector<std::byte> long_summary(summary.size() + 1);
+  EXPECT_THAT(SummarizeBlock(layout, Box(1.0f), block, 4, long_summary).message(),
+              HasSubstr("the summary has 49 bytes; the layout needs 48"));
+  // At radius 0 the summary is half as large.
+  EXPECT_EQ(SummarizeBlock(layout, Box(0.0f), block, 4, summary).code(),
             absl::StatusCode::kInvalidArgument);
   PagedKvLayout bf16 = layout;
   bf16.type = DType::kBF16;
   EXPECT_EQ(SummarizeBlock(bf16, Box(1.0f), block, 4, summary).code(),
             absl::StatusCode::kInvalidArgument);
 
-  const std::vector<float> summaries(24);
+  const std::vector<std::byte> summaries(2 * 24);  // two summaries of 2 heads x 1 row x 3 floats
   std::vector<float> bounds(4);
   const std::vector<float> query(6);  // two query heads
   const std::vector<int32_t> ids = {0, 1};
@@ -257,7 +328,7 @@ TEST(BlockSummaryTest, RejectsShapesThatDoNotFit) {
   std::vector<float> few_bounds(3);
   EXPECT_EQ(ScoreBlocks(layout, {}, query, summaries, ids, few_bounds).code(),
             absl::StatusCode::kInvalidArgument);
-  const std::vector<float> torn_summaries(23);
+  const std::vector<std::byte> torn_summaries(47);
   EXPECT_EQ(ScoreBlocks(layout, {}, query, torn_summaries, ids, bounds).code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -272,19 +343,17 @@ TEST(BlockEstimatorTest, BoxesSummarizeTheirTokensAndTheBlockTakesTheBest) {
     for (int32_t d = 0; d < 2; ++d) Key(layout, block, 0, t, d) = keys[t][d];
   }
   const BlockEstimator two{.boxes = 2, .radius = 1.0f};
-  EXPECT_EQ(SummaryElems(layout, two), 8);
-  std::vector<float> summary(8);
-  ASSERT_TRUE(SummarizeBlock(layout, two, block, 4, summary).ok());
-  EXPECT_THAT(summary, ElementsAre(1, -2, 3, 0, -1, 1, 0, 5));
+  EXPECT_EQ(SummaryBytes(layout, two), 8 * 4);
+  const std::vector<std::byte> summary = Summarize(layout, two, block, 4);
+  EXPECT_THAT(As<float>(summary), ElementsAre(1, -2, 3, 0, -1, 1, 0, 5));
   // q = (1, 1): box 0 bounds 3 + 0, box 1 0 + 5.
-  EXPECT_EQ(BlockBound(std::vector<float>{1, 1}, summary), 5.0f);
+  EXPECT_EQ(BlockBound(layout, two, std::vector<float>{1, 1}, summary, 0), 5.0f);
   // Three of the tokens: the second box holds token 2 alone.
-  ASSERT_TRUE(SummarizeBlock(layout, two, block, 3, summary).ok());
-  EXPECT_THAT(summary, ElementsAre(1, -2, 3, 0, -1, 5, -1, 5));
+  EXPECT_THAT(As<float>(Summarize(layout, two, block, 3)), ElementsAre(1, -2, 3, 0, -1, 5, -1, 5));
   // One token: the second box repeats the first.
-  ASSERT_TRUE(SummarizeBlock(layout, two, block, 1, summary).ok());
-  EXPECT_THAT(summary, ElementsAre(1, 0, 1, 0, 1, 0, 1, 0));
-  EXPECT_EQ(SummarizeBlock(layout, {.boxes = 3}, block, 4, summary).code(),
+  EXPECT_THAT(As<float>(Summarize(layout, two, block, 1)), ElementsAre(1, 0, 1, 0, 1, 0, 1, 0));
+  std::vector<std::byte> bytes(summary.size());
+  EXPECT_EQ(SummarizeBlock(layout, {.boxes = 3}, block, 4, bytes).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -298,54 +367,216 @@ TEST(BlockEstimatorTest, TokenBoxesScoreEveryKeyExactly) {
                                .head_dim = 1 + static_cast<int32_t>(rng() % 40)};
     const BlockEstimator tokens{.boxes = layout.block_tokens, .radius = 0.0f};
     std::vector<float> block = RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 1.0f);
-    std::vector<float> summary(static_cast<size_t>(SummaryElems(layout, tokens)));
-    ASSERT_TRUE(SummarizeBlock(layout, tokens, block, layout.block_tokens, summary).ok());
+    const std::vector<std::byte> summary = Summarize(layout, tokens, block, layout.block_tokens);
     const auto head_dim = static_cast<size_t>(layout.head_dim);
     const std::vector<float> query = RandomFloats(rng, head_dim, 1.0f);
-    const size_t head_elems = summary.size() / static_cast<size_t>(layout.num_kv_heads);
     for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
       float best = -std::numeric_limits<float>::infinity();
       for (int32_t t = 0; t < layout.block_tokens; ++t) {
         float dot = 0.0f;
         for (size_t d = 0; d < head_dim; ++d) {
-          // Both rows of a one-key box are the key: the larger product is the product, rounded
-          // before it is added (volatile: the library is built without contraction, this test
-          // may not be).
+          // The row of a one-key box is the key: the product, rounded before it is added
+          // (volatile: the library is built without contraction, this test may not be).
           const volatile float product =
               query[d] * Key(layout, block, h, t, static_cast<int32_t>(d));
           dot += product;
         }
         best = std::max(best, dot);
       }
-      ASSERT_EQ(
-          BlockBound(query, std::span<const float>(summary).subspan(h * head_elems, head_elems)),
-          best)
-          << "trial " << trial;
+      ASSERT_EQ(BlockBound(layout, tokens, query, summary, h), best) << "trial " << trial;
     }
   }
 }
 
-TEST(BlockEstimatorTest, PrecisionRoundsTheRowsAsTheirStoreWould) {
+// The compact fp32 store gives the estimate of both rows of every box kept in fp32, bit for bit,
+// at every radius and box count, NaN keys included.
+TEST(BlockEstimatorTest, F32BoundsAreTheTwoRowBoundsExactly) {
+  std::mt19937 rng(23);
+  for (int32_t trial = 0; trial < 120; ++trial) {
+    const PagedKvLayout layout{.block_tokens = 8 * (1 + static_cast<int32_t>(rng() % 4)),
+                               .num_kv_heads = 1 + static_cast<int32_t>(rng() % 3),
+                               .head_dim = 1 + static_cast<int32_t>(rng() % 70)};
+    std::vector<float> block = RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 2.0f);
+    if (trial % 4 == 0) {  // a NaN key, and a channel of one head whose keys are all NaN
+      Key(layout, block, 0, 0, 0) = kNan;
+      for (int32_t t = 0; t < layout.block_tokens; ++t) {
+        Key(layout, block, layout.num_kv_heads - 1, t, layout.head_dim - 1) = kNan;
+      }
+    }
+    const int32_t tokens = 1 + static_cast<int32_t>(rng() % layout.block_tokens);
+    const std::vector<float> query = RandomFloats(rng, static_cast<size_t>(layout.head_dim), 1.0f);
+    for (const float radius : {0.0f, 0.5f, 1.0f}) {
+      for (const int32_t boxes : {1, 2, 8, layout.block_tokens}) {
+        const BlockEstimator estimator{.boxes = boxes, .radius = radius};
+        const std::vector<std::byte> summary = Summarize(layout, estimator, block, tokens);
+        for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+          const float bound = BlockBound(layout, estimator, query, summary, h);
+          const float expected = TwoRowBound(layout, estimator, block, tokens, h, query);
+          ASSERT_TRUE(SameValue(bound, expected))
+              << "trial " << trial << " " << EstimatorName(estimator, layout.block_tokens)
+              << " head " << h << ": " << bound << " != " << expected;
+        }
+      }
+    }
+  }
+}
+
+// bf16 and int8 bounds stay near the fp32 one: each stored value is off by at most half a step
+// (bf16: 2^-9 of it; int8: half its row's scale, the row's largest magnitude / 254), so a box's
+// bound by at most the sum over channels of |q| times that; allowed twice as much.
+TEST(BlockEstimatorTest, CompactPrecisionsBoundNearF32) {
+  std::mt19937 rng(29);
+  for (int32_t trial = 0; trial < 60; ++trial) {
+    const PagedKvLayout layout{.block_tokens = 16,
+                               .num_kv_heads = 1 + static_cast<int32_t>(rng() % 2),
+                               .head_dim = 1 + static_cast<int32_t>(rng() % 130)};
+    std::vector<float> block = RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 1.0f);
+    for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+      for (int32_t t = 0; t < layout.block_tokens; ++t) {
+        for (int32_t d = 0; d < layout.head_dim; ++d) Key(layout, block, h, t, d) += d % 5 - 2;
+      }
+    }
+    const std::vector<float> query = RandomFloats(rng, static_cast<size_t>(layout.head_dim), 1.0f);
+    for (const float radius : {0.0f, 0.5f, 1.0f}) {
+      for (const int32_t boxes : {1, 4}) {
+        const BlockEstimator f32{.boxes = boxes, .radius = radius};
+        const std::vector<std::byte> f32_summary = Summarize(layout, f32, block, 16);
+        const std::vector<float> rows = As<float>(f32_summary);
+        const auto box_rows = static_cast<size_t>(SummaryBoxRows(f32));
+        const auto dim = static_cast<size_t>(layout.head_dim);
+        for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+          // Per box: sum |q| * max |row value| a channel, and sum |q| * the rows' largest |value|.
+          double bf16_allowance = 0.0;
+          double int8_allowance = 0.0;
+          for (size_t box = 0; box < static_cast<size_t>(boxes); ++box) {
+            const float* lo = rows.data() + (h * boxes + box) * box_rows * dim;
+            const float* hi = lo + (box_rows - 1) * dim;
+            double magnitude = 0.0;
+            double largest = 0.0;
+            double q_sum = 0.0;
+            for (size_t d = 0; d < dim; ++d) {
+              const double value = std::max(std::abs(double{lo[d]}), std::abs(double{hi[d]}));
+              magnitude += std::abs(double{query[d]}) * value;
+              largest = std::max(largest, value);
+              q_sum += std::abs(double{query[d]});
+            }
+            bf16_allowance = std::max(bf16_allowance, 2 * magnitude / 512);
+            int8_allowance = std::max(int8_allowance, 2 * q_sum * largest / 254);
+          }
+          const float expected = BlockBound(layout, f32, query, f32_summary, h);
+          for (const auto& [precision, allowance] :
+               {std::pair{SummaryPrecision::kBf16, bf16_allowance},
+                std::pair{SummaryPrecision::kInt8, int8_allowance}}) {
+            const BlockEstimator compact{.boxes = boxes, .radius = radius, .precision = precision};
+            const float bound =
+                BlockBound(layout, compact, query, Summarize(layout, compact, block, 16), h);
+            ASSERT_NEAR(bound, expected, allowance)
+                << "trial " << trial << " " << EstimatorName(compact, layout.block_tokens);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockEstimatorTest, Bf16RowsRoundToNearestEven) {
   const PagedKvLayout layout{.block_tokens = 1, .num_kv_heads = 1, .head_dim = 4};
-  std::vector<float> block = {1.0f + 1.0f / 256, -0.3f, 0.126f, 12.7f, 0, 0, 0, 0};
-  std::vector<float> summary(8);
-  ASSERT_TRUE(
-      SummarizeBlock(layout, {.precision = SummaryPrecision::kBf16}, block, 1, summary).ok());
+  const std::vector<float> block = {1.0f + 1.0f / 256, -0.3f, 0.126f, 12.7f, 0, 0, 0, 0};
+  const BlockEstimator bf16{.precision = SummaryPrecision::kBf16};
+  EXPECT_EQ(SummaryBytes(layout, bf16), 4 * 2);
+  const std::vector<uint16_t> bits = As<uint16_t>(Summarize(layout, bf16, block, 1));
   // 1 + 2^-8 is a tie between bf16's 1 and 1 + 2^-7: to even, 1.
-  EXPECT_EQ(summary[0], 1.0f);
-  EXPECT_EQ(summary[3], 12.6875f);
-  ASSERT_TRUE(
-      SummarizeBlock(layout, {.precision = SummaryPrecision::kInt8}, block, 1, summary).ok());
-  // Steps of 12.7 / 127 = 0.1: -0.3 and 0.126 become -0.3 and 0.1 (in the step's float).
-  const float step = 12.7f / 127.0f;
-  EXPECT_EQ(summary[1], -3.0f * step);
-  EXPECT_EQ(summary[2], 1.0f * step);
-  EXPECT_EQ(summary[3], 127.0f * step);
-  // A row of zeros stays.
-  std::vector<float> zeros(8, 0.0f);
-  ASSERT_TRUE(
-      SummarizeBlock(layout, {.precision = SummaryPrecision::kInt8}, zeros, 1, summary).ok());
-  EXPECT_THAT(summary, ElementsAre(0, 0, 0, 0, 0, 0, 0, 0));
+  EXPECT_EQ(Bf16ToF32(bits[0]), 1.0f);
+  EXPECT_EQ(Bf16ToF32(bits[3]), 12.6875f);
+  for (size_t d = 0; d < 4; ++d) EXPECT_EQ(bits[d], F32ToBf16(block[d])) << d;
+  // Two rows above radius 0, the minimum first.
+  const BlockEstimator two_rows{.radius = 1.0f, .precision = SummaryPrecision::kBf16};
+  EXPECT_EQ(SummaryBytes(layout, two_rows), 2 * 4 * 2);
+  EXPECT_EQ(As<uint16_t>(Summarize(layout, two_rows, block, 1)),
+            std::vector<uint16_t>(
+                {bits[0], bits[1], bits[2], bits[3], bits[0], bits[1], bits[2], bits[3]}));
+}
+
+// Two tokens, one KV head of 4 dims, at radius 1: the minimum row (-2.54, -0.3, 0, 0) and the
+// maximum row (1 + 2^-8, 0, 0.126, 12.7) as int8 values, then their scales.
+TEST(BlockEstimatorTest, Int8RowsKeepTheirScalesAfterTheValues) {
+  const PagedKvLayout layout{.block_tokens = 2, .num_kv_heads = 1, .head_dim = 4};
+  const std::vector<float> block = {1.0f + 1.0f / 256,
+                                    -0.3f,
+                                    0.126f,
+                                    12.7f,  // token 0
+                                    -2.54f,
+                                    0,
+                                    0,
+                                    0,  // token 1
+                                    0,
+                                    0,
+                                    0,
+                                    0,
+                                    0,
+                                    0,
+                                    0,
+                                    0};
+  const BlockEstimator int8{.radius = 1.0f, .precision = SummaryPrecision::kInt8};
+  EXPECT_EQ(SummaryBytes(layout, int8), 2 * (4 + 4));
+  const std::vector<std::byte> summary = Summarize(layout, int8, block, 2);
+  EXPECT_THAT(As<int8_t>(std::span(summary).first(8)), ElementsAre(-127, -15, 0, 0, 10, 0, 1, 127));
+  const std::vector<float> scales = As<float>(std::span(summary).subspan(8));
+  EXPECT_THAT(scales, ElementsAre(2.54f / 127.0f, 12.7f / 127.0f));
+  // Read back as q * scale: q = (1, 1, 1, 1) takes the larger of each channel's values.
+  float expected = 0.0f;
+  for (const float value : {10 * scales[1], 0 * scales[1], 1 * scales[1], 127 * scales[1]}) {
+    expected += value;
+  }
+  EXPECT_EQ(BlockBound(layout, int8, std::vector<float>{1, 1, 1, 1}, summary, 0), expected);
+}
+
+TEST(BlockEstimatorTest, Int8RowsOfZerosNonFiniteOrTinyValues) {
+  const PagedKvLayout layout{.block_tokens = 1, .num_kv_heads = 1, .head_dim = 3};
+  const BlockEstimator int8{.precision = SummaryPrecision::kInt8};
+  const std::vector<float> query = {1, 1, 1};
+  const auto summarize = [&](float a, float b, float c) {
+    const std::vector<float> block = {a, b, c, 0, 0, 0};
+    return Summarize(layout, int8, block, 1);
+  };
+  // Zeros: scale 0, values 0.
+  std::vector<std::byte> summary = summarize(0, 0, 0);
+  EXPECT_THAT(As<int8_t>(std::span(summary).first(3)), ElementsAre(0, 0, 0));
+  EXPECT_EQ(As<float>(std::span(summary).subspan(3))[0], 0.0f);
+  EXPECT_EQ(BlockBound(layout, int8, query, summary, 0), 0.0f);
+  // A NaN or an infinity: a NaN scale, so the row and its bound read as NaN.
+  for (const float bad : {kNan, std::numeric_limits<float>::infinity()}) {
+    summary = summarize(1, bad, 2);
+    EXPECT_TRUE(std::isnan(As<float>(std::span(summary).subspan(3))[0])) << bad;
+    EXPECT_TRUE(std::isnan(BlockBound(layout, int8, query, summary, 0))) << bad;
+  }
+  // A subnormal scale rounds coarsely: 190 of the smallest subnormal over 127 is 1.5 of it,
+  // rounded to 1, and 190 steps clamp to 127.
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  summary = summarize(190 * tiny, -2 * tiny, 0);
+  EXPECT_EQ(As<float>(std::span(summary).subspan(3))[0], tiny);
+  EXPECT_THAT(As<int8_t>(std::span(summary).first(3)), ElementsAre(127, -2, 0));
+}
+
+// A box whose bound is NaN leaves the block the other boxes' best, at every precision; a block
+// whose boxes are all NaN bounds NaN.
+TEST(BlockEstimatorTest, NanBoxesAtEveryPrecision) {
+  const PagedKvLayout layout{.block_tokens = 2, .num_kv_heads = 1, .head_dim = 2};
+  const std::vector<float> block = {kNan, 1, 2, 3, 0, 0, 0, 0};  // keys (NaN, 1) | (2, 3)
+  const PagedKvLayout one_token{.block_tokens = 1, .num_kv_heads = 1, .head_dim = 2};
+  const std::vector<float> second_box = {2, 3, 0, 0};
+  const std::vector<float> query = {1, 1};
+  for (const SummaryPrecision precision :
+       {SummaryPrecision::kF32, SummaryPrecision::kBf16, SummaryPrecision::kInt8}) {
+    const BlockEstimator two{.boxes = 2, .precision = precision};
+    const BlockEstimator one{.precision = precision};
+    SCOPED_TRACE(EstimatorName(two, 2));
+    EXPECT_EQ(BlockBound(layout, two, query, Summarize(layout, two, block, 2), 0),
+              BlockBound(one_token, one, query, Summarize(one_token, one, second_box, 1), 0));
+    const std::vector<float> nan_channel = {kNan, 1, kNan, 3, 0, 0, 0, 0};
+    EXPECT_TRUE(
+        std::isnan(BlockBound(layout, one, query, Summarize(layout, one, nan_channel, 2), 0)));
+  }
 }
 
 TEST(BlockEstimatorTest, NamesAndBytes) {
@@ -359,11 +590,16 @@ TEST(BlockEstimatorTest, NamesAndBytes) {
     EXPECT_EQ(ParseEstimator(bad, 32).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   // Quest's box in fp32: 2 heads x 2 rows x 64 floats; the center alone at radius 0.
-  EXPECT_EQ(SummaryStoredBytes(layout, {.radius = 1.0f}), 2 * 2 * 64 * 4);
-  EXPECT_EQ(SummaryStoredBytes(layout, {}), 2 * 64 * 4);
+  EXPECT_EQ(SummaryBoxRows({.radius = 1.0f}), 2);
+  EXPECT_EQ(SummaryBoxRows({.radius = 0.5f}), 2);
+  EXPECT_EQ(SummaryBoxRows({}), 1);
+  EXPECT_EQ(SummaryBytes(layout, {.radius = 1.0f}), 2 * 2 * 64 * 4);
+  EXPECT_EQ(SummaryBytes(layout, {}), 2 * 64 * 4);
+  EXPECT_EQ(
+      SummaryBytes(layout, {.boxes = 4, .radius = 0.5f, .precision = SummaryPrecision::kBf16}),
+      2 * 4 * 2 * 64 * 2);
   // Every key in int8 with a scale each: 2 heads x 32 tokens x (64 + 4) bytes.
-  EXPECT_EQ(SummaryStoredBytes(layout, {.boxes = 32, .precision = SummaryPrecision::kInt8}),
-            2 * 32 * 68);
+  EXPECT_EQ(SummaryBytes(layout, {.boxes = 32, .precision = SummaryPrecision::kInt8}), 2 * 32 * 68);
   // 6 query heads against 4 boxes of 64 channels: one product each at radius 0, two above.
   EXPECT_EQ(ScoreMultiplyAdds(layout, {.boxes = 4}, 6), 6 * 4 * 64);
   EXPECT_EQ(ScoreMultiplyAdds(layout, {.boxes = 4, .radius = 0.5f}, 6), 6 * 4 * 2 * 64);

@@ -134,7 +134,7 @@ impl EngineParams {
         self
     }
 
-    /// How block summaries are rounded as stored (default [`SummaryPrecision::F32`]).
+    /// How block summaries are stored (default [`SummaryPrecision::F32`]).
     pub fn offload_summary_precision(mut self, precision: SummaryPrecision) -> Self {
         self.raw.offload_summary_precision = precision as i32;
         self
@@ -186,8 +186,8 @@ pub enum Eviction {
     Score = sys::PULSE_EVICT_SCORE as i32,
 }
 
-/// How block summaries are rounded as stored (`pulse_summary_precision_code`): every backend keeps
-/// them in fp32, so the rounding models the selection accuracy of a compact store.
+/// How block summaries are stored (`pulse_summary_precision_code`): every backend stores their
+/// rows at this precision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
 pub enum SummaryPrecision {
