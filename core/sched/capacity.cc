@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "core/backend/block_estimator.h"
 #include "core/kv/block_table.h"
 #include "core/kv/kv_cache.h"
 #include "core/offload/selection.h"
@@ -61,14 +62,23 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
   // KV bytes of one token in every layer.
   const int64_t token_bytes =
       int64_t{config.num_layers} * layout.block_bytes() / layout.block_tokens;
+  if (resolved.offload) {
+    PULSE_RETURN_IF_ERROR(ValidateEstimator(resolved.offload->estimator, layout));
+  }
+  // With offload, every KV block (resident or in the host tier) keeps its summary on the device.
+  const int64_t summary_token_bytes =
+      resolved.offload ? int64_t{config.num_layers} *
+                             SummaryBytes(layout, resolved.offload->estimator) / layout.block_tokens
+                       : 0;
   if (resolved.kv_capacity_tokens == 0) {
-    // A backend with memory of its own (a GPU) gives the KV cache a share of what is free.
+    // A backend with memory of its own (a GPU) gives the KV cache and its summaries a share of
+    // what is free.
     const size_t available = backend.AvailableBytes();
     const int64_t kv_bytes =
         available == 0 ? kDefaultKvBytes : static_cast<int64_t>(available * kDefaultKvShare);
     resolved.kv_capacity_tokens = std::max<int64_t>(
-        resolved.block_tokens,
-        std::min(kDefaultKvContexts * resolved.max_context, kv_bytes / token_bytes));
+        resolved.block_tokens, std::min(kDefaultKvContexts * resolved.max_context,
+                                        kv_bytes / (token_bytes + summary_token_bytes)));
   }
   const int64_t num_blocks =
       (resolved.kv_capacity_tokens + resolved.block_tokens - 1) / resolved.block_tokens;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/backend/block_estimator.h"
 #include "core/sched/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -265,6 +266,29 @@ TEST(EngineOffloadTest, ARequestMayRunDenselyOrWithItsOwnSelection) {
   EXPECT_EQ(submit(*engine, {.sink_tokens = -1}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(submit(*dense, {.budget_tokens = 64}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(submit(*dense, {.mode = RequestOffload::Mode::kDense}).ok());
+}
+
+// With offload every KV block keeps its summary on the device, so the default KV cache (a share
+// of the backend's free memory) is sized with the summaries' bytes: an estimator with bigger
+// summaries gets fewer KV tokens, and both engines fit.
+TEST(EngineOffloadTest, TheDefaultKvCacheLeavesRoomForTheSummaries) {
+  // A context long enough that the memory, not 8 contexts, bounds the default.
+  ModelConfig config = TinyConfig();
+  config.max_position = 4096;
+  std::shared_ptr<const Model> capped = TinyModel(config, /*memory_limit=*/4 << 20);
+  int64_t kv_tokens[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    EngineOptions options = Offloaded(SelectionMode::kSoloHead, 32, 0);
+    options.offload->estimator = *ParseEstimator(i == 0 ? "box-r0" : "tokens-r0", kBlockTokens);
+    std::unique_ptr<Engine> engine = MakeEngine(capped, options);
+    ASSERT_NE(engine, nullptr);
+    kv_tokens[i] = engine->options().kv_capacity_tokens;
+  }
+  // TinyConfig: a token's keys and values are 2 heads x 8 dims x 2 x 4 bytes = 128 bytes a layer;
+  // its fp32 summary 2 x 8 x 4 / 4 = 16 bytes a layer as one box of 4 tokens, 64 as 4. Without
+  // the summaries counted, the second engine would not fit.
+  EXPECT_GT(kv_tokens[0], kv_tokens[1]);
+  EXPECT_NEAR(static_cast<double>(kv_tokens[0]) / kv_tokens[1], (128.0 + 64) / (128 + 16), 0.05);
 }
 
 }  // namespace
