@@ -271,8 +271,7 @@ int command_generate(int argc, char** argv) {
   generate_flags_init(&flags, specs);
   switch (parse_flags("pulseinfer generate", argc, argv, 0, specs, kGenerateFlagCount)) {
     case kParsedHelp:
-      printf(kGenerateHelp, kDefaultMaxTokens, (int)flags.offload.summary_boxes,
-             flags.offload.summary_precision);
+      printf(kGenerateHelp, kDefaultMaxTokens, OFFLOAD_FLAGS_HELP_ARGS(flags.offload));
       return kExitOk;
     case kParsedBadUsage:
       return kExitUsage;

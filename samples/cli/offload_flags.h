@@ -25,28 +25,31 @@ typedef struct offload_flags {
 
 enum { kOffloadFlagCount = 12 };
 
-/* A printf format: pass it the defaults of --summary-boxes (int) and --summary-precision
- * (const char*), as offload_flags_init sets them. */
+/* A printf format of the library's defaults, as offload_flags_init sets them: pass
+ * OFFLOAD_FLAGS_HELP_ARGS(flags). */
 #define OFFLOAD_FLAGS_HELP                                                                      \
   "  --offload MODE        sparse decode attention: off (default), solohead (one block set a\n" \
   "                        layer for all KV heads) or headwise (one a KV head)\n"               \
-  "  --budget N            tokens a decode step attends to at most (default 2048)\n"            \
-  "  --sink N              first tokens always attended (default 32)\n"                         \
-  "  --window N            last tokens always attended (default 128)\n"                         \
+  "  --budget N            tokens a decode step attends to at most (default %d)\n"              \
+  "  --sink N              first tokens always attended (default %d)\n"                         \
+  "  --window N            last tokens always attended (default %d)\n"                          \
   "  --copy EXECUTOR       how recalled blocks move: auto (default), gather, batch-dma or\n"    \
   "                        per-chunk\n"                                                         \
   "  --evict POLICY        which cached block a recall displaces: lru (default) or score\n"     \
   "  --host-tokens N       host-tier capacity in tokens (default: the context)\n"               \
   "  --slot-tokens N       device-tier slots in tokens (default: the budget)\n"                 \
-  "  --summary-radius R    how blocks score, in [0, 1]: 1 Quest's upper bound of q.k, 0\n"      \
-  "                        (default) the q.k of the key range's center\n"                       \
+  "  --summary-radius R    how blocks score, in [0, 1]: 1 Quest's upper bound of q.k, 0 the\n"  \
+  "                        q.k of the key range's center (default %g)\n"                        \
   "  --summary-boxes N     boxes of consecutive tokens a block's key summary keeps, a block\n"  \
   "                        scored as its best box: 1 one a block (Quest's), 0 one a token\n"    \
   "                        (every key exactly), else a divisor of --block-tokens\n"             \
   "                        (default %d)\n"                                                      \
   "  --summary-precision P summaries as stored: f32, bf16 or int8 (default %s)\n"               \
   "  --block-tokens N      tokens of one KV block, the unit a selection picks and a recall\n"   \
-  "                        moves (default 32)\n"
+  "                        moves (default %d)\n"
+#define OFFLOAD_FLAGS_HELP_ARGS(flags)                                                         \
+  (int)(flags).budget, (int)(flags).sink, (int)(flags).window, (double)(flags).summary_radius, \
+      (int)(flags).summary_boxes, (flags).summary_precision, (int)(flags).block_tokens
 
 /* Sets the defaults (the library's) and writes the kOffloadFlagCount specs to `specs`. */
 void offload_flags_init(offload_flags* flags, flag_spec* specs);
