@@ -106,8 +106,7 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
           absl::StrCat("pulse_engine_params.offload_summary_precision is ",
                        params.offload_summary_precision, "; expected a PULSE_SUMMARY_* value"));
   }
-  offload.estimator.boxes =
-      params.offload_summary_boxes == 0 ? params.block_tokens : params.offload_summary_boxes;
+  offload.estimator.boxes = params.offload_summary_boxes;
   // The radius and the precision are valid by now: what is left to refuse is the boxes.
   if (absl::Status status =
           ValidateEstimator(offload.estimator, PagedKvLayout{.block_tokens = params.block_tokens});

@@ -9,7 +9,13 @@
 
 namespace pulse {
 
-absl::Status ValidateEstimator(const BlockEstimator& estimator, const PagedKvLayout& layout) {
+BlockEstimator ForBlocks(BlockEstimator estimator, int32_t block_tokens) {
+  if (estimator.boxes == 0) estimator.boxes = block_tokens;
+  return estimator;
+}
+
+absl::Status ValidateEstimator(const BlockEstimator& given, const PagedKvLayout& layout) {
+  const BlockEstimator estimator = ForBlocks(given, layout.block_tokens);
   if (estimator.boxes < 1 || layout.block_tokens < 1 ||
       layout.block_tokens % estimator.boxes != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -30,7 +36,8 @@ absl::Status ValidateEstimator(const BlockEstimator& estimator, const PagedKvLay
 
 int32_t SummaryBoxRows(const BlockEstimator& estimator) { return estimator.radius == 0.0f ? 1 : 2; }
 
-int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimator) {
+int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& given) {
+  const BlockEstimator estimator = ForBlocks(given, layout.block_tokens);
   const int64_t rows = int64_t{layout.num_kv_heads} * estimator.boxes * SummaryBoxRows(estimator);
   switch (estimator.precision) {
     case SummaryPrecision::kBf16:
@@ -43,12 +50,14 @@ int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimato
   return rows * layout.head_dim * 4;
 }
 
-int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& estimator,
+int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& given,
                           int32_t num_heads) {
+  const BlockEstimator estimator = ForBlocks(given, layout.block_tokens);
   return int64_t{num_heads} * estimator.boxes * SummaryBoxRows(estimator) * layout.head_dim;
 }
 
-std::string EstimatorName(const BlockEstimator& estimator, int32_t block_tokens) {
+std::string EstimatorName(const BlockEstimator& given, int32_t block_tokens) {
+  const BlockEstimator estimator = ForBlocks(given, block_tokens);
   std::string name = estimator.boxes == 1 ? "box"
                      : estimator.boxes == block_tokens
                          ? "tokens"
@@ -59,7 +68,7 @@ std::string EstimatorName(const BlockEstimator& estimator, int32_t block_tokens)
   return name;
 }
 
-absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name, int32_t block_tokens) {
+absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name) {
   const std::vector<std::string> parts = absl::StrSplit(std::string(name), '-');
   BlockEstimator estimator;
   const auto refuse = [&] {
@@ -74,9 +83,9 @@ absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name, int32_t blo
   if (parts[0] == "box") {
     estimator.boxes = 1;
   } else if (parts[0] == "tokens") {
-    estimator.boxes = block_tokens;
+    estimator.boxes = 0;
   } else if (!parts[0].starts_with("boxes") ||
-             !absl::SimpleAtoi(parts[0].substr(5), &estimator.boxes)) {
+             !absl::SimpleAtoi(parts[0].substr(5), &estimator.boxes) || estimator.boxes < 1) {
     return refuse();
   }
   if (!absl::SimpleAtof(parts[1].substr(1), &estimator.radius)) return refuse();

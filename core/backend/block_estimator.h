@@ -20,10 +20,13 @@ namespace pulse {
 enum class SummaryPrecision : uint8_t { kF32, kBf16, kInt8 };
 
 struct BlockEstimator {
-  int32_t boxes = 1;    // divides the block's tokens
+  int32_t boxes = 1;    // divides the block's tokens; 0: one a token (as many as the block's)
   float radius = 0.0f;  // in [0, 1]
   SummaryPrecision precision = SummaryPrecision::kF32;
 };
+
+// `estimator` with its boxes for blocks of `block_tokens` (0 resolved to block_tokens).
+BlockEstimator ForBlocks(BlockEstimator estimator, int32_t block_tokens);
 
 // InvalidArgument, naming what is wrong, for boxes that do not divide layout's blocks, a radius
 // outside [0, 1] or an unknown precision.
@@ -47,10 +50,9 @@ int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimato
 int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& estimator,
                           int32_t num_heads);
 
-// "box-r0", "boxes4-r0.5-bf16", "tokens-r0-int8" (as many boxes as tokens): what records and
-// flags call it. ParseEstimator reads it back (InvalidArgument for anything else); "tokens"
-// needs the block's tokens.
+// "box-r0", "boxes4-r0.5-bf16", "tokens-r0-int8" (a box a token, for any block size): what
+// records and flags call it. ParseEstimator reads it back (InvalidArgument for anything else).
 std::string EstimatorName(const BlockEstimator& estimator, int32_t block_tokens);
-absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name, int32_t block_tokens);
+absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name);
 
 }  // namespace pulse

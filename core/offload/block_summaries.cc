@@ -9,7 +9,8 @@ absl::StatusOr<BlockSummaries> BlockSummaries::Create(Backend& backend, const Pa
                                                       int32_t num_host, int32_t num_sets,
                                                       const BlockEstimator& estimator) {
   PULSE_RETURN_IF_ERROR(ValidateEstimator(estimator, layout));
-  BlockSummaries summaries(backend, layout, num_dense, num_host, estimator);
+  BlockSummaries summaries(backend, layout, num_dense, num_host,
+                           ForBlocks(estimator, layout.block_tokens));
   const auto count = static_cast<size_t>(summaries.count());
   const std::vector<int32_t> never(static_cast<size_t>(num_sets) * count, -1);
   for (int32_t layer = 0; layer < num_layers; ++layer) {

@@ -134,7 +134,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   if (args.model.empty() || args.text.empty()) {
     return absl::InvalidArgumentError("--model and --text are required");
   }
-  PULSE_RETURN_IF_ERROR(ParseEstimator(args.estimator, args.block).status());
+  PULSE_RETURN_IF_ERROR(ParseEstimator(args.estimator).status());
   return args;
 }
 
@@ -317,8 +317,7 @@ absl::Status Run(const Args& args) {
     PULSE_ASSIGN_OR_RETURN(
         KvCache cache, KvCache::Create(model->backend(), layout, config.num_layers, num_blocks));
     // Sparse attention over resident blocks only (no host tier): each sequence's own selection.
-    PULSE_ASSIGN_OR_RETURN(const BlockEstimator estimator,
-                           ParseEstimator(args.estimator, args.block));
+    PULSE_ASSIGN_OR_RETURN(const BlockEstimator estimator, ParseEstimator(args.estimator));
     OffloadConfig offload;
     offload.estimator = estimator;
     PULSE_ASSIGN_OR_RETURN(

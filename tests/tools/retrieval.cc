@@ -242,7 +242,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--agree-min %d exceeds --agree-max %d", args.agree_min, args.agree_max));
   }
-  PULSE_RETURN_IF_ERROR(ParseEstimator(args.estimator, args.block).status());
+  PULSE_RETURN_IF_ERROR(ParseEstimator(args.estimator).status());
   return args;
 }
 
@@ -900,7 +900,7 @@ absl::StatusOr<std::unique_ptr<Bench>> Setup(const Args& args) {
                                                         config.num_layers, num_blocks));
   // Sparse attention over resident blocks only (no host tier): each sequence's own selection.
   OffloadConfig offload;
-  PULSE_ASSIGN_OR_RETURN(offload.estimator, ParseEstimator(args.estimator, block));
+  PULSE_ASSIGN_OR_RETURN(offload.estimator, ParseEstimator(args.estimator));
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(bench->model, std::move(cache),
                                              {.max_step_tokens = std::max(kPrefillChunk, block),

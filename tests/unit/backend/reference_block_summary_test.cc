@@ -582,12 +582,12 @@ TEST(BlockEstimatorTest, NanBoxesAtEveryPrecision) {
 TEST(BlockEstimatorTest, NamesAndBytes) {
   const PagedKvLayout layout{.block_tokens = 32, .num_kv_heads = 2, .head_dim = 64};
   for (const char* name : {"box-r0", "box-r1", "boxes4-r0.5", "tokens-r0-int8", "boxes8-r0-bf16"}) {
-    const absl::StatusOr<BlockEstimator> estimator = ParseEstimator(name, 32);
+    const absl::StatusOr<BlockEstimator> estimator = ParseEstimator(name);
     ASSERT_TRUE(estimator.ok()) << name << ": " << estimator.status();
     EXPECT_EQ(EstimatorName(*estimator, 32), name);
   }
   for (const char* bad : {"", "box", "box-0", "boxes-r0", "boxesx-r0", "box-r0-fp8", "box-rx"}) {
-    EXPECT_EQ(ParseEstimator(bad, 32).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(ParseEstimator(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   // Quest's box in fp32: 2 heads x 2 rows x 64 floats; the center alone at radius 0.
   EXPECT_EQ(SummaryBoxRows({.radius = 1.0f}), 2);
@@ -603,7 +603,14 @@ TEST(BlockEstimatorTest, NamesAndBytes) {
   // 6 query heads against 4 boxes of 64 channels: one product each at radius 0, two above.
   EXPECT_EQ(ScoreMultiplyAdds(layout, {.boxes = 4}, 6), 6 * 4 * 64);
   EXPECT_EQ(ScoreMultiplyAdds(layout, {.boxes = 4, .radius = 0.5f}, 6), 6 * 4 * 2 * 64);
-  EXPECT_FALSE(ValidateEstimator({.boxes = 0}, layout).ok());
+  // No boxes means one a token, whatever the block size.
+  EXPECT_TRUE(ValidateEstimator({.boxes = 0}, layout).ok());
+  EXPECT_EQ(ForBlocks({.boxes = 0}, 32).boxes, 32);
+  EXPECT_EQ(ForBlocks({.boxes = 4}, 32).boxes, 4);
+  EXPECT_EQ(SummaryBytes(layout, {.boxes = 0}), SummaryBytes(layout, {.boxes = 32}));
+  EXPECT_EQ(EstimatorName({.boxes = 0}, 8), "tokens-r0");
+  EXPECT_EQ(ParseEstimator("tokens-r0")->boxes, 0);
+  EXPECT_FALSE(ValidateEstimator({.boxes = -1}, layout).ok());
   EXPECT_FALSE(ValidateEstimator({.boxes = 5}, layout).ok());
   EXPECT_FALSE(ValidateEstimator({.radius = 2.0f}, layout).ok());
 }

@@ -279,7 +279,7 @@ TEST(EngineOffloadTest, TheDefaultKvCacheLeavesRoomForTheSummaries) {
   int64_t kv_tokens[2] = {};
   for (int i = 0; i < 2; ++i) {
     EngineOptions options = Offloaded(SelectionMode::kSoloHead, 32, 0);
-    options.offload->estimator = *ParseEstimator(i == 0 ? "box-r0" : "tokens-r0", kBlockTokens);
+    options.offload->estimator = *ParseEstimator(i == 0 ? "box-r0" : "tokens-r0");
     std::unique_ptr<Engine> engine = MakeEngine(capped, options);
     ASSERT_NE(engine, nullptr);
     kv_tokens[i] = engine->options().kv_capacity_tokens;

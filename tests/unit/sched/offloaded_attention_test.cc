@@ -76,7 +76,7 @@ OffloadConfig Resident(const BlockEstimator& estimator) {
 std::vector<BlockEstimator> Estimators() {
   std::vector<BlockEstimator> estimators;
   for (const char* name : {"box-r0", "box-r1", "boxes2-r0.5-bf16", "tokens-r0-int8"}) {
-    estimators.push_back(*ParseEstimator(name, kBlockTokens));
+    estimators.push_back(*ParseEstimator(name));
   }
   return estimators;
 }
