@@ -3,9 +3,11 @@
 // step-to-step block reuse, for head-wise and SoloHead selection at several budgets.
 //
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
-//       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128]
-//       [--block 32] [--estimator box-r0] [--sequential 0] [--backend cpu]
-//       [--out FILE.jsonl]
+//       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink S] [--window W]
+//       [--block B] [--estimator E] [--sequential 0] [--backend cpu] [--out FILE.jsonl]
+//
+// Sink, window, block size and estimator default to the library's (tests/tools/offload_defaults.h);
+// records made with all four carry "default": true.
 //
 // The text is tokenized with the model's tokenizer and cut into windows of each size, spread
 // evenly over it. In a window, the first tokens (a multiple of 32 tokens and of the block size,
@@ -50,6 +52,7 @@
 #include "core/model/tensor_source.h"
 #include "core/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tests/tools/offload_defaults.h"
 #include "tests/tools/tool_main.h"
 
 namespace pulse {
@@ -57,8 +60,8 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
-    "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink 32] [--window 128] "
-    "[--block 32] [--estimator box-r0] [--sequential 0] [--backend cpu|cuda] "
+    "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink S] [--window W] "
+    "[--block B] [--estimator E] [--sequential 0] [--backend cpu|cuda] "
     "[--out FILE.jsonl]";
 
 struct Args {
@@ -68,10 +71,10 @@ struct Args {
   int32_t per_window = 4;
   int32_t eval = 128;
   std::vector<int32_t> budgets = {256, 512, 1024, 2048};
-  int32_t sink = 32;
-  int32_t window = 128;
-  int32_t block = 32;
-  std::string estimator = "box-r0";
+  int32_t sink = SelectionDefaults{}.sink;
+  int32_t window = SelectionDefaults{}.window;
+  int32_t block = SelectionDefaults{}.block;
+  std::string estimator = SelectionDefaults{}.estimator;
   bool sequential = false;
   bool cuda = false;  // else the CPU backend
   std::string out;
@@ -377,6 +380,7 @@ absl::Status Run(const Args& args) {
             {"agreement", agreement},
             {"reuse", reuse},
             {"attended_fraction", attended},
+            {"default", SelectionDefaults{}.Match(args.block, args.sink, args.window, estimator)},
             {"backend", args.cuda ? "cuda" : "cpu"},
             {"command", args.command}};
         std::fprintf(out, "%s\n", record.dump().c_str());

@@ -3,11 +3,13 @@
 //
 //   pulse-retrieval --model MODEL.gguf --text FILE [--contexts 2048,4096,8192]
 //       [--depths 0,25,50,75,100] [--trials 20] [--answer-tokens 24] [--modes solohead,headwise]
-//       [--fractions 8,16] [--sink 32] [--window 128] [--block 32] [--estimator box-r0]
+//       [--fractions 8,16] [--sink S] [--window W] [--block B] [--estimator E]
 //       [--agreement on] [--prompts 20] [--agree-tokens 128] [--agree-min 1024]
 //       [--agree-max 4096] [--seed 0] [--backend cpu] [--threads 0] [--weights f32]
-//       [--verbose off]
-//       [--out FILE.jsonl]
+//       [--verbose off] [--out FILE.jsonl]
+//
+// Sink, window, block size and estimator default to the library's (tests/tools/offload_defaults.h);
+// records made with all four carry "default": true.
 //
 // Passkey retrieval. For each context C, depth D (percent) and trial t: a random 5-digit passkey
 // (seeded from C, D and t) is stated by a needle sentence placed at depth D, on a line of its
@@ -71,6 +73,7 @@
 #include "core/model/tensor_source.h"
 #include "core/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tests/tools/offload_defaults.h"
 #include "tests/tools/tool_main.h"
 
 namespace pulse {
@@ -79,11 +82,10 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: pulse-retrieval --model MODEL.gguf --text FILE [--contexts 2048,4096,8192] "
     "[--depths 0,25,50,75,100] [--trials 20] [--answer-tokens 24] [--modes solohead,headwise] "
-    "[--fractions 8,16] [--sink 32] [--window 128] [--block 32] [--estimator box-r0] "
+    "[--fractions 8,16] [--sink S] [--window W] [--block B] [--estimator E] "
     "[--agreement on|off] [--prompts 20] [--agree-tokens 128] [--agree-min 1024] "
     "[--agree-max 4096] [--seed 0] [--backend cpu|cuda] [--threads 0] [--weights f32|bf16] "
-    "[--verbose on|off] "
-    "[--out FILE.jsonl]";
+    "[--verbose on|off] [--out FILE.jsonl]";
 
 constexpr std::string_view kQuestion =
     "What is the secret code for the archive door? Answer with the number only.";
@@ -107,10 +109,10 @@ struct Args {
   int32_t answer_tokens = 24;
   std::vector<SelectionMode> modes = {SelectionMode::kSoloHead, SelectionMode::kHeadWise};
   std::vector<int32_t> fractions = {8, 16};
-  int32_t sink = 32;
-  int32_t window = 128;
-  int32_t block = 32;
-  std::string estimator = EstimatorName(OffloadConfig{}.estimator, 32);
+  int32_t sink = SelectionDefaults{}.sink;
+  int32_t window = SelectionDefaults{}.window;
+  int32_t block = SelectionDefaults{}.block;
+  std::string estimator = SelectionDefaults{}.estimator;
   bool agreement = true;
   int32_t prompts = 20;
   int32_t agree_tokens = 128;
@@ -559,6 +561,8 @@ void Write(const Bench& bench, nlohmann::json record) {
   record["model"] = bench.model_name;
   record["block_tokens"] = args.block;
   record["estimator"] = args.estimator;
+  record["default"] = SelectionDefaults{}.Match(args.block, args.sink, args.window,
+                                                *ParseEstimator(args.estimator));
   record["aggregate"] = "softmax-sum";
   record["sink"] = args.sink;
   record["window"] = args.window;
