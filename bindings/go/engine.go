@@ -95,6 +95,7 @@ const (
 	SummaryF32  SummaryPrecision = C.PULSE_SUMMARY_F32  // unrounded
 	SummaryBF16 SummaryPrecision = C.PULSE_SUMMARY_BF16 // rounded to bfloat16
 	SummaryInt8 SummaryPrecision = C.PULSE_SUMMARY_INT8 // rounded to int8 with a scale a row
+	SummaryInt4 SummaryPrecision = C.PULSE_SUMMARY_INT4 // int4, two a byte, a scale a row
 )
 
 // DefaultEngineParams returns the library's defaults (pulse_engine_params_init).

@@ -385,7 +385,7 @@ func TestEverySummaryEstimatorGenerates(t *testing.T) {
 	for _, test := range []struct {
 		boxes     int32
 		precision pulseinfer.SummaryPrecision
-	}{{4, pulseinfer.SummaryInt8}, {0, pulseinfer.SummaryBF16}} {
+	}{{4, pulseinfer.SummaryInt8}, {0, pulseinfer.SummaryBF16}, {0, pulseinfer.SummaryInt4}} {
 		params := offloadedParams()
 		params.OffloadSummaryBoxes = test.boxes
 		params.OffloadSummaryPrecision = test.precision

@@ -19,6 +19,8 @@ int32_t ToPulsePrecision(SummaryPrecision precision) {
       return PULSE_SUMMARY_BF16;
     case SummaryPrecision::kInt8:
       return PULSE_SUMMARY_INT8;
+    case SummaryPrecision::kInt4:
+      return PULSE_SUMMARY_INT4;
   }
   return PULSE_SUMMARY_F32;
 }
@@ -100,6 +102,9 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
       break;
     case PULSE_SUMMARY_INT8:
       offload.estimator.precision = SummaryPrecision::kInt8;
+      break;
+    case PULSE_SUMMARY_INT4:
+      offload.estimator.precision = SummaryPrecision::kInt4;
       break;
     default:
       return absl::InvalidArgumentError(

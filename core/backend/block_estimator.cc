@@ -28,8 +28,13 @@ absl::Status ValidateEstimator(const BlockEstimator& given, const PagedKvLayout&
   }
   if (estimator.precision != SummaryPrecision::kF32 &&
       estimator.precision != SummaryPrecision::kBf16 &&
-      estimator.precision != SummaryPrecision::kInt8) {
+      estimator.precision != SummaryPrecision::kInt8 &&
+      estimator.precision != SummaryPrecision::kInt4) {
     return absl::InvalidArgumentError("an unknown summary precision");
+  }
+  if (estimator.precision == SummaryPrecision::kInt4 && layout.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "int4 block summaries pack two channels a byte: a head_dim of %d is odd", layout.head_dim));
   }
   return absl::OkStatus();
 }
@@ -44,6 +49,8 @@ int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& given) {
       return rows * layout.head_dim * 2;
     case SummaryPrecision::kInt8:
       return rows * (layout.head_dim + 4);
+    case SummaryPrecision::kInt4:
+      return rows * (layout.head_dim / 2 + 4);
     case SummaryPrecision::kF32:
       break;
   }
@@ -65,6 +72,7 @@ std::string EstimatorName(const BlockEstimator& given, int32_t block_tokens) {
   name += absl::StrFormat("-r%g", estimator.radius);
   if (estimator.precision == SummaryPrecision::kBf16) name += "-bf16";
   if (estimator.precision == SummaryPrecision::kInt8) name += "-int8";
+  if (estimator.precision == SummaryPrecision::kInt4) name += "-int4";
   return name;
 }
 
@@ -73,8 +81,8 @@ absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name) {
   BlockEstimator estimator;
   const auto refuse = [&] {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "estimator '%s': expected box, boxesN or tokens, then -rR, then optionally -bf16 or -int8 "
-        "(say box-r0, boxes4-r0, tokens-r0-int8)",
+        "estimator '%s': expected box, boxesN or tokens, then -rR, then optionally -bf16, -int8 "
+        "or -int4 (say box-r0, boxes4-r0, tokens-r0-int4)",
         name));
   };
   if (parts.size() < 2 || parts.size() > 3 || parts[1].empty() || parts[1][0] != 'r') {
@@ -94,6 +102,8 @@ absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name) {
       estimator.precision = SummaryPrecision::kBf16;
     } else if (parts[2] == "int8") {
       estimator.precision = SummaryPrecision::kInt8;
+    } else if (parts[2] == "int4") {
+      estimator.precision = SummaryPrecision::kInt4;
     } else {
       return refuse();
     }

@@ -6,8 +6,8 @@
 //       [--modes dense,solohead,headwise] [--budget 2048] [--sink 32] [--window 128]
 //       [--slot-tokens TOKENS] [--block-tokens TOKENS]
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--summary-boxes N]
-//       [--summary-precision f32|bf16|int8] [--graphs on,off] [--link-gb-s GB_S] [--device NAME]
-//       [--commit SHA] [--out FILE.jsonl]
+//       [--summary-precision f32|bf16|int8|int4] [--graphs on,off] [--link-gb-s GB_S]
+//       [--device NAME] [--commit SHA] [--out FILE.jsonl]
 //
 // Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
 // then generate --decode-steps tokens each (greedy, end of sequence ignored); every engine step
@@ -123,14 +123,16 @@ std::vector<Shape> ParseShapes(const std::string& text) {
   return shapes;
 }
 
-constexpr std::pair<const char*, int32_t> kSummaryPrecisions[] = {
-    {"f32", PULSE_SUMMARY_F32}, {"bf16", PULSE_SUMMARY_BF16}, {"int8", PULSE_SUMMARY_INT8}};
+constexpr std::pair<const char*, int32_t> kSummaryPrecisions[] = {{"f32", PULSE_SUMMARY_F32},
+                                                                  {"bf16", PULSE_SUMMARY_BF16},
+                                                                  {"int8", PULSE_SUMMARY_INT8},
+                                                                  {"int4", PULSE_SUMMARY_INT4}};
 
 int32_t SummaryPrecision(const std::string& name) {
   for (const auto& [known, code] : kSummaryPrecisions) {
     if (name == known) return code;
   }
-  Fail("--summary-precision expects f32, bf16 or int8, got '" + name + "'");
+  Fail("--summary-precision expects f32, bf16, int8 or int4, got '" + name + "'");
 }
 
 std::string SummaryPrecisionName(int32_t code) {

@@ -3,9 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char* const kPrecisions[] = {"f32", "bf16", "int8"};
-static const int32_t kPrecisionCodes[] = {PULSE_SUMMARY_F32, PULSE_SUMMARY_BF16,
-                                          PULSE_SUMMARY_INT8};
+static const char* const kPrecisions[] = {"f32", "bf16", "int8", "int4"};
+static const int32_t kPrecisionCodes[] = {PULSE_SUMMARY_F32, PULSE_SUMMARY_BF16, PULSE_SUMMARY_INT8,
+                                          PULSE_SUMMARY_INT4};
+enum { kPrecisionCount = sizeof(kPrecisions) / sizeof(kPrecisions[0]) };
 
 /* Sets *code to the code of `name` among the `count` names; 0 when it is none of them. */
 static int find_code(const char* name, const char* const* names, const int32_t* codes, int count,
@@ -33,7 +34,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   flags->summary_radius = (float)defaults.offload_summary_radius;
   flags->summary_boxes = defaults.offload_summary_boxes;
   flags->summary_precision = kPrecisions[0];
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kPrecisionCount; ++i) {
     if (kPrecisionCodes[i] == defaults.offload_summary_precision) {
       flags->summary_precision = kPrecisions[i];
     }
@@ -87,9 +88,9 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
     fprintf(stderr, "pulseinfer: --evict expects lru or score, got '%s'\n", flags->evict);
     return 0;
   }
-  if (!find_code(flags->summary_precision, kPrecisions, kPrecisionCodes, 3,
+  if (!find_code(flags->summary_precision, kPrecisions, kPrecisionCodes, kPrecisionCount,
                  &params->offload_summary_precision)) {
-    fprintf(stderr, "pulseinfer: --summary-precision expects f32, bf16 or int8, got '%s'\n",
+    fprintf(stderr, "pulseinfer: --summary-precision expects f32, bf16, int8 or int4, got '%s'\n",
             flags->summary_precision);
     return 0;
   }

@@ -19,7 +19,7 @@ typedef struct offload_flags {
   int32_t slot_tokens;
   float summary_radius;
   int32_t summary_boxes;
-  const char* summary_precision; /* "f32", "bf16" or "int8" */
+  const char* summary_precision; /* "f32", "bf16", "int8" or "int4" */
   int32_t block_tokens;
 } offload_flags;
 
@@ -44,7 +44,7 @@ enum { kOffloadFlagCount = 12 };
   "                        scored as its best box: 1 one a block (Quest's), 0 one a token\n"    \
   "                        (every key exactly), else a divisor of --block-tokens\n"             \
   "                        (default %d)\n"                                                      \
-  "  --summary-precision P summaries as stored: f32, bf16 or int8 (default %s)\n"               \
+  "  --summary-precision P summaries as stored: f32, bf16, int8 or int4 (default %s)\n"         \
   "  --block-tokens N      tokens of one KV block, the unit a selection picks and a recall\n"   \
   "                        moves (default %d)\n"
 #define OFFLOAD_FLAGS_HELP_ARGS(flags)                                                         \

@@ -83,8 +83,10 @@ class Eviction(enum.IntEnum):
 
 class SummaryPrecision(enum.IntEnum):
     """pulse_summary_precision_code: how block summaries are stored
-    (EngineParams.offload_summary_precision); INT8 keeps a scale a row."""
+    (EngineParams.offload_summary_precision); INT8 and INT4 keep a scale a row,
+    INT4 packs two values a byte (an even head_dim)."""
 
     F32 = capi.PULSE_SUMMARY_F32
     BF16 = capi.PULSE_SUMMARY_BF16
     INT8 = capi.PULSE_SUMMARY_INT8
+    INT4 = capi.PULSE_SUMMARY_INT4

@@ -235,7 +235,8 @@ def test_every_summary_estimator_generates_the_dense_tokens_at_a_covering_budget
             EngineParams().offload_summary_precision) == (1, SummaryPrecision.F32)
     with Engine(tiny_model, EngineParams(block_tokens=8)) as dense:
         expected = dense.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids()
-    for boxes, precision in ((4, SummaryPrecision.INT8), (0, SummaryPrecision.BF16)):
+    for boxes, precision in ((4, SummaryPrecision.INT8), (0, SummaryPrecision.BF16),
+                             (0, SummaryPrecision.INT4)):
         params = dataclasses.replace(OFFLOADED, offload_summary_boxes=boxes,
                                      offload_summary_precision=precision)
         with Engine(tiny_model, params) as offloaded:

@@ -246,9 +246,10 @@ typedef struct pulse_engine_params {
    * scored exactly, the block's best kept); otherwise a divisor of block_tokens. More boxes
    * select closer to dense attention for more summary memory. */
   int32_t offload_summary_boxes;
-  /* How summaries are stored: PULSE_SUMMARY_F32 (default), _BF16 or _INT8 (a scale a row). Every
-   * backend stores a box as one row at radius 0 (its center), two otherwise, at this precision:
-   * fewer bytes to keep and read, for a slightly coarser selection. */
+  /* How summaries are stored: PULSE_SUMMARY_F32 (default), _BF16, _INT8 or _INT4 (a scale a row;
+   * int4 needs an even head_dim). Every backend stores a box as one row at radius 0 (its center),
+   * two otherwise, at this precision: fewer bytes to keep and read, for a slightly coarser
+   * selection. */
   int32_t offload_summary_precision;
 } pulse_engine_params;
 
@@ -278,7 +279,8 @@ enum pulse_eviction_code {
 enum pulse_summary_precision_code {
   PULSE_SUMMARY_F32 = 0,
   PULSE_SUMMARY_BF16 = 1,
-  PULSE_SUMMARY_INT8 = 2 /* a scale a row */
+  PULSE_SUMMARY_INT8 = 2, /* a scale a row */
+  PULSE_SUMMARY_INT4 = 3  /* 4-bit, two a byte, a scale a row */
 };
 
 /* Fills `params` with the defaults; see pulse_model_params_init for the rules. */

@@ -26,7 +26,7 @@
 #include "core/backend/cuda/block_summary_kernels.h"
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/launch.cuh"
-#include "core/backend/summary_int8.h"
+#include "core/backend/summary_int.h"
 #include "core/backend/summary_radius.h"
 
 namespace pulse::cuda {
@@ -45,19 +45,41 @@ bool Positive(const PagedKvLayout& layout) {
   return layout.block_tokens > 0 && layout.num_kv_heads > 0 && layout.head_dim > 0;
 }
 
-// The kernels are templates on the stored value type: float, bf16 or int8_t (SummaryBytes).
+// The kernels are templates on the stored value type: float, bf16, int8_t or Int4x2, a byte of
+// two int4 values (SummaryBytes).
+struct Int4x2 {
+  uint8_t bits;
+};
 template <typename Value>
-constexpr bool kIsInt8 = std::is_same_v<Value, int8_t>;
+constexpr bool kIsInt4 = std::is_same_v<Value, Int4x2>;
+// Integer rows keep a scale each, after the summary's rows.
+template <typename Value>
+constexpr bool kScaled = std::is_same_v<Value, int8_t> || kIsInt4<Value>;
+template <typename Value>
+constexpr int kLevels = kIsInt4<Value> ? kInt4Levels : kInt8Levels;
+// Values of a row that one Value holds.
+template <typename Value>
+constexpr int32_t kPacked = kIsInt4<Value> ? 2 : 1;
 
-// The byte offset of the scale of row `row` of a summary of `rows` int8 rows of `head_dim`.
+// The first Value of row `row` of a summary of rows of `head_dim` values.
+template <typename Value, typename Byte>
+__device__ __forceinline__ auto RowAt(Byte* summary, int32_t row, int32_t head_dim) {
+  using Stored = std::conditional_t<std::is_const_v<Byte>, const Value, Value>;
+  return reinterpret_cast<Stored*>(summary) + int64_t{row} * (head_dim / kPacked<Value>);
+}
+
+// The byte offset of the scale of row `row` of a summary of `rows` integer rows of `head_dim`.
+template <typename Value>
 __device__ __forceinline__ int64_t ScaleOffset(int32_t rows, int32_t head_dim, int32_t row) {
-  return int64_t{rows} * head_dim + int64_t{row} * static_cast<int64_t>(sizeof(float));
+  const int64_t row_bytes = head_dim / kPacked<Value>;
+  return rows * row_bytes + int64_t{row} * static_cast<int64_t>(sizeof(float));
 }
 
 // --- SummarizeBlocks ---------------------------------------------------------------------------
 // A warp summarizes one (block, KV head, box): its keys are one contiguous run of the head's
 // [block_tokens][head_dim] bf16 keys, read once, coalesced, as vectors of kWidth channels (8:
-// 16-byte loads; 1: any head_dim or alignment). The warp covers up to 32 vectors of a key row a
+// 16-byte loads; 1: any head_dim or alignment; 2 at int4, whose lanes then store a byte each).
+// The warp covers up to 32 vectors of a key row a
 // pass: `width` lanes across the row, 32 / width rows at once (head_dim 128: 16 lanes x 2 rows,
 // 512 contiguous bytes a load), kRowUnroll rows a lane in flight; then the rows' lanes merge by
 // shuffles and the first `width` lanes store the box's rows at the precision.
@@ -66,8 +88,10 @@ constexpr int kRowUnroll = 8;
 __device__ __forceinline__ void LoadKeys(const bf16* keys, float (&out)[8]) {
   Unpack(*reinterpret_cast<const Bf16x8*>(keys), out);
 }
-__device__ __forceinline__ void LoadKeys(const bf16* keys, float (&out)[1]) {
-  out[0] = __bfloat162float(*keys);
+template <int kWidth>
+__device__ __forceinline__ void LoadKeys(const bf16* keys, float (&out)[kWidth]) {
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) out[k] = __bfloat162float(keys[k]);
 }
 
 // Vectors `first + lane` (lane < min(32, vectors - first)) of the box's channel minimum and
@@ -131,7 +155,7 @@ __device__ __forceinline__ void SummarizePass(const bf16* keys, int32_t dim, int
   }
 }
 
-// Stores kWidth values of a row at `out` (`scale`: an int8 row's; unused otherwise).
+// Stores kWidth values of a row at `out` (`scale`: an integer row's; unused otherwise).
 __device__ __forceinline__ void StoreValues(float* out, const float (&values)[8], float) {
   reinterpret_cast<float4*>(out)[0] = make_float4(values[0], values[1], values[2], values[3]);
   reinterpret_cast<float4*>(out)[1] = make_float4(values[4], values[5], values[6], values[7]);
@@ -149,7 +173,16 @@ template <int kWidth>
 __device__ __forceinline__ void StoreValues(int8_t* out, const float (&values)[kWidth],
                                             float scale) {
 #pragma unroll
-  for (int k = 0; k < kWidth; ++k) out[k] = QuantizeInt8(values[k], scale);
+  for (int k = 0; k < kWidth; ++k) out[k] = QuantizeInt<kInt8Levels>(values[k], scale);
+}
+template <int kWidth>
+__device__ __forceinline__ void StoreValues(Int4x2* out, const float (&values)[kWidth],
+                                            float scale) {
+#pragma unroll
+  for (int k = 0; k < kWidth / 2; ++k) {
+    out[k].bits = PackInt4(QuantizeInt<kInt4Levels>(values[2 * k], scale),
+                           QuantizeInt<kInt4Levels>(values[2 * k + 1], scale));
+  }
 }
 
 // Folds this lane's kWidth values of a row into the row's largest magnitude and finiteness.
@@ -186,14 +219,14 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t box_rows = radius == 0.0f ? 1 : 2;
   const int32_t row = head_box * box_rows;
   std::byte* summary = summaries + summary_ids[i] * summary_bytes;
-  Value* lo_row = reinterpret_cast<Value*>(summary) + int64_t{row} * dim;
-  Value* hi_row = lo_row + dim;
+  Value* lo_row = RowAt<Value>(summary, row, dim);
+  Value* hi_row = RowAt<Value>(summary, row + 1, dim);
   const int32_t vectors = dim / kWidth;
   float lo[kWidth];
   float hi[kWidth];
   float lo_scale = 0.0f;
   float hi_scale = 0.0f;
-  if constexpr (kIsInt8<Value>) {
+  if constexpr (kScaled<Value>) {
     // A row's scale needs the row's largest magnitude before any value is stored: a row of one
     // pass keeps its values in registers for the store, a wider row is summarized again.
     float lo_largest = 0.0f;
@@ -207,21 +240,24 @@ __global__ void __launch_bounds__(kThreads)
         Measure(hi, hi_largest, hi_finite);
       }
     }
-    lo_scale = Int8RowScale(WarpReduce(lo_largest, MaxFloat{}), __all_sync(0xffffffffu, lo_finite));
-    hi_scale = Int8RowScale(WarpReduce(hi_largest, MaxFloat{}), __all_sync(0xffffffffu, hi_finite));
+    lo_scale = IntRowScale<kLevels<Value>>(WarpReduce(lo_largest, MaxFloat{}),
+                                           __all_sync(0xffffffffu, lo_finite));
+    hi_scale = IntRowScale<kLevels<Value>>(WarpReduce(hi_largest, MaxFloat{}),
+                                           __all_sync(0xffffffffu, hi_finite));
     if (lane == 0) {
       const int32_t rows = boxes_a_block * box_rows;
-      memcpy(summary + ScaleOffset(rows, dim, row), &lo_scale, sizeof(float));
+      memcpy(summary + ScaleOffset<Value>(rows, dim, row), &lo_scale, sizeof(float));
       if (box_rows == 2) {
-        memcpy(summary + ScaleOffset(rows, dim, row + 1), &hi_scale, sizeof(float));
+        memcpy(summary + ScaleOffset<Value>(rows, dim, row + 1), &hi_scale, sizeof(float));
       }
     }
   }
   for (int32_t first = 0; first < vectors; first += kWarp) {
-    if (!kIsInt8<Value> || vectors > kWarp) SummarizePass(keys, dim, tokens, first, radius, lo, hi);
+    if (!kScaled<Value> || vectors > kWarp) SummarizePass(keys, dim, tokens, first, radius, lo, hi);
     if (lane < vectors - first) {
-      StoreValues(lo_row + (first + lane) * kWidth, lo, lo_scale);
-      if (box_rows == 2) StoreValues(hi_row + (first + lane) * kWidth, hi, hi_scale);
+      const int32_t at = (first + lane) * (kWidth / kPacked<Value>);
+      StoreValues(lo_row + at, lo, lo_scale);
+      if (box_rows == 2) StoreValues(hi_row + at, hi, hi_scale);
     }
   }
 }
@@ -232,21 +268,23 @@ cudaError_t LaunchSummarize(bool vectors, unsigned grid, cudaStream_t stream, co
                             const int32_t* block_ids, const int32_t* summary_ids, int64_t tasks,
                             std::byte* summaries) {
   const int64_t bytes = SummaryBytes(layout, estimator);
+  // Without vectors a lane takes one channel, or at int4 the two of a byte.
+  constexpr int kScalarWidth = kPacked<Value>;
   return vectors ? LaunchKernel(SummarizeBlocksKernel<8, Value>, grid, kThreads, 0, stream, keys,
                                 layout, estimator.boxes, block_ids, summary_ids, tasks,
                                 estimator.radius, bytes, summaries)
-                 : LaunchKernel(SummarizeBlocksKernel<1, Value>, grid, kThreads, 0, stream, keys,
-                                layout, estimator.boxes, block_ids, summary_ids, tasks,
-                                estimator.radius, bytes, summaries);
+                 : LaunchKernel(SummarizeBlocksKernel<kScalarWidth, Value>, grid, kThreads, 0,
+                                stream, keys, layout, estimator.boxes, block_ids, summary_ids,
+                                tasks, estimator.radius, bytes, summaries);
 }
 
 // --- ScoreBlocks -------------------------------------------------------------------------------
 // A thread block scores a tile of kScoreTile consecutive candidates for one KV head (grid y):
 // kScoreLanes lanes a candidate, so a warp serves kCandidatesPerWarp candidates. Each candidate's
-// lanes load each box's rows of the KV head once (coalesced quads of 4 values: 16, 8 or 4 bytes
-// at fp32, bf16 or int8), keep them in registers in fp32 and score the group's query heads
-// against them, reading q (a few rows, cached) as float4s; the candidate's partial sums meet by
-// shuffles. The tile's bounds go through shared memory so that each query head's kScoreTile
+// lanes load each box's rows of the KV head once (coalesced quads of 4 values: 16, 8, 4 or 2
+// bytes at fp32, bf16, int8 or int4), keep them in registers in fp32 and score the group's query
+// heads against them, reading q (a few rows, cached) as float4s; the candidate's partial sums meet
+// by shuffles. The tile's bounds go through shared memory so that each query head's kScoreTile
 // bounds are written as one contiguous run.
 constexpr int kScoreLanes = 8;
 constexpr int kCandidatesPerWarp = kWarp / kScoreLanes;
@@ -260,13 +298,17 @@ __device__ __forceinline__ float AddBound(float q, float lo, float hi, float acc
   return fmaf(q, q >= 0.0f ? hi : lo, acc);
 }
 
-// Value d of a stored row, in fp32 (`scale`: an int8 row's; unused otherwise).
+// Value d of a stored row, in fp32 (`scale`: an integer row's; unused otherwise).
 __device__ __forceinline__ float Read(const float* row, int32_t d, float) { return row[d]; }
 __device__ __forceinline__ float Read(const bf16* row, int32_t d, float) {
   return __bfloat162float(row[d]);
 }
 __device__ __forceinline__ float Read(const int8_t* row, int32_t d, float scale) {
-  return DequantizeInt8(row[d], scale);
+  return DequantizeInt(row[d], scale);
+}
+__device__ __forceinline__ float Read(const Int4x2* row, int32_t d, float scale) {
+  const uint8_t packed = row[d / 2].bits;
+  return DequantizeInt(d % 2 == 0 ? LowInt4(packed) : HighInt4(packed), scale);
 }
 
 // Values 4 * quad .. 4 * quad + 3 of a stored row, whose quads are aligned, in fp32.
@@ -284,8 +326,14 @@ __device__ __forceinline__ float4 ReadQuad(const bf16* row, int32_t quad, float)
 }
 __device__ __forceinline__ float4 ReadQuad(const int8_t* row, int32_t quad, float scale) {
   const char4 packed = reinterpret_cast<const char4*>(row)[quad];
-  return make_float4(DequantizeInt8(packed.x, scale), DequantizeInt8(packed.y, scale),
-                     DequantizeInt8(packed.z, scale), DequantizeInt8(packed.w, scale));
+  return make_float4(DequantizeInt(packed.x, scale), DequantizeInt(packed.y, scale),
+                     DequantizeInt(packed.z, scale), DequantizeInt(packed.w, scale));
+}
+__device__ __forceinline__ float4 ReadQuad(const Int4x2* row, int32_t quad, float scale) {
+  const uchar2 packed = reinterpret_cast<const uchar2*>(row)[quad];
+  return make_float4(
+      DequantizeInt(LowInt4(packed.x), scale), DequantizeInt(HighInt4(packed.x), scale),
+      DequantizeInt(LowInt4(packed.y), scale), DequantizeInt(HighInt4(packed.y), scale));
 }
 
 // kVectors: quads of a row each lane holds, at least head_dim / (4 * kScoreLanes); kBoxRows:
@@ -323,13 +371,12 @@ __global__ void __launch_bounds__(kThreads)
       const int32_t first_row = (kv_head * boxes + box) * kBoxRows;
 #pragma unroll
       for (int r = 0; r < kBoxRows; ++r) {
-        const Value* row =
-            reinterpret_cast<const Value*>(summary) + int64_t{first_row + r} * head_dim;
+        const Value* row = RowAt<Value>(summary, first_row + r, head_dim);
         float scale = 0.0f;
-        if constexpr (kIsInt8<Value>) {
+        if constexpr (kScaled<Value>) {
           const int32_t rows = num_kv_heads * boxes * kBoxRows;
-          scale =
-              *reinterpret_cast<const float*>(summary + ScaleOffset(rows, head_dim, first_row + r));
+          scale = *reinterpret_cast<const float*>(
+              summary + ScaleOffset<Value>(rows, head_dim, first_row + r));
         }
 #pragma unroll
         for (int u = 0; u < kVectors; ++u) {
@@ -396,14 +443,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int32_t box = 0; box < boxes; ++box) {
       const int32_t lo_row = (kv_head * boxes + box) * box_rows;
       const int32_t hi_row = lo_row + box_rows - 1;
-      const Value* lo = reinterpret_cast<const Value*>(summary) + int64_t{lo_row} * head_dim;
-      const Value* hi = reinterpret_cast<const Value*>(summary) + int64_t{hi_row} * head_dim;
+      const Value* lo = RowAt<Value>(summary, lo_row, head_dim);
+      const Value* hi = RowAt<Value>(summary, hi_row, head_dim);
       float lo_scale = 0.0f;
       float hi_scale = 0.0f;
-      if constexpr (kIsInt8<Value>) {  // a scale may be unaligned: head_dim need not be even
+      if constexpr (kScaled<Value>) {  // a scale may be unaligned: the rows' bytes need not be
         const int32_t rows = num_kv_heads * boxes * box_rows;
-        memcpy(&lo_scale, summary + ScaleOffset(rows, head_dim, lo_row), sizeof(float));
-        memcpy(&hi_scale, summary + ScaleOffset(rows, head_dim, hi_row), sizeof(float));
+        memcpy(&lo_scale, summary + ScaleOffset<Value>(rows, head_dim, lo_row), sizeof(float));
+        memcpy(&hi_scale, summary + ScaleOffset<Value>(rows, head_dim, hi_row), sizeof(float));
       }
       float acc = 0.0f;
       for (int32_t d = lane; d < head_dim; d += kWarp) {
@@ -441,7 +488,7 @@ cudaError_t LaunchScore(const float* q, int64_t q_stride, int32_t group,
                         cudaStream_t stream) {
   const int32_t dim = layout.head_dim;
   const int32_t vectors = dim / (4 * kScoreLanes);
-  // head_dim a multiple of 32 keeps every quad of every summary aligned, and int8 scales too.
+  // head_dim a multiple of 32 keeps every quad of every summary aligned, and integer scales too.
   const bool tiled = dim % (4 * kScoreLanes) == 0 && vectors <= 8 && q_stride % 4 == 0 &&
                      Aligned(q, 16) && Aligned(summaries, 16) && group <= kMaxTiledGroup &&
                      layout.num_kv_heads <= 65535;
@@ -495,6 +542,9 @@ cudaError_t LaunchSummarizeBlocks(const void* blocks, const PagedKvLayout& layou
     case SummaryPrecision::kInt8:
       return LaunchSummarize<int8_t>(vectors, blocks_x, stream, keys, layout, estimator, block_ids,
                                      summary_ids, tasks, out);
+    case SummaryPrecision::kInt4:
+      return LaunchSummarize<Int4x2>(vectors, blocks_x, stream, keys, layout, estimator, block_ids,
+                                     summary_ids, tasks, out);
     case SummaryPrecision::kF32:
       break;
   }
@@ -520,6 +570,9 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
                                query_rows, count, bounds, stream);
     case SummaryPrecision::kInt8:
       return LaunchScore<int8_t>(q, q_stride, group, layout, estimator, stored, summary_ids,
+                                 query_rows, count, bounds, stream);
+    case SummaryPrecision::kInt4:
+      return LaunchScore<Int4x2>(q, q_stride, group, layout, estimator, stored, summary_ids,
                                  query_rows, count, bounds, stream);
     case SummaryPrecision::kF32:
       break;

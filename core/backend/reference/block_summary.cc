@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/backend/bf16.h"
-#include "core/backend/summary_int8.h"
+#include "core/backend/summary_int.h"
 #include "core/backend/summary_radius.h"
 
 namespace pulse::reference {
@@ -33,25 +33,35 @@ absl::Status CheckSize(const char* what, size_t size, int64_t expected, const ch
   return absl::OkStatus();
 }
 
-// Where the rows of one block's summary lie (SummaryBytes): `rows` rows of head_dim values of
-// value_bytes each, then, at int8, a scale a row.
+// Where the rows of one block's summary lie (SummaryBytes): `rows` rows of row_bytes each, then,
+// at int8 and int4, a scale a row.
 struct RowLayout {
-  size_t head_dim;
   size_t rows;
-  size_t value_bytes;
+  size_t row_bytes;
 
-  size_t row_offset(size_t row) const { return row * head_dim * value_bytes; }
-  size_t scale_offset(size_t row) const { return rows * head_dim + row * sizeof(float); }
+  size_t row_offset(size_t row) const { return row * row_bytes; }
+  size_t scale_offset(size_t row) const { return rows * row_bytes + row * sizeof(float); }
 };
 
 RowLayout RowsOf(const PagedKvLayout& layout, const BlockEstimator& estimator) {
-  const size_t value_bytes = estimator.precision == SummaryPrecision::kF32    ? sizeof(float)
-                             : estimator.precision == SummaryPrecision::kBf16 ? sizeof(uint16_t)
-                                                                              : sizeof(int8_t);
-  return {.head_dim = static_cast<size_t>(layout.head_dim),
-          .rows = static_cast<size_t>(layout.num_kv_heads) * static_cast<size_t>(estimator.boxes) *
+  const auto head_dim = static_cast<size_t>(layout.head_dim);
+  size_t row_bytes = head_dim * sizeof(float);
+  switch (estimator.precision) {
+    case SummaryPrecision::kBf16:
+      row_bytes = head_dim * sizeof(uint16_t);
+      break;
+    case SummaryPrecision::kInt8:
+      row_bytes = head_dim;
+      break;
+    case SummaryPrecision::kInt4:
+      row_bytes = head_dim / 2;
+      break;
+    case SummaryPrecision::kF32:
+      break;
+  }
+  return {.rows = static_cast<size_t>(layout.num_kv_heads) * static_cast<size_t>(estimator.boxes) *
                   static_cast<size_t>(SummaryBoxRows(estimator)),
-          .value_bytes = value_bytes};
+          .row_bytes = row_bytes};
 }
 
 template <typename T>
@@ -64,6 +74,18 @@ T Load(const std::byte* at) {
 template <typename T>
 void Store(std::byte* at, T value) {
   std::memcpy(at, &value, sizeof value);
+}
+
+// The scale of an integer row of `values` (summary_int.h).
+template <int kLevels>
+float RowScale(std::span<const float> values) {
+  float largest = 0.0f;
+  bool finite = true;
+  for (const float value : values) {
+    largest = std::fmax(largest, std::fabs(value));
+    finite = finite && std::isfinite(value);
+  }
+  return IntRowScale<kLevels>(largest, finite);
 }
 
 // Stores `values` as row `row` of `summary` at `precision`.
@@ -80,14 +102,19 @@ void StoreRow(std::span<const float> values, const RowLayout& rows, size_t row,
       }
       return;
     case SummaryPrecision::kInt8: {
-      float largest = 0.0f;
-      bool finite = true;
-      for (const float value : values) {
-        largest = std::fmax(largest, std::fabs(value));
-        finite = finite && std::isfinite(value);
+      const float scale = RowScale<kInt8Levels>(values);
+      for (size_t d = 0; d < values.size(); ++d) {
+        Store(out + d, QuantizeInt<kInt8Levels>(values[d], scale));
       }
-      const float scale = Int8RowScale(largest, finite);
-      for (size_t d = 0; d < values.size(); ++d) Store(out + d, QuantizeInt8(values[d], scale));
+      Store(summary.data() + rows.scale_offset(row), scale);
+      return;
+    }
+    case SummaryPrecision::kInt4: {
+      const float scale = RowScale<kInt4Levels>(values);
+      for (size_t d = 0; d < values.size(); d += 2) {
+        Store(out + d / 2, PackInt4(QuantizeInt<kInt4Levels>(values[d], scale),
+                                    QuantizeInt<kInt4Levels>(values[d + 1], scale)));
+      }
       Store(summary.data() + rows.scale_offset(row), scale);
       return;
     }
@@ -100,7 +127,7 @@ class RowReader {
  public:
   RowReader(std::span<const std::byte> summary, const RowLayout& rows, size_t row)
       : values_(summary.data() + rows.row_offset(row)) {
-    if constexpr (kPrecision == SummaryPrecision::kInt8) {
+    if constexpr (kPrecision == SummaryPrecision::kInt8 || kPrecision == SummaryPrecision::kInt4) {
       scale_ = Load<float>(summary.data() + rows.scale_offset(row));
     }
   }
@@ -110,8 +137,11 @@ class RowReader {
       return Load<float>(values_ + d * sizeof(float));
     } else if constexpr (kPrecision == SummaryPrecision::kBf16) {
       return Bf16ToF32(Load<uint16_t>(values_ + d * sizeof(uint16_t)));
+    } else if constexpr (kPrecision == SummaryPrecision::kInt8) {
+      return DequantizeInt(Load<int8_t>(values_ + d), scale_);
     } else {
-      return DequantizeInt8(Load<int8_t>(values_ + d), scale_);
+      const auto packed = Load<uint8_t>(values_ + d / 2);
+      return DequantizeInt(d % 2 == 0 ? LowInt4(packed) : HighInt4(packed), scale_);
     }
   }
 
@@ -205,6 +235,9 @@ float BlockBound(const PagedKvLayout& layout, const BlockEstimator& estimator,
                                                 box_rows);
     case SummaryPrecision::kInt8:
       return HeadBound<SummaryPrecision::kInt8>(query, summary, rows, first_row, estimator.boxes,
+                                                box_rows);
+    case SummaryPrecision::kInt4:
+      return HeadBound<SummaryPrecision::kInt4>(query, summary, rows, first_row, estimator.boxes,
                                                 box_rows);
     case SummaryPrecision::kF32:
       break;

@@ -25,9 +25,10 @@ namespace pulse::reference {
 // and fmaxf skip it; a box past `tokens` repeats the last box with tokens. With a radius below 1
 // each channel's range shrinks around its midpoint as ShrinkToRadius does (summary_radius.h); at
 // radius 0 the box keeps the shrunk minimum alone, its center. Each row is stored at the
-// estimator's precision: bf16 rounded to nearest even (F32ToBf16), int8 as summary_int8.h
-// quantizes it. InvalidArgument for a layout that is not fp32 or not positive, an estimator that
-// does not fit it, spans whose sizes do not match, or `tokens` outside [1, block_tokens].
+// estimator's precision: bf16 rounded to nearest even (F32ToBf16), int8 and int4 as
+// summary_int.h quantizes and packs them. InvalidArgument for a layout that is not fp32 or not
+// positive, an estimator that does not fit it, spans whose sizes do not match, or `tokens` outside
+// [1, block_tokens].
 absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& estimator,
                             std::span<const float> block, int32_t tokens,
                             std::span<std::byte> summary);

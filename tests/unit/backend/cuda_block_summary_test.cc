@@ -3,8 +3,8 @@
 // SummarizeBlocks over random bf16 caches (negative keys, whole channels below zero, NaN keys, a
 // channel of NaN keys, NaN values that must not be read) must store the reference's summaries
 // exactly: the minimum or maximum of bf16 values is exact in fp32, and the shrink, the bf16
-// rounding and the int8 quantization are the same fp32 operations. ScoreBlocks must give the
-// reference's bounds within fp32 rounding of another summation order, over query rows whose
+// rounding and the int8 and int4 quantization are the same fp32 operations. ScoreBlocks must give
+// the reference's bounds within fp32 rounding of another summation order, over query rows whose
 // stride padding is NaN (a read outside a row's heads shows). The shapes cover head_dim 64 and
 // 128, 1, 2 and 8 KV heads, 16- and 32-token blocks and GQA groups 1, 4 and 8, plus head_dim 256,
 // 96, 80 and 20 for the kernels' other paths; query strides a multiple of 4 (vector loads) and
@@ -24,6 +24,7 @@
 #include "core/backend/bf16.h"
 #include "core/backend/cuda/cuda_backend.h"
 #include "core/backend/reference/block_summary.h"
+#include "core/backend/summary_int.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backend/op_test_util.h"
 
@@ -40,8 +41,8 @@ constexpr std::byte kUntouched{0xA5};
 constexpr BlockEstimator kQuest{.boxes = 1, .radius = 1.0f};
 
 // The estimators the kernels must reproduce on `layout`, besides Quest's: boxes shrunk to their
-// centers (one row a box) or part way, smaller boxes, every key, and rows stored in bf16 and int8
-// with one and two rows a box.
+// centers (one row a box) or part way, smaller boxes, every key, and rows stored in bf16, int8 and
+// int4 with one and two rows a box.
 std::vector<BlockEstimator> Estimators(const PagedKvLayout& layout) {
   return {{.radius = 0.0f},
           {.radius = 0.375f},
@@ -49,7 +50,9 @@ std::vector<BlockEstimator> Estimators(const PagedKvLayout& layout) {
           {.boxes = layout.block_tokens, .radius = 0.0f, .precision = SummaryPrecision::kBf16},
           {.boxes = 2, .radius = 0.5f, .precision = SummaryPrecision::kBf16},
           {.boxes = 4, .radius = 0.0f, .precision = SummaryPrecision::kInt8},
-          {.radius = 1.0f, .precision = SummaryPrecision::kInt8}};
+          {.radius = 1.0f, .precision = SummaryPrecision::kInt8},
+          {.boxes = layout.block_tokens, .radius = 0.0f, .precision = SummaryPrecision::kInt4},
+          {.boxes = 2, .radius = 0.5f, .precision = SummaryPrecision::kInt4}};
 }
 
 // Bounds may differ from the reference by fp32 rounding of another summation order (and FMA).
@@ -122,9 +125,15 @@ T Load(const std::byte* at) {
   return value;
 }
 
+// Value k of the int4 values packed from `summary` on.
+int8_t Int4At(const std::byte* summary, size_t k) {
+  const auto packed = Load<uint8_t>(summary + k / 2);
+  return k % 2 == 0 ? LowInt4(packed) : HighInt4(packed);
+}
+
 // Every number stored in `summaries` (summaries of `layout` under `estimator`, back to back) in
-// fp32, in order: each summary's row values (int8 ones as the integers), then at int8 its rows'
-// scales.
+// fp32, in order: each summary's row values (integer ones as the integers), then at int8 and int4
+// its rows' scales.
 std::vector<float> StoredNumbers(const PagedKvLayout& layout, const BlockEstimator& estimator,
                                  const std::vector<std::byte>& summaries) {
   const auto bytes = static_cast<size_t>(SummaryBytes(layout, estimator));
@@ -145,16 +154,23 @@ std::vector<float> StoredNumbers(const PagedKvLayout& layout, const BlockEstimat
         case SummaryPrecision::kInt8:
           numbers.push_back(static_cast<float>(Load<int8_t>(summary + k)));
           break;
+        case SummaryPrecision::kInt4:
+          numbers.push_back(static_cast<float>(Int4At(summary, k)));
+          break;
       }
     }
-    if (estimator.precision == SummaryPrecision::kInt8) {
-      for (size_t r = 0; r < rows; ++r) numbers.push_back(Load<float>(summary + values + 4 * r));
+    const size_t value_bytes = estimator.precision == SummaryPrecision::kInt4 ? values / 2 : values;
+    if (estimator.precision == SummaryPrecision::kInt8 ||
+        estimator.precision == SummaryPrecision::kInt4) {
+      for (size_t r = 0; r < rows; ++r) {
+        numbers.push_back(Load<float>(summary + value_bytes + 4 * r));
+      }
     }
   }
   return numbers;
 }
 
-// Row r's values of one stored summary as read in fp32 (int8 ones times their scale).
+// Row r's values of one stored summary as read in fp32 (integer ones times their scale).
 std::vector<float> ReadRow(const PagedKvLayout& layout, const BlockEstimator& estimator,
                            const std::byte* summary, size_t r) {
   const auto dim = static_cast<size_t>(layout.head_dim);
@@ -173,6 +189,10 @@ std::vector<float> ReadRow(const PagedKvLayout& layout, const BlockEstimator& es
       case SummaryPrecision::kInt8:
         row[d] = static_cast<float>(Load<int8_t>(summary + k)) *
                  Load<float>(summary + rows * dim + 4 * r);
+        break;
+      case SummaryPrecision::kInt4:
+        row[d] =
+            static_cast<float>(Int4At(summary, k)) * Load<float>(summary + rows * dim / 2 + 4 * r);
         break;
     }
   }
@@ -377,7 +397,7 @@ TEST_P(CudaBlockSummaryTest, SummarizeBlocksMatchesTheReferenceExactly) {
   ExpectSameSummaries(layout, kQuest, Summarize(layout, cache, block_ids, summary_ids, kSlots),
                       expected);
   // Boxes shrunk around their midpoints (their centers alone at radius 0), boxes of fewer
-  // tokens, rows stored in bf16 or int8, the same numbers as the reference stores.
+  // tokens, rows stored in bf16, int8 or int4, the same numbers as the reference stores.
   for (const BlockEstimator& estimator : Estimators(layout)) {
     SCOPED_TRACE(EstimatorName(estimator, layout.block_tokens));
     ExpectSameSummaries(

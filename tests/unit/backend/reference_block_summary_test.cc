@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <span>
@@ -11,6 +12,7 @@
 
 #include "core/backend/bf16.h"
 #include "core/backend/reference/block_summary.h"
+#include "core/backend/summary_int.h"
 #include "core/backend/summary_radius.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -421,9 +423,10 @@ TEST(BlockEstimatorTest, F32BoundsAreTheTwoRowBoundsExactly) {
   }
 }
 
-// bf16 and int8 bounds stay near the fp32 one: each stored value is off by at most half a step
-// (bf16: 2^-9 of it; int8: half its row's scale, the row's largest magnitude / 254), so a box's
-// bound by at most the sum over channels of |q| times that; allowed twice as much.
+// bf16, int8 and int4 bounds stay near the fp32 one: each stored value is off by at most half a
+// step (bf16: 2^-9 of it; int8 and int4: half its row's scale, the row's largest magnitude / 254
+// or / 14), so a box's bound by at most the sum over channels of |q| times that; allowed twice as
+// much. int4 needs an even head_dim.
 TEST(BlockEstimatorTest, CompactPrecisionsBoundNearF32) {
   std::mt19937 rng(29);
   for (int32_t trial = 0; trial < 60; ++trial) {
@@ -448,6 +451,7 @@ TEST(BlockEstimatorTest, CompactPrecisionsBoundNearF32) {
           // Per box: sum |q| * max |row value| a channel, and sum |q| * the rows' largest |value|.
           double bf16_allowance = 0.0;
           double int8_allowance = 0.0;
+          double int4_allowance = 0.0;
           for (size_t box = 0; box < static_cast<size_t>(boxes); ++box) {
             const float* lo = rows.data() + (h * boxes + box) * box_rows * dim;
             const float* hi = lo + (box_rows - 1) * dim;
@@ -462,11 +466,13 @@ TEST(BlockEstimatorTest, CompactPrecisionsBoundNearF32) {
             }
             bf16_allowance = std::max(bf16_allowance, 2 * magnitude / 512);
             int8_allowance = std::max(int8_allowance, 2 * q_sum * largest / 254);
+            int4_allowance = std::max(int4_allowance, 2 * q_sum * largest / 14);
           }
           const float expected = BlockBound(layout, f32, query, f32_summary, h);
-          for (const auto& [precision, allowance] :
-               {std::pair{SummaryPrecision::kBf16, bf16_allowance},
-                std::pair{SummaryPrecision::kInt8, int8_allowance}}) {
+          std::vector<std::pair<SummaryPrecision, double>> precisions = {
+              {SummaryPrecision::kBf16, bf16_allowance}, {SummaryPrecision::kInt8, int8_allowance}};
+          if (dim % 2 == 0) precisions.emplace_back(SummaryPrecision::kInt4, int4_allowance);
+          for (const auto& [precision, allowance] : precisions) {
             const BlockEstimator compact{.boxes = boxes, .radius = radius, .precision = precision};
             const float bound =
                 BlockBound(layout, compact, query, Summarize(layout, compact, block, 16), h);
@@ -558,6 +564,62 @@ TEST(BlockEstimatorTest, Int8RowsOfZerosNonFiniteOrTinyValues) {
   EXPECT_THAT(As<int8_t>(std::span(summary).first(3)), ElementsAre(127, -2, 0));
 }
 
+TEST(BlockEstimatorTest, Int4PacksTwoValuesAByte) {
+  for (int low = -8; low <= 7; ++low) {
+    for (int high = -8; high <= 7; ++high) {
+      const uint8_t packed = PackInt4(static_cast<int8_t>(low), static_cast<int8_t>(high));
+      EXPECT_EQ(packed & 0x0F, low & 0x0F);
+      EXPECT_EQ(LowInt4(packed), low);
+      EXPECT_EQ(HighInt4(packed), high);
+    }
+  }
+}
+
+// The rows of Int8RowsKeepTheirScalesAfterTheValues at int4: the minimum row (-2.54, -0.3, 0, 0)
+// at a scale of 2.54 / 7 is (-7, -1, 0, 0), the maximum row (1 + 2^-8, 0, 0.126, 12.7) at 12.7 / 7
+// is (1, 0, 0, 7); two values a byte, the even channel low, then the two scales.
+TEST(BlockEstimatorTest, Int4RowsPackTwoValuesAByteThenTheirScales) {
+  const PagedKvLayout layout{.block_tokens = 2, .num_kv_heads = 1, .head_dim = 4};
+  std::vector<float> block(16, 0.0f);
+  const float keys[] = {1.0f + 1.0f / 256, -0.3f, 0.126f, 12.7f, -2.54f, 0, 0, 0};
+  std::copy(std::begin(keys), std::end(keys), block.begin());
+  const BlockEstimator int4{.radius = 1.0f, .precision = SummaryPrecision::kInt4};
+  EXPECT_EQ(SummaryBytes(layout, int4), 2 * (2 + 4));
+  const std::vector<std::byte> summary = Summarize(layout, int4, block, 2);
+  EXPECT_THAT(As<uint8_t>(std::span(summary).first(4)), ElementsAre(0xF9, 0x00, 0x01, 0x70));
+  const std::vector<float> scales = As<float>(std::span(summary).subspan(4));
+  EXPECT_THAT(scales, ElementsAre(2.54f / 7.0f, 12.7f / 7.0f));
+  float expected = 0.0f;
+  for (const float value : {1 * scales[1], 0 * scales[1], 0 * scales[1], 7 * scales[1]}) {
+    expected += value;
+  }
+  EXPECT_EQ(BlockBound(layout, int4, std::vector<float>{1, 1, 1, 1}, summary, 0), expected);
+}
+
+TEST(BlockEstimatorTest, Int4RowsOfZerosNonFiniteOrTinyValues) {
+  const PagedKvLayout layout{.block_tokens = 1, .num_kv_heads = 1, .head_dim = 4};
+  const BlockEstimator int4{.precision = SummaryPrecision::kInt4};
+  const std::vector<float> query = {1, 1, 1, 1};
+  const auto summarize = [&](float a, float b) {
+    const std::vector<float> block = {a, b, 0, 0, 0, 0, 0, 0};
+    return Summarize(layout, int4, block, 1);
+  };
+  std::vector<std::byte> summary = summarize(0, 0);
+  EXPECT_THAT(As<uint8_t>(std::span(summary).first(2)), ElementsAre(0, 0));
+  EXPECT_EQ(As<float>(std::span(summary).subspan(2))[0], 0.0f);
+  EXPECT_EQ(BlockBound(layout, int4, query, summary, 0), 0.0f);
+  for (const float bad : {kNan, std::numeric_limits<float>::infinity()}) {
+    summary = summarize(1, bad);
+    EXPECT_TRUE(std::isnan(As<float>(std::span(summary).subspan(2))[0])) << bad;
+    EXPECT_TRUE(std::isnan(BlockBound(layout, int4, query, summary, 0))) << bad;
+  }
+  // 10 of the smallest subnormal over 7 rounds to 1 of it, and 10 steps clamp to 7.
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  summary = summarize(10 * tiny, -2 * tiny);
+  EXPECT_EQ(As<float>(std::span(summary).subspan(2))[0], tiny);
+  EXPECT_THAT(As<uint8_t>(std::span(summary).first(2)), ElementsAre(0xE7, 0x00));
+}
+
 // A box whose bound is NaN leaves the block the other boxes' best, at every precision; a block
 // whose boxes are all NaN bounds NaN.
 TEST(BlockEstimatorTest, NanBoxesAtEveryPrecision) {
@@ -566,8 +628,8 @@ TEST(BlockEstimatorTest, NanBoxesAtEveryPrecision) {
   const PagedKvLayout one_token{.block_tokens = 1, .num_kv_heads = 1, .head_dim = 2};
   const std::vector<float> second_box = {2, 3, 0, 0};
   const std::vector<float> query = {1, 1};
-  for (const SummaryPrecision precision :
-       {SummaryPrecision::kF32, SummaryPrecision::kBf16, SummaryPrecision::kInt8}) {
+  for (const SummaryPrecision precision : {SummaryPrecision::kF32, SummaryPrecision::kBf16,
+                                           SummaryPrecision::kInt8, SummaryPrecision::kInt4}) {
     const BlockEstimator two{.boxes = 2, .precision = precision};
     const BlockEstimator one{.precision = precision};
     SCOPED_TRACE(EstimatorName(two, 2));
@@ -581,7 +643,8 @@ TEST(BlockEstimatorTest, NanBoxesAtEveryPrecision) {
 
 TEST(BlockEstimatorTest, NamesAndBytes) {
   const PagedKvLayout layout{.block_tokens = 32, .num_kv_heads = 2, .head_dim = 64};
-  for (const char* name : {"box-r0", "box-r1", "boxes4-r0.5", "tokens-r0-int8", "boxes8-r0-bf16"}) {
+  for (const char* name :
+       {"box-r0", "box-r1", "boxes4-r0.5", "tokens-r0-int8", "boxes8-r0-bf16", "tokens-r0-int4"}) {
     const absl::StatusOr<BlockEstimator> estimator = ParseEstimator(name);
     ASSERT_TRUE(estimator.ok()) << name << ": " << estimator.status();
     EXPECT_EQ(EstimatorName(*estimator, 32), name);
@@ -600,6 +663,12 @@ TEST(BlockEstimatorTest, NamesAndBytes) {
       2 * 4 * 2 * 64 * 2);
   // Every key in int8 with a scale each: 2 heads x 32 tokens x (64 + 4) bytes.
   EXPECT_EQ(SummaryBytes(layout, {.boxes = 32, .precision = SummaryPrecision::kInt8}), 2 * 32 * 68);
+  // And in int4, two a byte: 2 heads x 32 tokens x (32 + 4) bytes; an odd head_dim cannot pack.
+  EXPECT_EQ(SummaryBytes(layout, {.boxes = 32, .precision = SummaryPrecision::kInt4}), 2 * 32 * 36);
+  EXPECT_EQ(ValidateEstimator({.precision = SummaryPrecision::kInt4},
+                              {.block_tokens = 4, .num_kv_heads = 1, .head_dim = 3})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   // 6 query heads against 4 boxes of 64 channels: one product each at radius 0, two above.
   EXPECT_EQ(ScoreMultiplyAdds(layout, {.boxes = 4}, 6), 6 * 4 * 64);
   EXPECT_EQ(ScoreMultiplyAdds(layout, {.boxes = 4, .radius = 0.5f}, 6), 6 * 4 * 2 * 64);

@@ -404,8 +404,9 @@ TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
   pulse_model_free(model);
 }
 
-// Boxes of 4 tokens rounded to int8, and one box a token rounded to bf16, at 32-token blocks: the
-// dense tokens with a budget covering the context, and a selection of part of it with a small one.
+// Boxes of 4 tokens rounded to int8, one box a token rounded to bf16 and to int4, at 32-token
+// blocks: the dense tokens with a budget covering the context, and a selection of part of it with
+// a small one.
 TEST(AbiOffload, EveryEstimatorGenerates) {
   pulse_model* model = LoadTinyModel();
   ASSERT_NE(model, nullptr);
@@ -414,7 +415,8 @@ TEST(AbiOffload, EveryEstimatorGenerates) {
   pulse_engine_stats dense_stats;
   const std::vector<int32_t> dense = Generate(model, dense_params, &dense_stats);
   for (const auto& [boxes, precision] :
-       {std::pair{4, PULSE_SUMMARY_INT8}, std::pair{0, PULSE_SUMMARY_BF16}}) {
+       {std::pair{4, PULSE_SUMMARY_INT8}, std::pair{0, PULSE_SUMMARY_BF16},
+        std::pair{0, PULSE_SUMMARY_INT4}}) {
     for (const int32_t budget : {1 << 20, 96}) {
       pulse_engine_params params = OffloadParams(PULSE_OFFLOAD_SOLOHEAD, budget);
       params.block_tokens = 32;
@@ -536,7 +538,7 @@ TEST(AbiOffload, BadSettingsAreRefused) {
     EXPECT_EQ(engine, nullptr);
   }
   params.offload_summary_boxes = 1;
-  for (const int32_t precision : {-1, 3}) {
+  for (const int32_t precision : {-1, 4}) {
     params.offload_summary_precision = precision;
     EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
     EXPECT_NE(std::string(pulse_last_error()).find("offload_summary_precision"), std::string::npos)

@@ -72,10 +72,11 @@ OffloadConfig Resident(const BlockEstimator& estimator) {
 }
 
 // Every kind of estimator: key boxes at either radius, finer boxes rounded to bf16, and every key
-// scored at int8.
+// scored at int8 and at int4.
 std::vector<BlockEstimator> Estimators() {
   std::vector<BlockEstimator> estimators;
-  for (const char* name : {"box-r0", "box-r1", "boxes2-r0.5-bf16", "tokens-r0-int8"}) {
+  for (const char* name :
+       {"box-r0", "box-r1", "boxes2-r0.5-bf16", "tokens-r0-int8", "tokens-r0-int4"}) {
     estimators.push_back(*ParseEstimator(name));
   }
   return estimators;

@@ -197,4 +197,6 @@ pub enum SummaryPrecision {
     Bf16 = sys::PULSE_SUMMARY_BF16 as i32,
     /// Rounded to int8 with a scale a row.
     Int8 = sys::PULSE_SUMMARY_INT8 as i32,
+    /// Rounded to int4, two a byte, with a scale a row (an even head_dim).
+    Int4 = sys::PULSE_SUMMARY_INT4 as i32,
 }

@@ -190,7 +190,9 @@ fn bad_offload_capacities_are_refused_by_name() {
 fn every_summary_estimator_generates_the_dense_ids_at_a_covering_budget() {
     let model = load(7);
     let (dense, _) = generate_150(&model, &EngineParams::default().block_tokens(8));
-    for (boxes, precision) in [(4, SummaryPrecision::Int8), (0, SummaryPrecision::Bf16)] {
+    for (boxes, precision) in
+        [(4, SummaryPrecision::Int8), (0, SummaryPrecision::Bf16), (0, SummaryPrecision::Int4)]
+    {
         let params = offloaded().offload_summary_boxes(boxes).offload_summary_precision(precision);
         let (ids, stats) = generate_150(&model, &params);
         assert_eq!(ids, dense, "{boxes} boxes, {precision:?}");
