@@ -49,12 +49,12 @@ type EngineParams struct {
 	// range's center.
 	OffloadSummaryRadius float64
 	// OffloadSummaryBoxes is how many boxes of consecutive tokens a block's key summary keeps, the
-	// block scored as its best box: 1 (the library's default, not the zero value) one a block
-	// (Quest's page summary), 0 one a token (every key scored exactly), otherwise a divisor of
+	// block scored as its best box: 0 (the zero value, as the library's default) one a token
+	// (every key scored exactly), 1 one a block (Quest's page summary), otherwise a divisor of
 	// BlockTokens.
 	OffloadSummaryBoxes int32
-	// OffloadSummaryPrecision is how summaries are stored (the zero value, SummaryF32,
-	// is the library's default).
+	// OffloadSummaryPrecision is how summaries are stored (the library's default is SummaryInt4,
+	// not the zero value, SummaryF32).
 	OffloadSummaryPrecision SummaryPrecision
 }
 

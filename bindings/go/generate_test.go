@@ -378,9 +378,9 @@ func TestEverySummaryEstimatorGenerates(t *testing.T) {
 	dense := pulseinfer.DefaultEngineParams()
 	dense.BlockTokens = 8
 	want, _ := generate150(t, tiny, &dense)
-	if defaults := pulseinfer.DefaultEngineParams(); defaults.OffloadSummaryBoxes != 1 ||
-		defaults.OffloadSummaryPrecision != pulseinfer.SummaryF32 {
-		t.Errorf("DefaultEngineParams() = %+v, want one box a block at f32", defaults)
+	if defaults := pulseinfer.DefaultEngineParams(); defaults.OffloadSummaryBoxes != 0 ||
+		defaults.OffloadSummaryPrecision != pulseinfer.SummaryInt4 {
+		t.Errorf("DefaultEngineParams() = %+v, want one box a token at int4", defaults)
 	}
 	for _, test := range []struct {
 		boxes     int32

@@ -20,9 +20,9 @@ struct OffloadConfig {
   // and window (the mode is the engine's: the device tier is laid out for it).
   SelectionOptions selection = {};
   // How a block's summary estimates a query's attention to it (core/backend/block_estimator.h):
-  // by default one box a KV head at radius 0, the q.k of the box's center, which the accuracy
-  // report found to pick better blocks than Quest's upper bound (radius 1).
-  BlockEstimator estimator = {};
+  // by default every key at int4 (a box a token at radius 0, its q.k), which picks the blocks
+  // holding the keys the query attends to; docs/design/selection.md says why over key boxes.
+  BlockEstimator estimator = {.boxes = 0, .radius = 0.0f, .precision = SummaryPrecision::kInt4};
   // The host tier's capacity in tokens (of every layer). The engine resolves 0 to its default;
   // for a model runner 0 means no host tier: sparse rows then select among resident blocks only.
   int64_t host_tokens = 0;

@@ -41,7 +41,7 @@ struct EngineOptions {
   int32_t max_batch = 16;         // sequences in one step, 1 to 4096
   int32_t prefill_chunk = 256;    // prompt tokens of one request in one step, >= 1
   int32_t max_step_tokens = 512;  // tokens (prefill + decode) in one step, max_batch to 65536
-  int32_t block_tokens = 32;      // tokens of one KV block, 1 to 4096
+  int32_t block_tokens = 8;       // tokens of one KV block, 1 to 4096
   // KV cache size in tokens; 0: 8 full contexts, capped at 70% of the backend's free memory (or
   // at 1 GiB on a backend without a memory limit of its own).
   int64_t kv_capacity_tokens = 0;

@@ -3,7 +3,7 @@
 //   pulseinfer-bench --model PATH [--random-weights] [--backend auto|cpu|cuda]
 //       [--decode 1x4096,8x16384] [--decode-steps N] [--prefill CONTEXT]
 //       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
-//       [--modes dense,solohead,headwise] [--budget 2048] [--sink 32] [--window 128]
+//       [--modes dense,solohead,headwise] [--budget 2048] [--sink 8] [--window 32]
 //       [--slot-tokens TOKENS] [--block-tokens TOKENS]
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--summary-boxes N]
 //       [--summary-precision f32|bf16|int8|int4] [--graphs on,off] [--link-gb-s GB_S]
@@ -68,8 +68,8 @@ struct Args {
   double peak_tflops = 790.0;
   std::vector<std::string> modes = {"dense"};
   int32_t budget = 2048;
-  int32_t sink = 32;
-  int32_t window = 128;
+  int32_t sink = -1;    // < 0 (as parsed): the library's default
+  int32_t window = -1;  // < 0 (as parsed): the library's default
   int32_t slot_tokens = 0;   // a request's device slots; 0 (as parsed): its budget
   int32_t block_tokens = 0;  // 0 (as parsed): the library's default
   std::string copy = "auto";
@@ -226,6 +226,8 @@ Args ParseArgs(int argc, char** argv) {
   pulse_engine_params defaults;
   Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
   if (args.block_tokens == 0) args.block_tokens = defaults.block_tokens;
+  if (args.sink < 0) args.sink = defaults.offload_sink_tokens;
+  if (args.window < 0) args.window = defaults.offload_window_tokens;
   if (args.summary_radius < 0) args.summary_radius = defaults.offload_summary_radius;
   if (args.summary_boxes < 0) args.summary_boxes = defaults.offload_summary_boxes;
   if (args.summary_precision.empty()) {

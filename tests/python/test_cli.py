@@ -381,9 +381,9 @@ def test_summary_boxes_and_precision_must_be_valid(cli, tiny_config):
     assert proc.returncode == 2 and "--summary-boxes expects an integer in [0, " in proc.stderr
     proc = run(cli, *generate, "--summary-precision", "fp8")
     assert proc.returncode == 1
-    assert "--summary-precision expects f32, bf16 or int8, got 'fp8'" in proc.stderr
+    assert "--summary-precision expects f32, bf16, int8 or int4, got 'fp8'" in proc.stderr
     usage = run(cli, "generate", "--help").stdout
-    assert "--summary-boxes N" in usage and "int8 (default f32)" in usage, usage
+    assert "--summary-boxes N" in usage and "int4 (default int4)" in usage, usage
 
 
 def test_offload_mode_must_be_known(cli, tiny_config):

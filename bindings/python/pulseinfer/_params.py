@@ -55,10 +55,10 @@ class EngineParams:
     # 0 (the default) the q.k of the key range's center.
     offload_summary_radius: float = _ENGINE.offload_summary_radius
     # Boxes of consecutive tokens a block's key summary keeps, the block scored as its best box:
-    # 1 one a block (Quest's page summary), 0 one a token (every key scored exactly), otherwise a
-    # divisor of block_tokens.
+    # 0 (the default) one a token (every key scored exactly), 1 one a block (Quest's page
+    # summary), otherwise a divisor of block_tokens.
     offload_summary_boxes: int = _ENGINE.offload_summary_boxes
-    # How summaries are stored: their rows' precision.
+    # How summaries are stored: their rows' precision (INT4 by default).
     offload_summary_precision: SummaryPrecision = SummaryPrecision(
         _ENGINE.offload_summary_precision)
 

@@ -232,7 +232,7 @@ def test_bad_offload_settings_are_refused_by_name(tiny_model):
 
 def test_every_summary_estimator_generates_the_dense_tokens_at_a_covering_budget(tiny_model):
     assert (EngineParams().offload_summary_boxes,
-            EngineParams().offload_summary_precision) == (1, SummaryPrecision.F32)
+            EngineParams().offload_summary_precision) == (0, SummaryPrecision.INT4)
     with Engine(tiny_model, EngineParams(block_tokens=8)) as dense:
         expected = dense.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids()
     for boxes, precision in ((4, SummaryPrecision.INT8), (0, SummaryPrecision.BF16),

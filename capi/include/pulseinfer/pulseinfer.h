@@ -199,7 +199,7 @@ typedef struct pulse_engine_params {
   int32_t max_batch;       /* sequences in one step; default 16 */
   int32_t prefill_chunk;   /* prompt tokens of one request in one step; default 256 */
   int32_t max_step_tokens; /* tokens (prefill plus decode) in one step; default 512 */
-  int32_t block_tokens;    /* tokens of one KV block; default 32 */
+  int32_t block_tokens;    /* tokens of one KV block, the unit offload selects; default 8 */
   int32_t max_context;     /* prompt plus generated tokens; 0 (default): the model's context */
   /* KV cache size in tokens; 0 (default): 8 full contexts, capped at 70% of the free memory of
    * the backend (the GPU's, or what pulse_model_params.memory_limit_bytes leaves), or at 1 GiB of
@@ -218,12 +218,14 @@ typedef struct pulse_engine_params {
    * tier's slots, where they stay cached across steps. */
   int32_t offload_mode;          /* PULSE_OFFLOAD_OFF (default), _HEADWISE or _SOLOHEAD */
   int32_t offload_budget_tokens; /* tokens attended at most, sinks and window included; 2048 */
-  int32_t offload_sink_tokens;   /* the first tokens, always attended; default 32 */
-  int32_t offload_window_tokens; /* the last tokens, always attended; default 128 */
+  int32_t offload_sink_tokens;   /* the first tokens, always attended; default 8 */
+  int32_t offload_window_tokens; /* the last tokens, always attended; default 32 */
   /* Fields appended after version 1. */
   int32_t offload_executor; /* PULSE_COPY_AUTO (default), _GATHER, _BATCH_DMA, _PER_CHUNK */
   int32_t offload_eviction; /* PULSE_EVICT_LRU (default) or PULSE_EVICT_SCORE */
-  /* Host-tier capacity in tokens (of every layer); 0 (default): 8 full contexts, at most 4 GiB */
+  /* Host-tier capacity in tokens (of every layer); 0 (default): 8 full contexts, at most 4 GiB.
+   * Every host-tier block keeps its summary in device memory (at the default estimator about 14%
+   * of its bf16 KV bytes at head_dim 64, 13% at 128), counted in the KV cache's default share. */
   int64_t offload_host_tokens;
   /* Device-tier slots in tokens; a decoding request's budget takes up to budget/block_tokens of
    * them at once. 0 (default): max_batch budgets, at most 1 GiB */
@@ -242,14 +244,14 @@ typedef struct pulse_engine_params {
   double offload_summary_radius;
   /* Fields appended after version 4. */
   /* Boxes of consecutive tokens a block's key summary keeps a KV head; a block scores as its
-   * best box. 1 (default): one box a block (Quest's page summary); 0: one box a token (every key
-   * scored exactly, the block's best kept); otherwise a divisor of block_tokens. More boxes
+   * best box. 0 (default): one box a token (every key scored exactly, the block's best kept); 1:
+   * one box a block (Quest's page summary); otherwise a divisor of block_tokens. More boxes
    * select closer to dense attention for more summary memory. */
   int32_t offload_summary_boxes;
-  /* How summaries are stored: PULSE_SUMMARY_F32 (default), _BF16, _INT8 or _INT4 (a scale a row;
-   * int4 needs an even head_dim). Every backend stores a box as one row at radius 0 (its center),
-   * two otherwise, at this precision: fewer bytes to keep and read, for a slightly coarser
-   * selection. */
+  /* How summaries are stored: PULSE_SUMMARY_F32, _BF16, _INT8 or _INT4 (default; a scale a row;
+   * int4 needs an even head_dim, as rotary embeddings do). Every backend stores a box as one row at
+   * radius 0 (its center), two otherwise, at this precision: fewer bytes to keep and read, for a
+   * slightly coarser selection. */
   int32_t offload_summary_precision;
 } pulse_engine_params;
 

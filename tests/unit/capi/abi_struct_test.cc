@@ -176,7 +176,10 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   pulse_engine_params engine;
   ASSERT_EQ(pulse_engine_params_init(&engine, sizeof(engine)), PULSE_OK);
   EXPECT_EQ(engine.max_batch, 16);
-  EXPECT_EQ(engine.block_tokens, 32);
+  EXPECT_EQ(engine.block_tokens, 8);
+  EXPECT_EQ(engine.offload_budget_tokens, 2048);
+  EXPECT_EQ(engine.offload_sink_tokens, 8);
+  EXPECT_EQ(engine.offload_window_tokens, 32);
   EXPECT_EQ(engine.kv_capacity_tokens, 0);
   EXPECT_EQ(engine.offload_executor, PULSE_COPY_AUTO);
   EXPECT_EQ(engine.offload_eviction, PULSE_EVICT_LRU);
@@ -184,8 +187,8 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_slot_tokens, 0);
   EXPECT_EQ(engine.decode_graphs, 1);
   EXPECT_EQ(engine.offload_summary_radius, 0.0);
-  EXPECT_EQ(engine.offload_summary_boxes, 1);
-  EXPECT_EQ(engine.offload_summary_precision, PULSE_SUMMARY_F32);
+  EXPECT_EQ(engine.offload_summary_boxes, 0);
+  EXPECT_EQ(engine.offload_summary_precision, PULSE_SUMMARY_INT4);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);

@@ -56,7 +56,7 @@ ModelRunner MakeRunner(std::shared_ptr<const Model> model, const OffloadConfig& 
 
 // Both tiers: two sequences' worth of host blocks, `slots` device slots.
 OffloadConfig Offload(SelectionMode mode, int32_t slots, EvictionKind eviction = EvictionKind::kLru,
-                      const BlockEstimator& estimator = {}) {
+                      const BlockEstimator& estimator = OffloadConfig{}.estimator) {
   return {.selection = {.mode = mode},
           .estimator = estimator,
           .host_tokens = 2 * kBlocksPerSeq * kBlockTokens,

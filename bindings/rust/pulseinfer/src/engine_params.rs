@@ -40,7 +40,7 @@ impl EngineParams {
         self
     }
 
-    /// Tokens of one KV block (default 32).
+    /// Tokens of one KV block, the unit offload selects (default 8).
     pub fn block_tokens(mut self, tokens: i32) -> Self {
         self.raw.block_tokens = tokens;
         self
@@ -72,13 +72,13 @@ impl EngineParams {
         self
     }
 
-    /// The first tokens a sparse decode step always attends to (default 32).
+    /// The first tokens a sparse decode step always attends to (default 8).
     pub fn offload_sink_tokens(mut self, tokens: i32) -> Self {
         self.raw.offload_sink_tokens = tokens;
         self
     }
 
-    /// The last tokens a sparse decode step always attends to (default 128).
+    /// The last tokens a sparse decode step always attends to (default 32).
     pub fn offload_window_tokens(mut self, tokens: i32) -> Self {
         self.raw.offload_window_tokens = tokens;
         self
@@ -127,14 +127,14 @@ impl EngineParams {
     }
 
     /// Boxes of consecutive tokens a block's key summary keeps, the block scored as its best
-    /// box: 1 (the default) one a block (Quest's page summary), 0 one a token (every key scored
-    /// exactly), otherwise a divisor of block_tokens.
+    /// box: 0 (the default) one a token (every key scored exactly), 1 one a block (Quest's page
+    /// summary), otherwise a divisor of block_tokens.
     pub fn offload_summary_boxes(mut self, boxes: i32) -> Self {
         self.raw.offload_summary_boxes = boxes;
         self
     }
 
-    /// How block summaries are stored (default [`SummaryPrecision::F32`]).
+    /// How block summaries are stored (default [`SummaryPrecision::Int4`]).
     pub fn offload_summary_precision(mut self, precision: SummaryPrecision) -> Self {
         self.raw.offload_summary_precision = precision as i32;
         self
