@@ -56,6 +56,9 @@ type EngineParams struct {
 	// OffloadSummaryPrecision is how summaries are stored (the library's default is SummaryInt4,
 	// not the zero value, SummaryF32).
 	OffloadSummaryPrecision SummaryPrecision
+	// OffloadAdmission is which requests an offloading engine offloads (the zero value,
+	// AdmissionIOAdaptive, is the library's default).
+	OffloadAdmission Admission
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -85,6 +88,18 @@ type Eviction int32
 const (
 	EvictLRU   Eviction = C.PULSE_EVICT_LRU   // the least recently selected
 	EvictScore Eviction = C.PULSE_EVICT_SCORE // the lowest latest selection score
+)
+
+// Admission selects how an offloading engine places the requests that take its offloading
+// (pulse_admission_code).
+type Admission int32
+
+const (
+	// AdmissionIOAdaptive runs a request resident while it fits the KV cache, otherwise
+	// offloaded while the predicted recall time of a decode step stays within its measured
+	// compute time, otherwise it waits.
+	AdmissionIOAdaptive   Admission = C.PULSE_ADMIT_IO_ADAPTIVE
+	AdmissionOffloadEvery Admission = C.PULSE_ADMIT_OFFLOAD_EVERY // every request offloaded
 )
 
 // SummaryPrecision selects how block summaries are stored (pulse_summary_precision_code): every
@@ -121,6 +136,7 @@ func DefaultEngineParams() EngineParams {
 		OffloadSummaryRadius:    float64(params.offload_summary_radius),
 		OffloadSummaryBoxes:     int32(params.offload_summary_boxes),
 		OffloadSummaryPrecision: SummaryPrecision(params.offload_summary_precision),
+		OffloadAdmission:        Admission(params.offload_admission),
 	}
 }
 
@@ -147,6 +163,7 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	params.offload_summary_radius = C.double(p.OffloadSummaryRadius)
 	params.offload_summary_boxes = C.int32_t(p.OffloadSummaryBoxes)
 	params.offload_summary_precision = C.int32_t(p.OffloadSummaryPrecision)
+	params.offload_admission = C.int32_t(p.OffloadAdmission)
 	return params
 }
 
@@ -272,6 +289,19 @@ type EngineStats struct {
 	// Host waits for the device inside steps besides reading their tokens: 0 when the device
 	// drives every step.
 	HostWaits int64
+	// Placement by an offloading engine: requests admitted resident and offloaded, and the times
+	// the head of the queue waited for recall I/O; the rates it predicts from, averaged over
+	// recent decode steps with offloaded rows (0 before the first): the link's rate, recall an
+	// offloaded row costs a step, a step's time less the copy engine's time on its recalls; the
+	// recall time predicted for a step of the offloaded requests running now, and how many run.
+	AdmittedResident    int64
+	AdmittedOffloaded   int64
+	AdmissionIOWaits    int64
+	LinkGBPerSecond     float64
+	RecallMBPerRow      float64
+	StepComputeTime     time.Duration
+	PredictedRecallTime time.Duration
+	RunningOffloaded    int32
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -313,5 +343,13 @@ func (e *Engine) Stats() (EngineStats, error) {
 		SlotEvictions:         int64(stats.slot_evictions),
 		SelectionTime:         milliseconds(stats.selection_ms),
 		HostWaits:             int64(stats.host_waits),
+		AdmittedResident:      int64(stats.admitted_resident),
+		AdmittedOffloaded:     int64(stats.admitted_offloaded),
+		AdmissionIOWaits:      int64(stats.admission_io_waits),
+		LinkGBPerSecond:       float64(stats.link_gb_s),
+		RecallMBPerRow:        float64(stats.recall_mb_per_row),
+		StepComputeTime:       milliseconds(stats.step_compute_ms),
+		PredictedRecallTime:   milliseconds(stats.predicted_recall_ms),
+		RunningOffloaded:      int32(stats.running_offloaded),
 	}, nil
 }

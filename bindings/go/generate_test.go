@@ -276,6 +276,7 @@ func TestOffloadWithABudgetCoveringTheContext(t *testing.T) {
 		params.MaxContext = 512
 		params.OffloadMode = mode
 		params.OffloadBudgetTokens = 4096
+		params.OffloadAdmission = pulseinfer.AdmissionOffloadEvery
 		sparse, err := pulseinfer.NewEngine(model, &params)
 		if err != nil {
 			t.Fatal(err)
@@ -307,7 +308,31 @@ func offloadedParams() pulseinfer.EngineParams {
 	params.OffloadWindowTokens = 16
 	params.OffloadHostTokens = 1024
 	params.OffloadSlotTokens = 256
+	params.OffloadAdmission = pulseinfer.AdmissionOffloadEvery
 	return params
+}
+
+// An offloading engine with the default admission runs a request that fits the KV cache
+// resident, and says so; offloading every request gives the same ids.
+func TestAdaptiveAdmissionRunsWhatFitsResident(t *testing.T) {
+	tiny := loadTinyModel(t)
+	defer tiny.Close()
+	dense := pulseinfer.DefaultEngineParams()
+	dense.BlockTokens = 8
+	want, _ := generate150(t, tiny, &dense)
+	adaptive := offloadedParams()
+	adaptive.OffloadAdmission = pulseinfer.AdmissionIOAdaptive
+	ids, stats := generate150(t, tiny, &adaptive)
+	if !equal(ids, want) || stats.AdmittedResident != 1 || stats.AdmittedOffloaded != 0 ||
+		stats.SparseSelections != 0 {
+		t.Errorf("adaptive: %v, %+v; want %v resident", ids, stats, want)
+	}
+	every := offloadedParams()
+	ids, stats = generate150(t, tiny, &every)
+	if !equal(ids, want) || stats.AdmittedResident != 0 || stats.AdmittedOffloaded != 1 ||
+		stats.LinkGBPerSecond <= 0 || stats.RecallMBPerRow <= 0 {
+		t.Errorf("every: %v, %+v; want %v offloaded", ids, stats, want)
+	}
 }
 
 // generate150 returns 12 greedy ids after a 150-token prompt, and the engine's stats after them.

@@ -112,6 +112,14 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.slot_evictions = totals.offload.cache.evictions;
     value.selection_ms = totals.sparse.planning_seconds * 1e3;
     value.host_waits = totals.host_waits;
+    value.admitted_resident = totals.admission.resident;
+    value.admitted_offloaded = totals.admission.offloaded;
+    value.admission_io_waits = totals.admission.io_waits;
+    value.link_gb_s = totals.admission.link_bytes_per_second * 1e-9;
+    value.recall_mb_per_row = totals.admission.recall_bytes_per_row * 1e-6;
+    value.step_compute_ms = totals.admission.compute_ms;
+    value.predicted_recall_ms = totals.admission.predicted_recall_ms;
+    value.running_offloaded = totals.admission.offloaded_running;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

@@ -62,6 +62,9 @@ pulse_engine_params DefaultEngineParams() {
   params.offload_summary_radius = offload.estimator.radius;
   params.offload_summary_boxes = offload.estimator.boxes;
   params.offload_summary_precision = ToPulsePrecision(offload.estimator.precision);
+  params.offload_admission = options.admission == AdmissionKind::kOffloadEvery
+                                 ? PULSE_ADMIT_OFFLOAD_EVERY
+                                 : PULSE_ADMIT_IO_ADAPTIVE;
   return params;
 }
 
@@ -78,6 +81,15 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
                                                    params.decode_graphs, "; expected 0 or 1"));
   }
   options.decode_graphs = params.decode_graphs == 1;
+  if (params.offload_admission != PULSE_ADMIT_IO_ADAPTIVE &&
+      params.offload_admission != PULSE_ADMIT_OFFLOAD_EVERY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pulse_engine_params.offload_admission is ", params.offload_admission,
+                     "; expected PULSE_ADMIT_IO_ADAPTIVE or PULSE_ADMIT_OFFLOAD_EVERY"));
+  }
+  options.admission = params.offload_admission == PULSE_ADMIT_OFFLOAD_EVERY
+                          ? AdmissionKind::kOffloadEvery
+                          : AdmissionKind::kIoAdaptive;
   if (!SummaryRadiusValid(static_cast<float>(params.offload_summary_radius))) {
     return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_summary_radius is ",
                                                    params.offload_summary_radius,

@@ -85,7 +85,8 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
   SchedulerLimits limits{.max_batch = resolved.max_batch,
                          .prefill_chunk = resolved.prefill_chunk,
                          .max_step_tokens = resolved.max_step_tokens,
-                         .block_tokens = resolved.block_tokens};
+                         .block_tokens = resolved.block_tokens,
+                         .admission = resolved.admission};
   if (resolved.offload) {
     PULSE_RETURN_IF_ERROR(
         SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));

@@ -59,6 +59,10 @@ class EngineImpl final : public Engine {
   void Complete(const std::vector<ScheduledSequence>& work, const ForwardResult& forward,
                 Clock::time_point now, StepReport& report, std::vector<Delivery>& deliveries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives the scheduler's StepCosts a decode-only step's time and recalls (`offload`: the runner's
+  // totals after it; totals_.offload still holds those before).
+  void RecordCosts(const std::vector<ScheduledSequence>& work, Clock::duration time,
+                   const OffloadStats& offload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the sinks, one delivery at a time, skipping the events of requests released or
   // cancelled since they were produced.
   void Deliver(const std::vector<Delivery>& deliveries) ABSL_LOCKS_EXCLUDED(mu_);
@@ -130,6 +134,7 @@ absl::StatusOr<RequestId> EngineImpl::Submit(std::vector<int32_t> prompt,
   auto request = std::make_shared<Request>(next_id_, std::move(prompt), params, std::move(sink),
                                            options_.max_context, tokenizer_.get(), Clock::now());
   request->offload = selection;
+  request->placed_by_engine = TakesEngineOffload(offload);
   PULSE_RETURN_IF_ERROR(scheduler_.CanEverFit(*request));
   const RequestId id = next_id_++;
   requests_.emplace(id, request);
@@ -205,6 +210,7 @@ EngineStats EngineImpl::stats() const {
   stats.host_blocks_in_use = scheduler_.host_pool().capacity() - scheduler_.host_pool().available();
   stats.slot_blocks = scheduler_.slot_capacity();
   stats.slot_blocks_in_use = scheduler_.slots_reserved();
+  stats.admission = scheduler_.admission_stats();
   return stats;
 }
 
@@ -277,6 +283,20 @@ void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const Forw
   totals_.generated_tokens += completion.generated_tokens;
 }
 
+void EngineImpl::RecordCosts(const std::vector<ScheduledSequence>& work, Clock::duration time,
+                             const OffloadStats& offload) {
+  if (work.empty()) return;
+  int32_t offloaded_rows = 0;
+  for (const ScheduledSequence& sequence : work) {
+    if (!sequence.decode) return;
+    if (sequence.request->offload) ++offloaded_rows;
+  }
+  scheduler_.costs().Record(std::chrono::duration<double>(time).count(),
+                            static_cast<int32_t>(work.size()), offloaded_rows,
+                            offload.recall_bytes - totals_.offload.recall_bytes,
+                            offload.recall_seconds - totals_.offload.recall_seconds);
+}
+
 void EngineImpl::Deliver(const std::vector<Delivery>& deliveries) {
   for (const Delivery& delivery : deliveries) {
     const RequestId id = delivery.event.id;
@@ -321,6 +341,7 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   for (const SparseEnd& end : finished) {
     runner_.ForgetSparse(end.id, end.host_blocks).IgnoreError();
   }
+  const Clock::time_point start = Clock::now();
   ForwardResult forward{.logits_to_host = options_.logits_to_host};
   if (!work.empty() && options_.logits_to_host) {
     const size_t values = static_cast<size_t>(step_builder_.batch().num_logit_rows()) *
@@ -338,10 +359,13 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   StepReport report;
   {
     absl::MutexLock lock(&mu_);
-    Complete(work, forward, Clock::now(), report, deliveries);
+    const Clock::time_point end = Clock::now();
+    Complete(work, forward, end, report, deliveries);
     if (!work.empty()) totals_.host_waits += runner_.step_host_waits();
+    const OffloadStats offload = runner_.offload_stats();
+    if (forward.status.ok()) RecordCosts(work, end - start, offload);
     totals_.sparse = runner_.sparse_stats();
-    totals_.offload = runner_.offload_stats();
+    totals_.offload = offload;
   }
   Deliver(deliveries);
   return report;

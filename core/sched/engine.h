@@ -9,7 +9,8 @@
 // computed), can be reserved; so a running request never runs out of KV and never takes another
 // request's memory. Queued requests are admitted first in, first out: while the head of the queue
 // does not fit, the requests behind it wait too. A request that could not fit even in an empty
-// cache is rejected at Submit.
+// cache is rejected at Submit. An offloading engine also places each request that takes its
+// offloading (EngineOptions::admission): resident or offloaded, and whether now.
 //
 // Each step, every decoding request contributes one token, and prefilling requests contribute
 // chunks of up to prefill_chunk prompt tokens, first admitted first, within max_step_tokens; a
@@ -37,6 +38,20 @@ namespace pulse {
 
 using RequestId = uint64_t;
 
+// How an offloading engine places the requests that take its offloading (those that ask for a
+// mode or a budget of their own run as they ask).
+enum class AdmissionKind : uint8_t {
+  // Resident (attended densely, its whole worst case reserved in the KV cache) while it fits
+  // there with room left for an offloaded request like it (when the batch has room for another);
+  // otherwise offloaded, while the
+  // predicted recall time of a decode step with it stays within the step's measured compute
+  // time (core/sched/admission.h), and otherwise it waits. So at a load that fits the KV cache
+  // nothing is offloaded.
+  kIoAdaptive,
+  // Offloaded, whenever its blocks in both tiers and its slots can be reserved.
+  kOffloadEvery,
+};
+
 struct EngineOptions {
   int32_t max_batch = 16;         // sequences in one step, 1 to 4096
   int32_t prefill_chunk = 256;    // prompt tokens of one request in one step, >= 1
@@ -60,6 +75,7 @@ struct EngineOptions {
   // budgets (or contexts, when shorter) capped at 1 GiB of KV. Empty (the default): dense
   // attention, every block in the KV cache.
   std::optional<OffloadConfig> offload = std::nullopt;
+  AdmissionKind admission = AdmissionKind::kIoAdaptive;  // with offload
   // Replay decode steps as graphs where the backend has them (ModelRunnerOptions::decode_graphs).
   bool decode_graphs = true;
 
@@ -162,6 +178,21 @@ struct EngineStats {
   int32_t kv_blocks = 0;         // blocks of the KV cache
   int32_t kv_blocks_in_use = 0;  // allocated or reserved by running requests
   SparseAttentionStats sparse;   // with EngineOptions::offload
+  // Placement (with EngineOptions::offload): the requests admitted resident and offloaded (by
+  // the engine's placement or their own asking), the offloaded ones running now, and the times
+  // the head of the queue waited for recall I/O; the rates placement last predicted from
+  // (StepCosts, 0 before they are measured) and the recall time it predicted for a step with the
+  // offloaded requests running.
+  struct Admission {
+    int64_t resident = 0;
+    int64_t offloaded = 0;
+    int64_t io_waits = 0;
+    int32_t offloaded_running = 0;
+    double link_bytes_per_second = 0;
+    double recall_bytes_per_row = 0;
+    double compute_ms = 0;
+    double predicted_recall_ms = 0;
+  } admission;
   // The offloaded KV (with EngineOptions::offload): host-tier blocks, those reserved by running
   // requests, device slots, those the running requests' budgets may take at once, and the
   // transfers and slot-cache counts so far.

@@ -55,6 +55,9 @@ struct Request {
   // Offloaded requests: how decode steps select, and (while running) the blocks in both tiers
   // and the device slots the request's selection may take at once.
   std::optional<SelectionOptions> offload;
+  // The engine chooses whether it runs offloaded (with `offload`) or resident (admission.h); set
+  // at Submit, and `offload` is cleared when it is admitted resident.
+  bool placed_by_engine = false;
   std::optional<OffloadedBlockTable> offloaded_blocks;
   int32_t slot_blocks = 0;
   // In the batch of the step in flight: its blocks stay with it until the step ends, even when

@@ -26,9 +26,7 @@ absl::StatusOr<std::optional<SelectionOptions>> RequestSelection(const RequestOf
                                                                  const ModelConfig& config) {
   using Mode = RequestOffload::Mode;
   if (offload.mode == Mode::kDense) return std::nullopt;
-  const bool changes = offload.mode != Mode::kEngine || offload.budget_tokens.has_value() ||
-                       offload.sink_tokens.has_value() || offload.window_tokens.has_value();
-  if (!changes) {
+  if (TakesEngineOffload(offload)) {
     if (!engine.offload) return std::nullopt;
     return engine.offload->selection;
   }
@@ -55,6 +53,11 @@ absl::StatusOr<std::optional<SelectionOptions>> RequestSelection(const RequestOf
                                               config.num_heads, selection)
                             .status());
   return selection;
+}
+
+bool TakesEngineOffload(const RequestOffload& offload) {
+  return offload.mode == RequestOffload::Mode::kEngine && !offload.budget_tokens.has_value() &&
+         !offload.sink_tokens.has_value() && !offload.window_tokens.has_value();
 }
 
 }  // namespace pulse

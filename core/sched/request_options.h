@@ -25,4 +25,8 @@ absl::StatusOr<std::optional<SelectionOptions>> RequestSelection(const RequestOf
                                                                  const EngineOptions& engine,
                                                                  const ModelConfig& config);
 
+// Whether `offload` takes the engine's offloading as it is (no mode, budget, sink or window of
+// its own): the requests the engine places (EngineOptions::admission).
+bool TakesEngineOffload(const RequestOffload& offload);
+
 }  // namespace pulse

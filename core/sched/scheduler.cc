@@ -9,7 +9,11 @@
 namespace pulse {
 
 Scheduler::Scheduler(const SchedulerLimits& limits, int32_t num_blocks, HostTier* host_tier)
-    : limits_(limits), pool_(num_blocks), host_pool_(limits.host_blocks), host_tier_(host_tier) {}
+    : limits_(limits),
+      pool_(num_blocks),
+      host_pool_(limits.host_blocks),
+      host_tier_(host_tier),
+      policy_(limits.admission) {}
 
 int32_t Scheduler::BlocksNeeded(const Request& request) const {
   if (!request.offload) return BlocksForTokens(request.max_kv_tokens(), limits_.block_tokens);
@@ -51,11 +55,28 @@ absl::Status Scheduler::CanEverFit(const Request& request) const {
 
 void Scheduler::Enqueue(std::shared_ptr<Request> request) { queue_.push_back(std::move(request)); }
 
+bool Scheduler::FitsResident(const Request& request) const {
+  int32_t needed = BlocksForTokens(request.max_kv_tokens(), limits_.block_tokens);
+  // Room for another request only when the batch would have room for it.
+  if (request.offload && running() + 1 < limits_.max_batch) needed += BlocksNeeded(request);
+  return needed <= pool_.available();
+}
+
 Scheduler::Admitted Scheduler::Admit() {
   Admitted admitted;
   while (!queue_.empty() && running() < limits_.max_batch) {
     Request& request = *queue_.front();
     // The head waits for running requests to finish; the ones behind it wait their turn.
+    if (request.placed_by_engine && request.offload) {
+      const Placement placement = policy_.Place({.fits_resident = FitsResident(request),
+                                                 .offloaded_running = offloaded_running_,
+                                                 .costs = &costs_});
+      if (placement == Placement::kWait) {
+        ++admission_.io_waits;
+        break;
+      }
+      if (placement == Placement::kResident) request.offload.reset();
+    }
     if (request.offload) {
       const int32_t slots =
           SlotsNeeded(*request.offload, limits_.block_tokens, request.max_kv_tokens());
@@ -81,11 +102,14 @@ Scheduler::Admitted Scheduler::Admit() {
       request.offloaded_blocks = *std::move(blocks);
       request.slot_blocks = slots;
       slots_reserved_ += slots;
+      ++offloaded_running_;
+      ++admission_.offloaded;
     } else {
       absl::StatusOr<BlockTable> blocks =
           BlockTable::Create(&pool_, limits_.block_tokens, request.max_kv_tokens());
       if (!blocks.ok()) break;
       request.blocks = *std::move(blocks);
+      ++admission_.resident;
     }
     admitted.running.push_back(queue_.front());
     running_.push_back(std::move(queue_.front()));
@@ -118,9 +142,20 @@ void Scheduler::Remove(Request& request) {
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(), same), queue_.end());
   running_.erase(std::remove_if(running_.begin(), running_.end(), same), running_.end());
   request.blocks.reset();
+  if (request.offloaded_blocks) --offloaded_running_;
   request.offloaded_blocks.reset();
   slots_reserved_ -= request.slot_blocks;
   request.slot_blocks = 0;
+}
+
+EngineStats::Admission Scheduler::admission_stats() const {
+  EngineStats::Admission stats = admission_;
+  stats.offloaded_running = offloaded_running_;
+  stats.link_bytes_per_second = costs_.link_bytes_per_second();
+  stats.recall_bytes_per_row = costs_.recall_bytes_per_row();
+  stats.compute_ms = costs_.compute_seconds() * 1e3;
+  stats.predicted_recall_ms = costs_.PredictedRecallSeconds(offloaded_running_) * 1e3;
+  return stats;
 }
 
 }  // namespace pulse

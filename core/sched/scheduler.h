@@ -9,6 +9,7 @@
 
 #include "core/kv/block_pool.h"
 #include "core/offload/host_tier.h"
+#include "core/sched/admission.h"
 #include "core/sched/request.h"
 
 namespace pulse {
@@ -20,6 +21,7 @@ struct SchedulerLimits {
   int32_t block_tokens = 0;
   int32_t host_blocks = 0;  // the host tier of offloaded requests (0: none)
   int32_t slot_blocks = 0;  // the device tier's slots (0: none)
+  AdmissionKind admission = AdmissionKind::kIoAdaptive;
 };
 
 // One request's share of a step: its tokens [begin, begin + count) are fed to the model.
@@ -59,9 +61,10 @@ class Scheduler {
     std::vector<std::shared_ptr<Request>> running;
     std::vector<Rejection> rejected;
   };
-  // Admits queued requests in order while the batch has room and their KV can be reserved (for
-  // an offloaded request: host blocks for its worst case, pinned in the host tier, device blocks
-  // for BlocksNeeded, and slots for its budget's picks).
+  // Admits queued requests in order while the batch has room, the admission policy places them
+  // (a request the engine places runs resident or offloaded as AdmissionPolicy::Place says) and
+  // their KV can be reserved (for an offloaded request: host blocks for its worst case, pinned in
+  // the host tier, device blocks for BlocksNeeded, and slots for its budget's picks).
   Admitted Admit();
   // This step's work: one token for every decoding request, then prompt chunks of the
   // prefilling requests in admission order within the step's token budget.
@@ -72,12 +75,25 @@ class Scheduler {
   int32_t queued() const { return static_cast<int32_t>(queue_.size()); }
   int32_t running() const { return static_cast<int32_t>(running_.size()); }
 
+  // The rates placement predicts from: the engine records each decode step's.
+  StepCosts& costs() { return costs_; }
+  // Placement's counts so far and its rates now (EngineStats::admission).
+  EngineStats::Admission admission_stats() const;
+
  private:
+  // Whether the request's whole worst case fits the dense pool now with room left for it
+  // offloaded (AdmissionView::fits_resident).
+  bool FitsResident(const Request& request) const;
+
   const SchedulerLimits limits_;
   BlockPool pool_;
   BlockPool host_pool_;
   HostTier* const host_tier_;
   int32_t slots_reserved_ = 0;
+  const AdmissionPolicy policy_;
+  StepCosts costs_;
+  int32_t offloaded_running_ = 0;
+  EngineStats::Admission admission_;  // the counts
   std::deque<std::shared_ptr<Request>> queue_;
   std::vector<std::shared_ptr<Request>> running_;  // in admission order
 };

@@ -6,8 +6,8 @@
 //       [--modes dense,solohead,headwise] [--budget 2048] [--sink 8] [--window 32]
 //       [--slot-tokens TOKENS] [--block-tokens TOKENS]
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--summary-boxes N]
-//       [--summary-precision f32|bf16|int8|int4] [--graphs on,off] [--link-gb-s GB_S]
-//       [--device NAME] [--commit SHA] [--out FILE.jsonl]
+//       [--summary-precision f32|bf16|int8|int4] [--admission every|adaptive] [--graphs on,off]
+//       [--link-gb-s GB_S] [--device NAME] [--commit SHA] [--out FILE.jsonl]
 //
 // Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
 // then generate --decode-steps tokens each (greedy, end of sequence ignored); every engine step
@@ -17,21 +17,22 @@
 // but the embedding table (only BATCH rows of it are read) plus the KV cache of every request,
 // over --hbm-gb-s.
 // Each decode shape runs in every mode of --modes: dense, or offloaded sparse attention
-// (solohead, headwise) with --budget. Offloaded, the KV cache holds each request's sinks and
-// window and one prompt being prefilled (requests prefill one after another), the host tier
-// every request's whole context and the device slots every request's budget (or --slot-tokens a
-// request: as many as the context keeps every recalled block resident, which leaves the step's
-// cost without its recall); the record adds the recall bytes a timed step moved, the copy
-// engine's rate on them, the slot-cache hit rate and the host's time planning a step's selection
-// (selection_ms_per_step: the selection itself runs on the device).
-// Its HBM floor counts the KV of the tokens attended (the budget, at most the context). Every
-// decode record has host_syncs_per_step, the host's waits for the device inside a timed step
-// besides reading its tokens (pulse_engine_stats.host_waits), and link_gb_s, the host-to-device
-// rate of one large pinned copy measured in the same run (--link-gb-s: scripts/gpu-bench
-// measures it with pulse-recall-bench first; null when not given). And each
-// in every setting of --graphs (default on): decode steps replayed as graphs (where the backend
-// has them: pulse_engine_params.decode_graphs) or launched op by op; the record says which.
-// Prefill: one random CONTEXT-token prompt, submit to first token; FLOPs are the GEMMs' 2 * m * n
+// (solohead, headwise) with --budget, every request offloaded (--admission every, the default
+// here; adaptive places them as an engine does by default). Offloaded, the KV cache holds each
+// request's sinks and window and one prompt being prefilled (requests prefill one after another),
+// the host tier every request's whole context and the device slots every request's budget (or
+// --slot-tokens a request: as many as the context keeps every recalled block resident, which leaves
+// the step's cost without its recall); the record adds the recall bytes a timed step moved, the
+// copy engine's rate on them, the slot-cache hit rate and the host's time planning a step's
+// selection (selection_ms_per_step: the selection itself runs on the device). Its HBM floor counts
+// the KV of the tokens attended (the budget, at most the context). Every decode record has
+// host_syncs_per_step, the host's waits for the device inside a timed step besides reading its
+// tokens (pulse_engine_stats.host_waits), and link_gb_s, the host-to-device rate of one large
+// pinned copy measured in the same run (--link-gb-s: scripts/gpu-bench measures it with
+// pulse-recall-bench first; null when not given). And each in every setting of --graphs (default
+// on): decode steps replayed as graphs (where the backend has them:
+// pulse_engine_params.decode_graphs) or launched op by op; the record says which. Prefill: one
+// random CONTEXT-token prompt, submit to first token; FLOPs are the GEMMs' 2 * m * n
 // * k of every layer plus causal attention (QK^T and PV over the keys each position sees).
 #include <algorithm>
 #include <chrono>
@@ -68,14 +69,15 @@ struct Args {
   double peak_tflops = 790.0;
   std::vector<std::string> modes = {"dense"};
   int32_t budget = 2048;
-  int32_t sink = -1;    // < 0 (as parsed): the library's default
-  int32_t window = -1;  // < 0 (as parsed): the library's default
+  int32_t sink = -1;         // < 0 (as parsed): the library's default
+  int32_t window = -1;       // < 0 (as parsed): the library's default
   int32_t slot_tokens = 0;   // a request's device slots; 0 (as parsed): its budget
   int32_t block_tokens = 0;  // 0 (as parsed): the library's default
   std::string copy = "auto";
   double summary_radius = -1;     // < 0 (as parsed): the library's default
   int32_t summary_boxes = -1;     // < 0 (as parsed): the library's default
   std::string summary_precision;  // empty (as parsed): the library's default
+  std::string admission = "every";
   std::vector<bool> graphs = {true};
   double link_gb_s = 0;  // 0: not measured
   std::string device = "unknown";
@@ -197,6 +199,11 @@ Args ParseArgs(int argc, char** argv) {
       args.summary_boxes = std::atoi(value.c_str());
     } else if (flag == "--summary-precision") {
       args.summary_precision = value;
+    } else if (flag == "--admission") {
+      if (value != "every" && value != "adaptive") {
+        Fail("--admission expects every or adaptive, got '" + value + "'");
+      }
+      args.admission = value;
     } else if (flag == "--graphs") {
       args.graphs.clear();
       for (const std::string& setting : SplitList(value)) {
@@ -349,6 +356,8 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
     params.offload_summary_radius = args.summary_radius;
     params.offload_summary_boxes = args.summary_boxes;
     params.offload_summary_precision = SummaryPrecision(args.summary_precision);
+    params.offload_admission =
+        args.admission == "every" ? PULSE_ADMIT_OFFLOAD_EVERY : PULSE_ADMIT_IO_ADAPTIVE;
     // Each request's sinks, window and the block written (the engine's resident limit), and
     // one prompt being prefilled.
     const int64_t resident = RoundUp(args.sink, block) + RoundUp(args.window, block) + 2 * block;
@@ -496,7 +505,9 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
               ", \"slot_tokens\": " + std::to_string(args.slot_tokens) +
               ", \"summary_radius\": " + Number(args.summary_radius) +
               ", \"summary_boxes\": " + std::to_string(args.summary_boxes) +
-              ", \"summary_precision\": " + JsonString(args.summary_precision);
+              ", \"summary_precision\": " + JsonString(args.summary_precision) +
+              ", \"admission\": " + JsonString(args.admission) +
+              ", \"admitted_offloaded\": " + std::to_string(after.admitted_offloaded);
     budget = std::to_string(args.budget);
   }
   records.Write(

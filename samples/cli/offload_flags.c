@@ -40,6 +40,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
     }
   }
   flags->block_tokens = defaults.block_tokens;
+  flags->admission = defaults.offload_admission == PULSE_ADMIT_OFFLOAD_EVERY ? "every" : "adaptive";
   const flag_spec own[kOffloadFlagCount] = {
       {"--offload", kFlagString, &flags->mode, 0, 0},
       {"--budget", kFlagInt32, &flags->budget, 1, 1 << 30},
@@ -53,6 +54,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
       {"--summary-boxes", kFlagInt32, &flags->summary_boxes, 0, 4096},
       {"--summary-precision", kFlagString, &flags->summary_precision, 0, 0},
       {"--block-tokens", kFlagInt32, &flags->block_tokens, 1, 4096},
+      {"--admission", kFlagString, &flags->admission, 0, 0},
   };
   for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
 }
@@ -94,6 +96,13 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
             flags->summary_precision);
     return 0;
   }
+  static const char* const kAdmissions[] = {"adaptive", "every"};
+  static const int32_t kAdmissionCodes[] = {PULSE_ADMIT_IO_ADAPTIVE, PULSE_ADMIT_OFFLOAD_EVERY};
+  if (!find_code(flags->admission, kAdmissions, kAdmissionCodes, 2, &params->offload_admission)) {
+    fprintf(stderr, "pulseinfer: --admission expects adaptive or every, got '%s'\n",
+            flags->admission);
+    return 0;
+  }
   params->offload_host_tokens = flags->host_tokens;
   params->offload_slot_tokens = flags->slot_tokens;
   params->offload_summary_radius = flags->summary_radius;
@@ -105,7 +114,16 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
 void print_offload_stats(pulse_engine* engine) {
   pulse_engine_stats stats;
   stats.struct_size = sizeof(stats);
-  if (pulse_engine_stats_get(engine, &stats) != PULSE_OK || stats.sparse_selections == 0) return;
+  if (pulse_engine_stats_get(engine, &stats) != PULSE_OK) return;
+  if (stats.admitted_resident + stats.admitted_offloaded > 0) {
+    fprintf(stderr,
+            "admission: %lld requests resident, %lld offloaded (%lld waits for recall); recall "
+            "%.3f MB an offloaded row a step at %.2f GB/s, %.3f ms of compute a step\n",
+            (long long)stats.admitted_resident, (long long)stats.admitted_offloaded,
+            (long long)stats.admission_io_waits, stats.recall_mb_per_row, stats.link_gb_s,
+            stats.step_compute_ms);
+  }
+  if (stats.sparse_selections == 0) return;
   const double attended =
       stats.sparse_context_tokens > 0
           ? 100.0 * (double)stats.sparse_attended_tokens / (double)stats.sparse_context_tokens

@@ -21,9 +21,10 @@ typedef struct offload_flags {
   int32_t summary_boxes;
   const char* summary_precision; /* "f32", "bf16", "int8" or "int4" */
   int32_t block_tokens;
+  const char* admission; /* "adaptive" or "every" */
 } offload_flags;
 
-enum { kOffloadFlagCount = 12 };
+enum { kOffloadFlagCount = 13 };
 
 /* A printf format of the library's defaults, as offload_flags_init sets them: pass
  * OFFLOAD_FLAGS_HELP_ARGS(flags). */
@@ -46,7 +47,9 @@ enum { kOffloadFlagCount = 12 };
   "                        (default %d)\n"                                                      \
   "  --summary-precision P summaries as stored: f32, bf16, int8 or int4 (default %s)\n"         \
   "  --block-tokens N      tokens of one KV block, the unit a selection picks and a recall\n"   \
-  "                        moves (default %d)\n"
+  "                        moves (default %d)\n"                                                \
+  "  --admission A         which requests are offloaded: adaptive (default: those that do\n"    \
+  "                        not fit the KV cache, while recall keeps up) or every\n"
 #define OFFLOAD_FLAGS_HELP_ARGS(flags)                                                         \
   (int)(flags).budget, (int)(flags).sink, (int)(flags).window, (double)(flags).summary_radius, \
       (int)(flags).summary_boxes, (flags).summary_precision, (int)(flags).block_tokens
@@ -54,10 +57,10 @@ enum { kOffloadFlagCount = 12 };
 /* Sets the defaults (the library's) and writes the kOffloadFlagCount specs to `specs`. */
 void offload_flags_init(offload_flags* flags, flag_spec* specs);
 /* Writes the flags into `params`; 0 (after printing why) for an unknown mode, executor, eviction
- * policy or summary precision. */
+ * policy, summary precision or admission. */
 int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params);
-/* Prints the sparse attention and recall statistics of `engine` on stderr, when it attended
- * sparsely. */
+/* Prints on stderr where an offloading `engine` placed its requests, and its sparse attention
+ * and recall statistics when it attended sparsely. */
 void print_offload_stats(pulse_engine* engine);
 
 #endif /* PULSEINFER_CLI_OFFLOAD_FLAGS_H_ */

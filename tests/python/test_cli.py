@@ -322,17 +322,32 @@ def test_offload_with_a_budget_covering_the_context_generates_the_dense_ids(
     for mode in ("solohead", "headwise"):
         proc = run(cli, "generate", "--model", smollm2_path, "--prompt-ids",
                    ",".join(map(str, CHAT_PROMPT)), "--max-tokens", GREEDY_TOKENS,
-                   "--ignore-eos", "--format", "ids", "--offload", mode, "--budget", 4096)
+                   "--ignore-eos", "--format", "ids", "--offload", mode, "--admission", "every",
+                   "--budget", 4096)
         assert proc.returncode == 0, proc.stderr
         assert [int(t) for t in proc.stdout.strip().split(",")] == smollm2_greedy_ids
         assert "sparse attention:" in proc.stderr and "100.0% of the context" in proc.stderr
+
+
+def test_adaptive_admission_runs_a_request_that_fits_resident(cli, shakespeare_path, smollm2_path):
+    prompt = shakespeare_path.read_text()[:3000]
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens", 8,
+               "--offload", "solohead", "--budget", 256)
+    assert proc.returncode == 0, proc.stderr
+    assert "admission: 1 requests resident, 0 offloaded" in proc.stderr, proc.stderr
+    assert "sparse attention:" not in proc.stderr
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt", "Hi", "--max-tokens", 1,
+               "--offload", "solohead", "--admission", "some")
+    assert proc.returncode == 1
+    assert "--admission expects adaptive or every, got 'some'" in proc.stderr
 
 
 def test_offload_with_a_small_budget_attends_to_part_of_the_context(cli, shakespeare_path,
                                                                      smollm2_path):
     prompt = shakespeare_path.read_text()[:3000]
     proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens", 8,
-               "--offload", "solohead", "--budget", 256, "--sink", 32, "--window", 64)
+               "--offload", "solohead", "--admission", "every", "--budget", 256, "--sink", 32,
+               "--window", 64)
     assert proc.returncode == 0, proc.stderr
     line = next(l for l in proc.stderr.splitlines() if l.startswith("sparse attention:"))
     attended = float(line.split("selections, ")[1].split("%")[0])
@@ -344,8 +359,8 @@ def test_offload_at_small_blocks_and_either_summary_radius(cli, shakespeare_path
     picked = {}
     for radius in (0, 1):
         proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens",
-                   8, "--offload", "solohead", "--budget", 256, "--sink", 8, "--window", 32,
-                   "--block-tokens", 8, "--summary-radius", radius)
+                   8, "--offload", "solohead", "--admission", "every", "--budget", 256, "--sink", 8,
+                   "--window", 32, "--block-tokens", 8, "--summary-radius", radius)
         assert proc.returncode == 0, proc.stderr
         line = next(l for l in proc.stderr.splitlines() if l.startswith("sparse attention:"))
         # A budget of 256 is 32 blocks of 8 tokens (8 of 32), so over 16 picks a selection
@@ -363,8 +378,8 @@ def test_offload_with_boxes_and_rounded_summaries(cli, shakespeare_path, smollm2
     prompt = shakespeare_path.read_text()[:3000]
     for boxes, precision in ((4, "int8"), (0, "bf16")):
         proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens",
-                   8, "--offload", "solohead", "--budget", 256, "--sink", 32, "--window", 64,
-                   "--summary-boxes", boxes, "--summary-precision", precision)
+                   8, "--offload", "solohead", "--admission", "every", "--budget", 256, "--sink", 32,
+                   "--window", 64, "--summary-boxes", boxes, "--summary-precision", precision)
         assert proc.returncode == 0, proc.stderr
         line = next(l for l in proc.stderr.splitlines() if l.startswith("sparse attention:"))
         attended = float(line.split("selections, ")[1].split("%")[0])

@@ -8,8 +8,8 @@ pulseinfer.capi is the C ABI itself, as SWIG generates it from pulseinfer.h.
 """
 from . import capi
 from ._engine import Engine, EngineStats, StepReport
-from ._enums import (CopyExecutor, DetokenizeFlags, Eviction, Feature, FinishReason, OffloadMode,
-                     RequestState, SummaryPrecision, TokenizeFlags)
+from ._enums import (Admission, CopyExecutor, DetokenizeFlags, Eviction, Feature, FinishReason,
+                     OffloadMode, RequestState, SummaryPrecision, TokenizeFlags)
 from ._errors import (
     BufferTooSmallError,
     CancelledError,
@@ -49,7 +49,7 @@ def features() -> Feature:
 
 
 __all__ = [
-    "BufferTooSmallError", "CancelledError", "CopyExecutor", "DetokenizeFlags", "Engine",
+    "Admission", "BufferTooSmallError", "CancelledError", "CopyExecutor", "DetokenizeFlags", "Engine",
     "EngineParams", "EngineStats", "Eviction", "FailedPreconditionError", "Feature",
     "FinishReason", "Generation", "InputOutputError", "InternalError", "InvalidArgumentError",
     "InvalidModelError", "Model", "ModelInfo", "ModelParams", "NoCapacityError",

@@ -57,6 +57,14 @@ class EngineStats:
     slot_evictions: int
     selection_ms: float
     host_waits: int
+    admitted_resident: int
+    admitted_offloaded: int
+    admission_io_waits: int
+    link_gb_s: float
+    recall_mb_per_row: float
+    step_compute_ms: float
+    predicted_recall_ms: float
+    running_offloaded: int
 
 
 class Engine:

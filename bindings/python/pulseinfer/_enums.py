@@ -90,3 +90,13 @@ class SummaryPrecision(enum.IntEnum):
     BF16 = capi.PULSE_SUMMARY_BF16
     INT8 = capi.PULSE_SUMMARY_INT8
     INT4 = capi.PULSE_SUMMARY_INT4
+
+
+class Admission(enum.IntEnum):
+    """pulse_admission_code: how an offloading engine places requests
+    (EngineParams.offload_admission). IO_ADAPTIVE runs a request resident while it fits the KV
+    cache and offloads the others while recall keeps up with compute; OFFLOAD_EVERY offloads
+    every request."""
+
+    IO_ADAPTIVE = capi.PULSE_ADMIT_IO_ADAPTIVE
+    OFFLOAD_EVERY = capi.PULSE_ADMIT_OFFLOAD_EVERY

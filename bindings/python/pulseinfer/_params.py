@@ -7,7 +7,7 @@ import dataclasses
 from typing import Sequence
 
 from . import capi
-from ._enums import CopyExecutor, Eviction, OffloadMode, SummaryPrecision
+from ._enums import Admission, CopyExecutor, Eviction, OffloadMode, SummaryPrecision
 from ._structs import to_struct
 
 _MODEL = capi.pulse_model_params()
@@ -61,6 +61,9 @@ class EngineParams:
     # How summaries are stored: their rows' precision (INT4 by default).
     offload_summary_precision: SummaryPrecision = SummaryPrecision(
         _ENGINE.offload_summary_precision)
+    # Which requests an offloading engine offloads: by default those that do not fit the KV
+    # cache, while recall keeps up with compute.
+    offload_admission: Admission = Admission(_ENGINE.offload_admission)
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

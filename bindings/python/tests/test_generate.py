@@ -5,8 +5,8 @@ import threading
 import pytest
 
 import pulseinfer
-from pulseinfer import (CopyExecutor, Engine, EngineParams, Eviction, FinishReason, OffloadMode,
-                        SamplingParams, SummaryPrecision)
+from pulseinfer import (Admission, CopyExecutor, Engine, EngineParams, Eviction, FinishReason,
+                        OffloadMode, SamplingParams, SummaryPrecision)
 
 PROMPT = "Once upon a time"
 # SmolLM2's greedy continuation of PROMPT: ", the city of Nova Haven was a thriving..."
@@ -171,7 +171,8 @@ def test_closed_engine_ends_its_generations(engine):
 def test_offload_with_a_budget_covering_the_context_generates_the_dense_tokens(model, engine):
     expected = engine.generate(PROMPT, greedy()).token_ids()
     for mode in (OffloadMode.SOLOHEAD, OffloadMode.HEADWISE):
-        params = EngineParams(max_context=512, offload_mode=mode, offload_budget_tokens=4096)
+        params = EngineParams(max_context=512, offload_mode=mode, offload_budget_tokens=4096,
+                              offload_admission=Admission.OFFLOAD_EVERY)
         with Engine(model, params) as sparse:
             assert sparse.generate(PROMPT, greedy()).token_ids() == expected
             stats = sparse.stats()
@@ -184,7 +185,7 @@ def test_offload_with_a_budget_covering_the_context_generates_the_dense_tokens(m
 OFFLOADED = EngineParams(block_tokens=8, offload_mode=OffloadMode.SOLOHEAD,
                          offload_budget_tokens=1 << 20, offload_sink_tokens=8,
                          offload_window_tokens=16, offload_host_tokens=1024,
-                         offload_slot_tokens=256)
+                         offload_slot_tokens=256, offload_admission=Admission.OFFLOAD_EVERY)
 TINY_PROMPT = [3 + (i * 37) % 297 for i in range(150)]  # 150 ids of the tiny vocabulary
 
 
@@ -205,6 +206,23 @@ def test_offloaded_kv_smaller_than_the_request_generates_the_dense_tokens(tiny_m
             assert stats.recall_transfers > 0 and stats.recall_plans > 0
             assert stats.slot_hits > 0 and stats.selection_ms > 0
             assert (stats.host_blocks_in_use, stats.slot_blocks_in_use) == (0, 0)
+
+
+def test_adaptive_admission_runs_what_fits_resident_and_says_so(tiny_model):
+    assert EngineParams().offload_admission == Admission.IO_ADAPTIVE
+    with Engine(tiny_model, EngineParams(block_tokens=8)) as dense:
+        expected = dense.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids()
+    params = dataclasses.replace(OFFLOADED, offload_admission=Admission.IO_ADAPTIVE)
+    with Engine(tiny_model, params) as engine:
+        assert engine.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids() == expected
+        stats = engine.stats()
+    assert (stats.admitted_resident, stats.admitted_offloaded) == (1, 0)
+    assert stats.sparse_selections == 0 and stats.recall_bytes == 0
+    with Engine(tiny_model, OFFLOADED) as engine:
+        assert engine.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids() == expected
+        stats = engine.stats()
+    assert (stats.admitted_resident, stats.admitted_offloaded, stats.running_offloaded) == (0, 1, 0)
+    assert stats.link_gb_s > 0 and stats.step_compute_ms > 0 and stats.recall_mb_per_row > 0
 
 
 def test_a_request_chooses_its_offloading_within_its_engine_s(tiny_model):

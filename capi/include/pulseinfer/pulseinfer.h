@@ -253,6 +253,17 @@ typedef struct pulse_engine_params {
    * radius 0 (its center), two otherwise, at this precision: fewer bytes to keep and read, for a
    * slightly coarser selection. */
   int32_t offload_summary_precision;
+  /* Fields appended after version 5. */
+  /* How an offloading engine places each request that takes its offloading (a request that asks
+   * for a mode or a budget of its own runs as it asks): PULSE_ADMIT_IO_ADAPTIVE (default) runs it
+   * resident, attended densely with its whole KV reserved in the KV cache, while it fits there
+   * with room left for an offloaded request like it (when max_batch allows another); otherwise
+   * offloaded, while the predicted recall time of a decode step with it stays within the step's
+   * measured compute time; otherwise it waits. So at a load that fits the KV cache nothing is
+   * offloaded.
+   * PULSE_ADMIT_OFFLOAD_EVERY offloads every such request. Placement is decided at admission:
+   * a running request keeps its placement. */
+  int32_t offload_admission;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {
@@ -283,6 +294,12 @@ enum pulse_summary_precision_code {
   PULSE_SUMMARY_BF16 = 1,
   PULSE_SUMMARY_INT8 = 2, /* a scale a row */
   PULSE_SUMMARY_INT4 = 3  /* 4-bit, two a byte, a scale a row */
+};
+
+/* How an offloading engine places requests (pulse_engine_params.offload_admission). */
+enum pulse_admission_code {
+  PULSE_ADMIT_IO_ADAPTIVE = 0, /* resident while it fits, offloaded while recall keeps up */
+  PULSE_ADMIT_OFFLOAD_EVERY = 1
 };
 
 /* Fills `params` with the defaults; see pulse_model_params_init for the rules. */
@@ -361,6 +378,19 @@ typedef struct pulse_engine_stats {
    * logits) and the counters that come back with them: 0 when the device drives every step; /
    * steps: per step. */
   int64_t host_waits;
+  /* Fields appended after version 5: placement (pulse_engine_params.offload_admission). */
+  int64_t admitted_resident;  /* requests admitted resident (dense) by an offloading engine */
+  int64_t admitted_offloaded; /* requests admitted offloaded */
+  int64_t admission_io_waits; /* admissions where the queue's head waited for recall I/O */
+  /* The rates placement predicts from, averaged over recent decode steps with offloaded rows
+   * (0 before the first): the recall link's rate, recall bytes an offloaded row costs a step,
+   * and a step's time less the copy engine's time on its recalls; then the recall time they
+   * predict for a step of the offloaded requests running now. */
+  double link_gb_s;
+  double recall_mb_per_row;
+  double step_compute_ms;
+  double predicted_recall_ms;
+  int32_t running_offloaded; /* offloaded requests running now */
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

@@ -336,7 +336,7 @@ std::vector<int32_t> Generate(pulse_model* model, const pulse_engine_params& par
 }
 
 // The engine parameters of GenerateWith: 8-token blocks and a KV cache of 160 tokens when
-// offloading (less than the request needs).
+// offloading (less than the request needs), every request offloaded.
 pulse_engine_params OffloadParams(int32_t mode, int32_t budget) {
   pulse_engine_params params;
   EXPECT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
@@ -348,6 +348,7 @@ pulse_engine_params OffloadParams(int32_t mode, int32_t budget) {
   params.offload_window_tokens = 16;
   params.offload_host_tokens = 1024;
   params.offload_slot_tokens = 256;
+  params.offload_admission = PULSE_ADMIT_OFFLOAD_EVERY;
   return params;
 }
 
@@ -359,6 +360,39 @@ std::vector<int32_t> GenerateWith(pulse_model* model, int32_t mode, int32_t budg
   params.offload_executor = executor;
   params.offload_eviction = eviction;
   return Generate(model, params, stats);
+}
+
+// Placement through the ABI: with the default admission a request that fits the KV cache runs
+// resident (nothing selected or recalled), with PULSE_ADMIT_OFFLOAD_EVERY it is offloaded; the
+// stats say which, and a bad admission code is refused by name.
+TEST(AbiOffload, AdmissionPlacesRequestsAndSaysSo) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_stats dense_stats;
+  const std::vector<int32_t> dense = GenerateWith(model, PULSE_OFFLOAD_OFF, 0, &dense_stats);
+  pulse_engine_params params = OffloadParams(PULSE_OFFLOAD_SOLOHEAD, 1 << 20);
+  params.kv_capacity_tokens = 0;  // room for the whole request
+  params.offload_admission = PULSE_ADMIT_IO_ADAPTIVE;
+  pulse_engine_stats stats;
+  EXPECT_EQ(Generate(model, params, &stats), dense);
+  EXPECT_EQ(stats.admitted_resident, 1);
+  EXPECT_EQ(stats.admitted_offloaded, 0);
+  EXPECT_EQ(stats.sparse_selections, 0);
+  EXPECT_EQ(stats.recall_bytes, 0);
+  params.offload_admission = PULSE_ADMIT_OFFLOAD_EVERY;
+  EXPECT_EQ(Generate(model, params, &stats), dense);
+  EXPECT_EQ(stats.admitted_resident, 0);
+  EXPECT_EQ(stats.admitted_offloaded, 1);
+  EXPECT_EQ(stats.running_offloaded, 0);
+  EXPECT_GT(stats.sparse_selections, 0);
+  EXPECT_GT(stats.link_gb_s, 0.0);
+  EXPECT_GT(stats.step_compute_ms, 0.0);
+  params.offload_admission = 2;
+  pulse_engine* engine = nullptr;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pulse_last_error()).find("offload_admission"), std::string::npos);
+  EXPECT_EQ(engine, nullptr);
+  pulse_model_free(model);
 }
 
 TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {

@@ -133,7 +133,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_summary_radius, 80);
   EXPECT_OFFSET(pulse_engine_params, offload_summary_boxes, 88);
   EXPECT_OFFSET(pulse_engine_params, offload_summary_precision, 92);
-  EXPECT_EQ(sizeof(pulse_engine_params), 96u);
+  EXPECT_OFFSET(pulse_engine_params, offload_admission, 96);
+  EXPECT_EQ(sizeof(pulse_engine_params), 104u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -155,7 +156,15 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, slot_evictions, 184);
   EXPECT_OFFSET(pulse_engine_stats, selection_ms, 192);
   EXPECT_OFFSET(pulse_engine_stats, host_waits, 200);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 208u);
+  EXPECT_OFFSET(pulse_engine_stats, admitted_resident, 208);
+  EXPECT_OFFSET(pulse_engine_stats, admitted_offloaded, 216);
+  EXPECT_OFFSET(pulse_engine_stats, admission_io_waits, 224);
+  EXPECT_OFFSET(pulse_engine_stats, link_gb_s, 232);
+  EXPECT_OFFSET(pulse_engine_stats, recall_mb_per_row, 240);
+  EXPECT_OFFSET(pulse_engine_stats, step_compute_ms, 248);
+  EXPECT_OFFSET(pulse_engine_stats, predicted_recall_ms, 256);
+  EXPECT_OFFSET(pulse_engine_stats, running_offloaded, 264);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 272u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {
@@ -189,6 +198,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_summary_radius, 0.0);
   EXPECT_EQ(engine.offload_summary_boxes, 0);
   EXPECT_EQ(engine.offload_summary_precision, PULSE_SUMMARY_INT4);
+  EXPECT_EQ(engine.offload_admission, PULSE_ADMIT_IO_ADAPTIVE);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);

@@ -43,7 +43,8 @@ EngineOptions Offloaded(SelectionMode mode, int32_t budget, int64_t kv_tokens) {
                                                  .sink_tokens = kBlockTokens,
                                                  .window_tokens = 2 * kBlockTokens},
                                    .host_tokens = 4 * 160,
-                                   .slot_tokens = 4 * 160}};
+                                   .slot_tokens = 4 * 160},
+          .admission = AdmissionKind::kOffloadEvery};
 }
 
 // Runs `prompts` to completion with `max_tokens` each; returns their tokens.

@@ -140,6 +140,12 @@ impl EngineParams {
         self
     }
 
+    /// Which requests an offloading engine offloads (default [`Admission::IoAdaptive`]).
+    pub fn offload_admission(mut self, admission: Admission) -> Self {
+        self.raw.offload_admission = admission as i32;
+        self
+    }
+
     pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
         &self.raw
     }
@@ -199,4 +205,16 @@ pub enum SummaryPrecision {
     Int8 = sys::PULSE_SUMMARY_INT8 as i32,
     /// Rounded to int4, two a byte, with a scale a row (an even head_dim).
     Int4 = sys::PULSE_SUMMARY_INT4 as i32,
+}
+
+/// How an offloading engine places the requests that take its offloading
+/// (`pulse_admission_code`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Admission {
+    /// Resident while it fits the KV cache; otherwise offloaded while the predicted recall time
+    /// of a decode step stays within its measured compute time; otherwise it waits.
+    IoAdaptive = sys::PULSE_ADMIT_IO_ADAPTIVE as i32,
+    /// Every request offloaded.
+    OffloadEvery = sys::PULSE_ADMIT_OFFLOAD_EVERY as i32,
 }

@@ -18,7 +18,9 @@ mod text;
 pub use pulseinfer_sys as sys;
 
 pub use engine::Engine;
-pub use engine_params::{CopyExecutor, EngineParams, Eviction, OffloadMode, SummaryPrecision};
+pub use engine_params::{
+    Admission, CopyExecutor, EngineParams, Eviction, OffloadMode, SummaryPrecision,
+};
 pub use error::{Error, Result};
 pub use generation::{Canceller, Generation, Token};
 pub use library::{abi_version, features, version, Features, ABI_VERSION};

@@ -195,6 +195,23 @@ pub struct EngineStats {
     /// Host waits for the device inside steps besides reading their tokens: 0 when the device
     /// drives every step.
     pub host_waits: i64,
+    /// Requests an offloading engine admitted resident (dense).
+    pub admitted_resident: i64,
+    /// Requests admitted offloaded.
+    pub admitted_offloaded: i64,
+    /// Admissions where the head of the queue waited for recall I/O.
+    pub admission_io_waits: i64,
+    /// The recall link's rate as measured, in bytes a second, rounded (0 before the first
+    /// offloaded decode step).
+    pub link_bytes_per_second: u64,
+    /// Recall bytes an offloaded row costs a step, rounded (a moving average).
+    pub recall_bytes_per_row: u64,
+    /// A decode step's time less the copy engine's time on its recalls (a moving average).
+    pub step_compute_time: Duration,
+    /// The recall time predicted for a step of the offloaded requests running now.
+    pub predicted_recall_time: Duration,
+    /// Offloaded requests running now.
+    pub running_offloaded: i32,
 }
 
 impl EngineStats {
@@ -229,6 +246,14 @@ impl EngineStats {
             slot_evictions: stats.slot_evictions,
             selection_time: millis(stats.selection_ms),
             host_waits: stats.host_waits,
+            admitted_resident: stats.admitted_resident,
+            admitted_offloaded: stats.admitted_offloaded,
+            admission_io_waits: stats.admission_io_waits,
+            link_bytes_per_second: (stats.link_gb_s * 1e9).round() as u64,
+            recall_bytes_per_row: (stats.recall_mb_per_row * 1e6).round() as u64,
+            step_compute_time: millis(stats.step_compute_ms),
+            predicted_recall_time: millis(stats.predicted_recall_ms),
+            running_offloaded: stats.running_offloaded,
         }
     }
 }

@@ -1,8 +1,9 @@
 //! A tiny Llama with seeded random weights and no tokenizer: token prompts work, text does not.
 
 use pulseinfer::{
-    ChatMessage, CopyExecutor, DetokenizeFlags, Engine, EngineParams, EngineStats, Error, Eviction,
-    FinishReason, Model, ModelParams, OffloadMode, SamplingParams, SummaryPrecision, TokenizeFlags,
+    Admission, ChatMessage, CopyExecutor, DetokenizeFlags, Engine, EngineParams, EngineStats,
+    Error, Eviction, FinishReason, Model, ModelParams, OffloadMode, SamplingParams,
+    SummaryPrecision, TokenizeFlags,
 };
 
 /// A two-layer Llama with random weights and no tokenizer, shared with the C, Python and Go tests.
@@ -103,6 +104,7 @@ fn offloaded() -> EngineParams {
         .offload_window_tokens(16)
         .offload_host_tokens(1024)
         .offload_slot_tokens(256)
+        .offload_admission(Admission::OffloadEvery)
 }
 
 /// 12 greedy ids after a 150-token prompt, and the engine's stats after them.
@@ -184,6 +186,21 @@ fn bad_offload_capacities_are_refused_by_name() {
         assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
         assert!(error.message().contains("offload_summary_boxes"), "{error}");
     }
+}
+
+#[test]
+fn adaptive_admission_runs_what_fits_resident_and_says_so() {
+    let model = load(7);
+    let (dense, _) = generate_150(&model, &EngineParams::default().block_tokens(8));
+    let adaptive = offloaded().offload_admission(Admission::IoAdaptive);
+    let (ids, stats) = generate_150(&model, &adaptive);
+    assert_eq!(ids, dense);
+    assert_eq!((stats.admitted_resident, stats.admitted_offloaded), (1, 0), "{stats:?}");
+    assert_eq!(stats.sparse_selections, 0);
+    let (ids, stats) = generate_150(&model, &offloaded());
+    assert_eq!(ids, dense);
+    assert_eq!((stats.admitted_resident, stats.admitted_offloaded), (0, 1), "{stats:?}");
+    assert!(stats.link_bytes_per_second > 0 && stats.recall_bytes_per_row > 0, "{stats:?}");
 }
 
 #[test]

@@ -1,4 +1,6 @@
-use pulseinfer::{Engine, EngineParams, FinishReason, OffloadMode, RequestState, TokenizeFlags};
+use pulseinfer::{
+    Admission, Engine, EngineParams, FinishReason, OffloadMode, RequestState, TokenizeFlags,
+};
 
 use super::{engine, greedy, model, tokens, PROMPT};
 
@@ -51,7 +53,8 @@ fn offload_with_a_budget_covering_the_context_generates_the_dense_ids() {
             .max_context(512)
             .kv_capacity_tokens(4096)
             .offload_mode(mode)
-            .offload_budget_tokens(4096);
+            .offload_budget_tokens(4096)
+            .offload_admission(Admission::OffloadEvery);
         let sparse = Engine::new(model(), &params).unwrap();
         let mut generation =
             sparse.submit_text(PROMPT, TokenizeFlags::DEFAULT, &greedy(8)).unwrap();

@@ -1,0 +1,76 @@
+// Where a queued request of an offloading engine runs, and whether it is admitted now
+// (EngineOptions::admission). The scheduler asks AdmissionPolicy::Place for the head of its queue
+// each time it admits; StepCosts holds the rates the I/O-adaptive policy predicts from, measured
+// by the engine over its decode steps.
+#pragma once
+
+#include <cstdint>
+
+#include "core/sched/engine.h"
+
+namespace pulse {
+
+// The rates of the engine's recent decode steps, as exponential moving averages. A step
+// contributes when it decoded only (a prompt chunk would count prefill as decode compute) and
+// when one of its rows was offloaded.
+class StepCosts {
+ public:
+  // A finished decode-only step: its wall time, its rows and those of them offloaded, and the
+  // recall bytes and copy-engine seconds it added.
+  void Record(double step_seconds, int32_t rows, int32_t offloaded_rows, int64_t recall_bytes,
+              double recall_seconds);
+
+  // Whether a step with recall has been measured: before that nothing is predicted.
+  bool measured() const { return link_steps_ > 0; }
+  // The link's rate as the copy engine moved recalls.
+  double link_bytes_per_second() const { return link_bytes_per_second_; }
+  // Recall bytes an offloaded row costs a step.
+  double recall_bytes_per_row() const { return recall_bytes_per_row_; }
+  // A step's time beside its recall: its wall time less the copy engine's time on its recalls,
+  // which is exact when recall is exposed and a lower bound when it overlaps compute (so the
+  // prediction errs towards offloading less).
+  double compute_seconds() const { return compute_seconds_; }
+  // The recall time of a step with `offloaded_rows` offloaded rows, at the measured rates.
+  double PredictedRecallSeconds(int32_t offloaded_rows) const;
+
+ private:
+  double link_bytes_per_second_ = 0;
+  double recall_bytes_per_row_ = 0;
+  double compute_seconds_ = 0;
+  int64_t steps_ = 0;       // steps averaged
+  int64_t link_steps_ = 0;  // of them, those that recalled
+};
+
+enum class Placement : uint8_t {
+  kResident,   // its whole worst case reserved in the dense pool, attended densely
+  kOffloaded,  // its blocks in the host tier, recalled as its selection picks them
+  kWait,       // not now: the queue waits with it
+};
+
+// What a placement decision sees of the engine.
+struct AdmissionView {
+  // The request's whole worst case fits the dense pool now, with room left for one offloaded
+  // request like it (its prompt, or its sinks and window) when the batch has room for another,
+  // so that resident requests alone never close the pool to offloaded ones.
+  bool fits_resident = false;
+  int32_t offloaded_running = 0;  // offloaded requests running now (admitted this round included)
+  const StepCosts* costs = nullptr;
+};
+
+class AdmissionPolicy {
+ public:
+  explicit AdmissionPolicy(AdmissionKind kind) : kind_(kind) {}
+
+  // Where a request that the engine places (it asked for the engine's offloading, not its own
+  // mode or budget) runs if admitted now. kOffloadEvery: offloaded. kIoAdaptive: resident when
+  // it fits; else offloaded while the predicted recall time of a step with it stays within the
+  // measured compute time (or nothing offloaded runs, or nothing is measured yet); else kWait.
+  Placement Place(const AdmissionView& view) const;
+
+  AdmissionKind kind() const { return kind_; }
+
+ private:
+  AdmissionKind kind_;
+};
+
+}  // namespace pulse
