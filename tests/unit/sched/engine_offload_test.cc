@@ -111,6 +111,32 @@ TEST(EngineOffloadTest, RequestsLongerThanTheKvCacheRunAndACoveringBudgetGivesTh
   }
 }
 
+// Recall that lands late (each copy plan of the CPU copy engine delayed) changes no token: the
+// step waits for what it attends to, whatever the timing. Sampled with seeds, at a budget that
+// selects, four requests at once.
+TEST(EngineOffloadTest, RecallThatLandsLateChangesNoToken) {
+  const auto run = [](absl::Duration delay) {
+    std::unique_ptr<Engine> engine = MakeEngine(TinyModel(TinyConfig(), 0, 0, delay),
+                                                Offloaded(SelectionMode::kSoloHead, 32, 96));
+    std::vector<RequestId> ids;
+    const auto prompts = Prompts(4, 40, 51);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SamplingParams params = Greedy(24);
+      params.temperature = 0.9f;
+      params.seed = 100 + i;
+      ids.push_back(*engine->Submit(prompts[i], params, nullptr));
+    }
+    RunToIdle(*engine);
+    std::vector<std::vector<int32_t>> tokens;
+    for (const RequestId id : ids) tokens.push_back(SnapshotOf(*engine, id).tokens);
+    EXPECT_GT(engine->stats().offload.recall_bytes, 0);
+    EXPECT_LT(engine->stats().sparse.attended_tokens, engine->stats().sparse.context_tokens);
+    return tokens;
+  };
+  const auto on_time = run(absl::ZeroDuration());
+  EXPECT_EQ(run(absl::Milliseconds(2)), on_time);
+}
+
 TEST(EngineOffloadTest, ASmallBudgetAttendsToLessAndDecodesMoreContextThanTheKvCacheHolds) {
   std::shared_ptr<const Model> model = TinyModel();
   std::unique_ptr<Engine> engine = MakeEngine(model, Offloaded(SelectionMode::kSoloHead, 32, 96));

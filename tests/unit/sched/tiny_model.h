@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/model/model.h"
 #include "core/model/tensor_source.h"
@@ -28,12 +29,15 @@ inline ModelConfig TinyConfig() {
   return config;
 }
 
+// `copy_delay`: how late each copy plan of the backend's copy engine lands (CpuBackendOptions).
 inline std::shared_ptr<const Model> LoadModel(const TensorSource& source, size_t memory_limit = 0,
-                                              size_t host_memory_limit = 0) {
+                                              size_t host_memory_limit = 0,
+                                              absl::Duration copy_delay = absl::ZeroDuration()) {
   CpuBackendOptions backend_options;
   backend_options.threads = 1;
   backend_options.memory_limit_bytes = memory_limit;
   backend_options.host_memory_limit_bytes = host_memory_limit;
+  backend_options.copy_delay = copy_delay;
   absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend(backend_options);
   EXPECT_TRUE(backend.ok()) << backend.status();
   absl::StatusOr<std::shared_ptr<const Model>> model =
@@ -43,11 +47,11 @@ inline std::shared_ptr<const Model> LoadModel(const TensorSource& source, size_t
 }
 
 inline std::shared_ptr<const Model> TinyModel(const ModelConfig& config = TinyConfig(),
-                                              size_t memory_limit = 0,
-                                              size_t host_memory_limit = 0) {
+                                              size_t memory_limit = 0, size_t host_memory_limit = 0,
+                                              absl::Duration copy_delay = absl::ZeroDuration()) {
   absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenRandomSource(config, /*seed=*/7);
   EXPECT_TRUE(source.ok()) << source.status();
-  return LoadModel(**source, memory_limit, host_memory_limit);
+  return LoadModel(**source, memory_limit, host_memory_limit, copy_delay);
 }
 
 inline std::unique_ptr<Engine> MakeEngine(std::shared_ptr<const Model> model,
