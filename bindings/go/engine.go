@@ -26,6 +26,9 @@ type EngineParams struct {
 	// KVCapacityTokens is the KV cache's size in tokens; 0: 8 full contexts, capped by the
 	// backend's memory (pulseinfer.h says how).
 	KVCapacityTokens int64
+	// KVMemoryBytes caps the device memory the KV may use in all (cache, offload slots and
+	// summaries) when KVCapacityTokens is 0; 0: no such cap.
+	KVMemoryBytes int64
 	// Sparse decode attention (pulse_engine_params.offload_*): OffloadOff, OffloadHeadWise or
 	// OffloadSoloHead, the tokens a decode step attends to at most, and the first and last
 	// tokens it always attends to.
@@ -124,6 +127,7 @@ func DefaultEngineParams() EngineParams {
 		BlockTokens:             int32(params.block_tokens),
 		MaxContext:              int32(params.max_context),
 		KVCapacityTokens:        int64(params.kv_capacity_tokens),
+		KVMemoryBytes:           int64(params.kv_memory_bytes),
 		OffloadMode:             OffloadMode(params.offload_mode),
 		OffloadBudgetTokens:     int32(params.offload_budget_tokens),
 		OffloadSinkTokens:       int32(params.offload_sink_tokens),
@@ -149,6 +153,7 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	params.block_tokens = C.int32_t(p.BlockTokens)
 	params.max_context = C.int32_t(p.MaxContext)
 	params.kv_capacity_tokens = C.int64_t(p.KVCapacityTokens)
+	params.kv_memory_bytes = C.int64_t(p.KVMemoryBytes)
 	params.offload_mode = C.int32_t(p.OffloadMode)
 	params.offload_budget_tokens = C.int32_t(p.OffloadBudgetTokens)
 	params.offload_sink_tokens = C.int32_t(p.OffloadSinkTokens)
@@ -302,6 +307,7 @@ type EngineStats struct {
 	StepComputeTime     time.Duration
 	PredictedRecallTime time.Duration
 	RunningOffloaded    int32
+	KVMemoryBytes       int64 // device bytes of the KV: cache blocks, slots and summaries
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -351,5 +357,6 @@ func (e *Engine) Stats() (EngineStats, error) {
 		StepComputeTime:       milliseconds(stats.step_compute_ms),
 		PredictedRecallTime:   milliseconds(stats.predicted_recall_ms),
 		RunningOffloaded:      int32(stats.running_offloaded),
+		KVMemoryBytes:         int64(stats.kv_memory_bytes),
 	}, nil
 }

@@ -324,7 +324,7 @@ func TestAdaptiveAdmissionRunsWhatFitsResident(t *testing.T) {
 	adaptive.OffloadAdmission = pulseinfer.AdmissionIOAdaptive
 	ids, stats := generate150(t, tiny, &adaptive)
 	if !equal(ids, want) || stats.AdmittedResident != 1 || stats.AdmittedOffloaded != 0 ||
-		stats.SparseSelections != 0 {
+		stats.SparseSelections != 0 || stats.KVMemoryBytes <= 0 {
 		t.Errorf("adaptive: %v, %+v; want %v resident", ids, stats, want)
 	}
 	every := offloadedParams()

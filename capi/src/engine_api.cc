@@ -120,6 +120,7 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.step_compute_ms = totals.admission.compute_ms;
     value.predicted_recall_ms = totals.admission.predicted_recall_ms;
     value.running_offloaded = totals.admission.offloaded_running;
+    value.kv_memory_bytes = totals.kv_memory_bytes;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

@@ -49,6 +49,7 @@ pulse_engine_params DefaultEngineParams() {
   params.block_tokens = options.block_tokens;
   params.max_context = options.max_context;
   params.kv_capacity_tokens = options.kv_capacity_tokens;
+  params.kv_memory_bytes = options.kv_memory_bytes;
   const OffloadConfig offload;
   params.offload_mode = PULSE_OFFLOAD_OFF;
   params.offload_budget_tokens = offload.selection.budget_tokens;
@@ -76,6 +77,7 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   options.block_tokens = params.block_tokens;
   options.max_context = params.max_context;
   options.kv_capacity_tokens = params.kv_capacity_tokens;
+  options.kv_memory_bytes = params.kv_memory_bytes;
   if (params.decode_graphs != 0 && params.decode_graphs != 1) {
     return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.decode_graphs is ",
                                                    params.decode_graphs, "; expected 0 or 1"));

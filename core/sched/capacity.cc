@@ -70,7 +70,30 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
       resolved.offload ? int64_t{config.num_layers} *
                              SummaryBytes(layout, resolved.offload->estimator) / layout.block_tokens
                        : 0;
-  if (resolved.kv_capacity_tokens == 0) {
+  SchedulerLimits limits{.max_batch = resolved.max_batch,
+                         .prefill_chunk = resolved.prefill_chunk,
+                         .max_step_tokens = resolved.max_step_tokens,
+                         .block_tokens = resolved.block_tokens,
+                         .admission = resolved.admission};
+  if (resolved.offload) {
+    PULSE_RETURN_IF_ERROR(
+        SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));
+  }
+  // Device bytes of the offload tiers: the slots' KV and the host tier's summaries.
+  const int64_t tier_bytes = resolved.offload
+                                 ? resolved.offload->slot_tokens * token_bytes +
+                                       resolved.offload->host_tokens * summary_token_bytes
+                                 : 0;
+  if (resolved.kv_capacity_tokens == 0 && resolved.kv_memory_bytes > 0) {
+    resolved.kv_capacity_tokens =
+        (resolved.kv_memory_bytes - tier_bytes) / (token_bytes + summary_token_bytes);
+    if (resolved.kv_capacity_tokens < resolved.block_tokens) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "kv_memory_bytes = %d leaves no KV cache block: the offload tiers take %d bytes (their "
+          "slots and the host tier's summaries), a token of KV cache %d",
+          resolved.kv_memory_bytes, tier_bytes, token_bytes + summary_token_bytes));
+    }
+  } else if (resolved.kv_capacity_tokens == 0) {
     // A backend with memory of its own (a GPU) gives the KV cache and its summaries a share of
     // what is free.
     const size_t available = backend.AvailableBytes();
@@ -82,15 +105,6 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
   }
   const int64_t num_blocks =
       (resolved.kv_capacity_tokens + resolved.block_tokens - 1) / resolved.block_tokens;
-  SchedulerLimits limits{.max_batch = resolved.max_batch,
-                         .prefill_chunk = resolved.prefill_chunk,
-                         .max_step_tokens = resolved.max_step_tokens,
-                         .block_tokens = resolved.block_tokens,
-                         .admission = resolved.admission};
-  if (resolved.offload) {
-    PULSE_RETURN_IF_ERROR(
-        SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));
-  }
   if (num_blocks + limits.slot_blocks > std::numeric_limits<int32_t>::max() ||
       limits.host_blocks < 0 || limits.slot_blocks < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -110,9 +124,13 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
       .decode_graphs = resolved.decode_graphs};
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(std::move(model), std::move(cache), runner_options));
+  const int64_t block_bytes = token_bytes * resolved.block_tokens;
+  const int64_t summary_block_bytes = summary_token_bytes * resolved.block_tokens;
   return EngineCapacity{.options = resolved,
                         .limits = limits,
                         .dense_blocks = static_cast<int32_t>(num_blocks),
+                        .kv_memory_bytes = (num_blocks + limits.slot_blocks) * block_bytes +
+                                           (num_blocks + limits.host_blocks) * summary_block_bytes,
                         .runner = std::move(runner)};
 }
 

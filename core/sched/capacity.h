@@ -18,6 +18,9 @@ struct EngineCapacity {
   EngineOptions options;  // with every 0 resolved
   SchedulerLimits limits;
   int32_t dense_blocks = 0;  // the blocks of the runner's cache that are not offload slots
+  // Device bytes of the KV: the cache's blocks and slots, and (with offload) the summaries of
+  // the dense and host-tier blocks.
+  int64_t kv_memory_bytes = 0;
   ModelRunner runner;
 };
 

@@ -27,6 +27,7 @@ class EngineImpl final : public Engine {
       : model_(std::move(model)),
         tokenizer_(std::move(tokenizer)),
         options_(capacity.options),
+        kv_memory_bytes_(capacity.kv_memory_bytes),
         runner_(std::move(capacity.runner)),
         step_builder_(options_.block_tokens, /*sample_on_backend=*/!options_.logits_to_host),
         scheduler_(capacity.limits, capacity.dense_blocks, runner_.host_tier()) {}
@@ -77,6 +78,7 @@ class EngineImpl final : public Engine {
   const std::shared_ptr<const Model> model_;
   const std::shared_ptr<const Tokenizer> tokenizer_;  // may be null
   const EngineOptions options_;                       // with every 0 resolved
+  const int64_t kv_memory_bytes_;
 
   // Locks, and what waits for what. step_mu_ is taken before mu_, never while mu_ is held. mu_ is
   // held only for bookkeeping: never during the forward pass, a sink or a wait (Await releases
@@ -206,6 +208,7 @@ EngineStats EngineImpl::stats() const {
   stats.running = scheduler_.running();
   stats.kv_blocks = scheduler_.pool().capacity();
   stats.kv_blocks_in_use = scheduler_.pool().capacity() - scheduler_.pool().available();
+  stats.kv_memory_bytes = kv_memory_bytes_;
   stats.host_blocks = scheduler_.host_pool().capacity();
   stats.host_blocks_in_use = scheduler_.host_pool().capacity() - scheduler_.host_pool().available();
   stats.slot_blocks = scheduler_.slot_capacity();

@@ -57,9 +57,14 @@ struct EngineOptions {
   int32_t prefill_chunk = 256;    // prompt tokens of one request in one step, >= 1
   int32_t max_step_tokens = 512;  // tokens (prefill + decode) in one step, max_batch to 65536
   int32_t block_tokens = 8;       // tokens of one KV block, 1 to 4096
-  // KV cache size in tokens; 0: 8 full contexts, capped at 70% of the backend's free memory (or
-  // at 1 GiB on a backend without a memory limit of its own).
+  // KV cache size in tokens; 0: what kv_memory_bytes leaves, or without it 8 full contexts,
+  // capped at 70% of the backend's free memory (or at 1 GiB on a backend without a memory limit
+  // of its own).
   int64_t kv_capacity_tokens = 0;
+  // The device memory the KV may use in all, with kv_capacity_tokens 0: with offload, the
+  // slots and the summaries of the host tier's blocks come first, and the KV cache (each of its
+  // blocks with its summary) gets the rest. 0: no such cap.
+  int64_t kv_memory_bytes = 0;
   int32_t max_context = 0;  // prompt + generated tokens, at most the model's; 0: the model's
   // Copy each step's logits to the host, sample there and hand them to the sinks
   // (TokenEvent::logits). Otherwise (the default) the backend samples and only the tokens come
@@ -177,6 +182,7 @@ struct EngineStats {
   int32_t running = 0;
   int32_t kv_blocks = 0;         // blocks of the KV cache
   int32_t kv_blocks_in_use = 0;  // allocated or reserved by running requests
+  int64_t kv_memory_bytes = 0;   // device bytes of the KV: cache, slots and summaries
   SparseAttentionStats sparse;   // with EngineOptions::offload
   // Placement (with EngineOptions::offload): the requests admitted resident and offloaded (by
   // the engine's placement or their own asking), the offloaded ones running now, and the times

@@ -38,6 +38,14 @@ absl::Status EngineOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("kv_capacity_tokens = %d must be >= 0", kv_capacity_tokens));
   }
+  if (kv_memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv_memory_bytes = %d must be >= 0", kv_memory_bytes));
+  }
+  if (kv_memory_bytes > 0 && kv_capacity_tokens > 0) {
+    return absl::InvalidArgumentError(
+        "kv_capacity_tokens and kv_memory_bytes are both set: the one sizes the other");
+  }
   if (max_context < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_context = %d must be >= 0", max_context));

@@ -65,6 +65,7 @@ class EngineStats:
     step_compute_ms: float
     predicted_recall_ms: float
     running_offloaded: int
+    kv_memory_bytes: int
 
 
 class Engine:

@@ -41,6 +41,9 @@ class EngineParams:
     block_tokens: int = _ENGINE.block_tokens
     max_context: int = _ENGINE.max_context
     kv_capacity_tokens: int = _ENGINE.kv_capacity_tokens
+    # The device memory the KV may use in all (cache, offload slots and summaries), when
+    # kv_capacity_tokens is 0; 0: no such cap.
+    kv_memory_bytes: int = _ENGINE.kv_memory_bytes
     offload_mode: OffloadMode = OffloadMode(_ENGINE.offload_mode)
     offload_budget_tokens: int = _ENGINE.offload_budget_tokens
     offload_sink_tokens: int = _ENGINE.offload_sink_tokens

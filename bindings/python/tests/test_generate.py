@@ -217,6 +217,7 @@ def test_adaptive_admission_runs_what_fits_resident_and_says_so(tiny_model):
         assert engine.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids() == expected
         stats = engine.stats()
     assert (stats.admitted_resident, stats.admitted_offloaded) == (1, 0)
+    assert stats.kv_memory_bytes > 0
     assert stats.sparse_selections == 0 and stats.recall_bytes == 0
     with Engine(tiny_model, OFFLOADED) as engine:
         assert engine.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids() == expected

@@ -264,6 +264,11 @@ typedef struct pulse_engine_params {
    * PULSE_ADMIT_OFFLOAD_EVERY offloads every such request. Placement is decided at admission:
    * a running request keeps its placement. */
   int32_t offload_admission;
+  /* The device memory the KV may use in all, in bytes, when kv_capacity_tokens is 0: with
+   * offloading, the device slots and the summaries of the host tier's blocks come first, and the
+   * KV cache (each of its blocks with its summary) gets the rest; ResourceExhausted when nothing
+   * is left. 0 (default): no such cap. Not with kv_capacity_tokens. */
+  int64_t kv_memory_bytes;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {
@@ -391,6 +396,9 @@ typedef struct pulse_engine_stats {
   double step_compute_ms;
   double predicted_recall_ms;
   int32_t running_offloaded; /* offloaded requests running now */
+  /* Device bytes of the KV: the KV cache's blocks and slots and, when offloading, the summaries
+   * of the dense and host-tier blocks. */
+  int64_t kv_memory_bytes;
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

@@ -134,7 +134,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_summary_boxes, 88);
   EXPECT_OFFSET(pulse_engine_params, offload_summary_precision, 92);
   EXPECT_OFFSET(pulse_engine_params, offload_admission, 96);
-  EXPECT_EQ(sizeof(pulse_engine_params), 104u);
+  EXPECT_OFFSET(pulse_engine_params, kv_memory_bytes, 104);
+  EXPECT_EQ(sizeof(pulse_engine_params), 112u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -164,7 +165,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, step_compute_ms, 248);
   EXPECT_OFFSET(pulse_engine_stats, predicted_recall_ms, 256);
   EXPECT_OFFSET(pulse_engine_stats, running_offloaded, 264);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 272u);
+  EXPECT_OFFSET(pulse_engine_stats, kv_memory_bytes, 272);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 280u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {
@@ -199,6 +201,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_summary_boxes, 0);
   EXPECT_EQ(engine.offload_summary_precision, PULSE_SUMMARY_INT4);
   EXPECT_EQ(engine.offload_admission, PULSE_ADMIT_IO_ADAPTIVE);
+  EXPECT_EQ(engine.kv_memory_bytes, 0);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);

@@ -318,5 +318,36 @@ TEST(EngineOffloadTest, TheDefaultKvCacheLeavesRoomForTheSummaries) {
   EXPECT_NEAR(static_cast<double>(kv_tokens[0]) / kv_tokens[1], (128.0 + 64) / (128 + 16), 0.05);
 }
 
+// A cap on the KV's device memory: the dense engine's KV cache takes all of it; an offloading
+// engine's slots and host-tier summaries come first and its KV cache gets the rest; the engine
+// reports what it uses, never more than the cap. Too small a cap, or a cap with a set KV cache
+// size, is refused by name.
+TEST(EngineOffloadTest, AKvMemoryCapSizesTheCacheAfterTheOffloadTiers) {
+  std::shared_ptr<const Model> model = TinyModel();
+  // TinyConfig: 2 layers of 128 bytes of fp32 KV a token (256 in all); int4 summaries of every
+  // key, 2 heads x (4 + 4) bytes a token and layer (32 in all).
+  constexpr int64_t kCap = 256 * 1000;
+  std::unique_ptr<Engine> dense =
+      MakeEngine(model, {.block_tokens = kBlockTokens, .kv_memory_bytes = kCap});
+  EXPECT_EQ(dense->options().kv_capacity_tokens, 1000);
+  EXPECT_EQ(dense->stats().kv_memory_bytes, kCap);
+
+  EngineOptions options = Offloaded(SelectionMode::kSoloHead, 32, 0);
+  options.kv_memory_bytes = kCap;
+  std::unique_ptr<Engine> offloaded = MakeEngine(model, options);
+  ASSERT_NE(offloaded, nullptr);
+  // 640 slot tokens (163840 bytes) and 640 host tokens' summaries (20480 bytes) first; the rest,
+  // 71680 bytes, holds 248 tokens of KV cache with their summaries (288 bytes a token).
+  EXPECT_EQ(offloaded->options().kv_capacity_tokens, 248);
+  const int64_t used = offloaded->stats().kv_memory_bytes;
+  EXPECT_LE(used, kCap);
+  EXPECT_GT(used, kCap - 288 * kBlockTokens);
+
+  options.kv_memory_bytes = 256 * 640;  // the slots alone
+  EXPECT_EQ(Engine::Create(model, options).status().code(), absl::StatusCode::kResourceExhausted);
+  options.kv_capacity_tokens = 64;
+  EXPECT_EQ(Engine::Create(model, options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pulse

@@ -59,6 +59,13 @@ impl EngineParams {
         self
     }
 
+    /// The device memory the KV may use in all (cache, offload slots and summaries), when
+    /// `kv_capacity_tokens` is 0; 0 (the default): no such cap.
+    pub fn kv_memory_bytes(mut self, bytes: i64) -> Self {
+        self.raw.kv_memory_bytes = bytes;
+        self
+    }
+
     /// Sparse decode attention (pulseinfer.h, `offload_mode`): off (the default), head-wise or
     /// SoloHead block selection.
     pub fn offload_mode(mut self, mode: OffloadMode) -> Self {

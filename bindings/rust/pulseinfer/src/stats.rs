@@ -212,6 +212,8 @@ pub struct EngineStats {
     pub predicted_recall_time: Duration,
     /// Offloaded requests running now.
     pub running_offloaded: i32,
+    /// Device bytes of the KV: cache blocks, slots and summaries.
+    pub kv_memory_bytes: i64,
 }
 
 impl EngineStats {
@@ -254,6 +256,7 @@ impl EngineStats {
             step_compute_time: millis(stats.step_compute_ms),
             predicted_recall_time: millis(stats.predicted_recall_ms),
             running_offloaded: stats.running_offloaded,
+            kv_memory_bytes: stats.kv_memory_bytes,
         }
     }
 }

@@ -197,6 +197,7 @@ fn adaptive_admission_runs_what_fits_resident_and_says_so() {
     assert_eq!(ids, dense);
     assert_eq!((stats.admitted_resident, stats.admitted_offloaded), (1, 0), "{stats:?}");
     assert_eq!(stats.sparse_selections, 0);
+    assert!(stats.kv_memory_bytes > 0, "{stats:?}");
     let (ids, stats) = generate_150(&model, &offloaded());
     assert_eq!(ids, dense);
     assert_eq!((stats.admitted_resident, stats.admitted_offloaded), (0, 1), "{stats:?}");
