@@ -46,9 +46,25 @@
 #include <utility>
 #include <vector>
 
+#include "bench_util.h"
 #include "pulseinfer/pulseinfer.h"
 
 namespace {
+
+using pulse_bench::Check;
+using pulse_bench::CopyExecutor;
+using pulse_bench::Describe;
+using pulse_bench::EngineStats;
+using pulse_bench::Fail;
+using pulse_bench::Greedy;
+using pulse_bench::JsonString;
+using pulse_bench::ModelFacts;
+using pulse_bench::Number;
+using pulse_bench::Percentile;
+using pulse_bench::RandomPrompt;
+using pulse_bench::Records;
+using pulse_bench::RoundUp;
+using pulse_bench::SplitList;
 
 using Clock = std::chrono::steady_clock;
 
@@ -85,27 +101,6 @@ struct Args {
   std::string out;
   std::string command;
 };
-
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> items;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    size_t end = text.find(',', begin);
-    if (end == std::string::npos) end = text.size();
-    items.push_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return items;
-}
-
-[[noreturn]] void Fail(const std::string& what) {
-  std::fprintf(stderr, "pulseinfer-bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-void Check(pulse_status status, const char* what) {
-  if (status != PULSE_OK) Fail(std::string(what) + ": " + pulse_last_error());
-}
 
 std::vector<Shape> ParseShapes(const std::string& text) {
   std::vector<Shape> shapes;
@@ -146,10 +141,7 @@ std::string SummaryPrecisionName(int32_t code) {
 
 Args ParseArgs(int argc, char** argv) {
   Args args;
-  for (int i = 0; i < argc; ++i) {
-    if (i > 0) args.command += ' ';
-    args.command += argv[i];
-  }
+  args.command = pulse_bench::CommandLine(argc, argv);
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--random-weights") {
@@ -243,95 +235,6 @@ Args ParseArgs(int argc, char** argv) {
   return args;
 }
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-class Records {
- public:
-  explicit Records(const Args& args) : args_(args) {
-    if (!args.out.empty()) {
-      file_ = std::fopen(args.out.c_str(), "a");
-      if (file_ == nullptr) Fail("cannot open " + args.out);
-    }
-  }
-  ~Records() {
-    if (file_ != nullptr) std::fclose(file_);
-  }
-  // `fields`: the record's own fields, already JSON ("\"batch\": 8, ...").
-  void Write(const std::string& bench, const std::string& fields) {
-    const std::string line = "{\"bench\": " + JsonString(bench) +
-                             ", \"device\": " + JsonString(args_.device) +
-                             ", \"commit\": " + JsonString(args_.commit) +
-                             ", \"command\": " + JsonString(args_.command) + ", " + fields + "}";
-    std::printf("%s\n", line.c_str());
-    if (file_ != nullptr) std::fprintf(file_, "%s\n", line.c_str());
-  }
-
- private:
-  const Args& args_;
-  FILE* file_ = nullptr;
-};
-
-std::string Number(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.6g", value);
-  return buffer;
-}
-
-struct ModelFacts {
-  pulse_model_info info{};
-  double weight_bytes_read = 0;  // a decode step: every weight but the embedding table
-  double kv_bytes_per_token = 0;
-  double gemm_params = 0;  // multiply-adds per token of the layers' GEMMs
-  std::string name;
-};
-
-ModelFacts Describe(pulse_model* model, const std::string& path) {
-  ModelFacts facts;
-  facts.info.struct_size = sizeof(facts.info);
-  Check(pulse_model_info_get(model, &facts.info), "pulse_model_info_get");
-  const pulse_model_info& info = facts.info;
-  const double element_bytes = std::strcmp(info.weight_type, "f32") == 0 ? 4.0 : 2.0;
-  const double embedding = static_cast<double>(info.vocab_size) * info.hidden_size;
-  const double read = info.tie_word_embeddings ? double(info.parameter_count)
-                                               : double(info.parameter_count) - embedding;
-  facts.weight_bytes_read = read * element_bytes;
-  // The CUDA backend caches bf16 keys and values, the CPU backend fp32.
-  const double kv_element = std::strcmp(info.backend, "cuda") == 0 ? 2.0 : 4.0;
-  facts.kv_bytes_per_token = 2.0 * info.num_layers * info.num_kv_heads * info.head_dim * kv_element;
-  const double q = static_cast<double>(info.num_heads) * info.head_dim;
-  const double kv = static_cast<double>(info.num_kv_heads) * info.head_dim;
-  const double h = info.hidden_size;
-  const double inter = info.intermediate_size;
-  facts.gemm_params = info.num_layers * (h * (q + 2 * kv) + q * h + 3 * h * inter);
-  facts.name = path.substr(path.find_last_of('/') + 1);
-  return facts;
-}
-
-std::vector<int32_t> RandomPrompt(int32_t length, int32_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
-  std::vector<int32_t> prompt(length);
-  for (int32_t& id : prompt) id = token(rng);
-  return prompt;
-}
-
-int32_t CopyExecutor(const std::string& name) {
-  if (name == "auto") return PULSE_COPY_AUTO;
-  if (name == "gather") return PULSE_COPY_GATHER;
-  if (name == "batch-dma") return PULSE_COPY_BATCH_DMA;
-  if (name == "per-chunk") return PULSE_COPY_PER_CHUNK;
-  Fail("--copy expects auto, gather, batch-dma or per-chunk, got '" + name + "'");
-}
-
-int64_t RoundUp(int64_t tokens, int32_t block) { return (tokens + block - 1) / block * block; }
-
 // `mode`: "dense", "solohead" or "headwise" (then offloaded with args' budget, sink and window).
 pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, int32_t extra,
                            int32_t chunk, const std::string& mode, bool graphs, const Args& args) {
@@ -395,28 +298,6 @@ void RequireGenerated(pulse_engine* engine, uint64_t id, int32_t tokens) {
     Fail("the prefill request did not generate its " + std::to_string(tokens) +
          " token(s): " + RequestOutcome(engine, {id}));
   }
-}
-
-pulse_sampling_params Greedy(int32_t max_tokens) {
-  pulse_sampling_params sampling;
-  Check(pulse_sampling_params_init(&sampling, sizeof(sampling)), "pulse_sampling_params_init");
-  sampling.temperature = 0.0f;
-  sampling.max_tokens = max_tokens;
-  sampling.ignore_eos = 1;
-  return sampling;
-}
-
-double Percentile(std::vector<double> values, double fraction) {
-  std::sort(values.begin(), values.end());
-  const size_t index = static_cast<size_t>(fraction * (values.size() - 1) + 0.5);
-  return values[std::min(index, values.size() - 1)];
-}
-
-pulse_engine_stats EngineStats(pulse_engine* engine) {
-  pulse_engine_stats stats;
-  stats.struct_size = sizeof(stats);
-  Check(pulse_engine_stats_get(engine, &stats), "pulse_engine_stats_get");
-  return stats;
 }
 
 void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, Shape shape,
@@ -568,6 +449,7 @@ void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args,
 }  // namespace
 
 int main(int argc, char** argv) {
+  pulse_bench::SetProgramName("pulseinfer-bench");
   const Args args = ParseArgs(argc, argv);
   pulse_model_params params;
   Check(pulse_model_params_init(&params, sizeof(params)), "pulse_model_params_init");
@@ -580,7 +462,7 @@ int main(int argc, char** argv) {
                std::chrono::duration<double>(Clock::now() - load_start).count());
   const ModelFacts facts = Describe(model, args.model);
   std::fflush(stderr);
-  Records records(args);
+  Records records(args.out, args.device, args.commit, args.command);
   for (const Shape shape : args.decode) {
     for (const std::string& mode : args.modes) {
       for (const bool graphs : args.graphs) {

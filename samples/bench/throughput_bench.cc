@@ -1,0 +1,287 @@
+// pulseinfer-throughput: decode throughput at equal KV memory, through the public C ABI, as JSON
+// Lines.
+//
+//   pulseinfer-throughput --model PATH [--random-weights] [--backend auto|cpu|cuda]
+//       [--kv-mib 16384,32768] [--contexts 16384,32768] [--concurrency 4,8,16,32]
+//       [--modes dense,offload-headwise,pulse,pulse-offload-every,pulse-headwise,pulse-per-chunk]
+//       [--budget 2048] [--decode-steps 16] [--prefill-chunk 8192] [--device NAME]
+//       [--commit SHA] [--out FILE.jsonl]
+//
+// For each KV cap, context, concurrency N and mode, one engine whose KV may use the cap in all
+// (pulse_engine_params.kv_memory_bytes: the KV cache, the offload slots and the summaries) takes
+// N requests of CONTEXT random tokens at once, each generating greedily past the measurement.
+// What does not fit waits, as it would in a server. Once every running request decodes, the
+// decode-only steps are timed (the first two are warm-up; a step that prefills a newly admitted
+// request is not timed): output tokens/s is the tokens they generated over their time, TPOT the
+// median and 99th percentile of their times. Prefill is not part of the figure.
+//
+// Modes: dense (offloading off: the batch the cap allows); offload-headwise, the baseline of
+// head-wise offloading systems (head-wise selection, a copy a chunk, every request offloaded);
+// pulse (SoloHead, the gather engine, adaptive admission: the library's defaults); and one
+// ablation each: pulse-offload-every (no admission), pulse-headwise (head-wise selection),
+// pulse-per-chunk (a copy a chunk instead of the gather engine). An offloaded engine gives each
+// of the N requests a budget's slots and a host tier for its context; a cap those leave no KV
+// cache in is recorded as {"fits": false} with the library's message.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "pulseinfer/pulseinfer.h"
+
+namespace {
+
+using pulse_bench::Check;
+using pulse_bench::EngineStats;
+using pulse_bench::Fail;
+using pulse_bench::JsonString;
+using pulse_bench::ModelFacts;
+using pulse_bench::Number;
+using pulse_bench::Percentile;
+using pulse_bench::Records;
+using pulse_bench::RoundUp;
+
+using Clock = std::chrono::steady_clock;
+
+const std::vector<std::string> kModes = {"dense",          "offload-headwise",
+                                         "pulse",          "pulse-offload-every",
+                                         "pulse-headwise", "pulse-per-chunk"};
+
+struct Args {
+  std::string model;
+  bool random_weights = false;
+  std::string backend = "auto";
+  std::vector<int32_t> kv_mib = {16384, 32768};
+  std::vector<int32_t> contexts = {16384, 32768};
+  std::vector<int32_t> concurrency = {4, 8, 16, 32};
+  std::vector<std::string> modes = kModes;
+  int32_t budget = 2048;
+  int32_t decode_steps = 16;
+  int32_t prefill_chunk = 8192;
+  std::string device = "unknown";
+  std::string commit = "unknown";
+  std::string out;
+  std::string command;
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args args;
+  args.command = pulse_bench::CommandLine(argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--random-weights") {
+      args.random_weights = true;
+      continue;
+    }
+    if (i + 1 >= argc) Fail(flag + " needs a value");
+    const std::string value = argv[++i];
+    if (flag == "--model") {
+      args.model = value;
+    } else if (flag == "--backend") {
+      args.backend = value;
+    } else if (flag == "--kv-mib") {
+      args.kv_mib = pulse_bench::ParsePositiveList(flag, value);
+    } else if (flag == "--contexts") {
+      args.contexts = pulse_bench::ParsePositiveList(flag, value);
+    } else if (flag == "--concurrency") {
+      args.concurrency = pulse_bench::ParsePositiveList(flag, value);
+    } else if (flag == "--modes") {
+      args.modes = pulse_bench::SplitList(value);
+      for (const std::string& mode : args.modes) {
+        bool known = false;
+        for (const std::string& name : kModes) known = known || mode == name;
+        if (!known) Fail("unknown mode '" + mode + "'");
+      }
+    } else if (flag == "--budget") {
+      args.budget = pulse_bench::ParsePositiveList(flag, value).at(0);
+    } else if (flag == "--decode-steps") {
+      args.decode_steps = pulse_bench::ParsePositiveList(flag, value).at(0);
+    } else if (flag == "--prefill-chunk") {
+      args.prefill_chunk = pulse_bench::ParsePositiveList(flag, value).at(0);
+    } else if (flag == "--device") {
+      args.device = value;
+    } else if (flag == "--commit") {
+      args.commit = value;
+    } else if (flag == "--out") {
+      args.out = value;
+    } else {
+      Fail("unknown flag " + flag);
+    }
+  }
+  if (args.model.empty()) Fail("--model is required");
+  return args;
+}
+
+// One point of the grid.
+struct Point {
+  int64_t kv_bytes = 0;
+  int32_t context = 0;
+  int32_t concurrency = 0;
+  std::string mode;
+};
+
+// The engine of `point`, or null (with `error` set) when its cap leaves no room.
+pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& point,
+                           int32_t max_tokens, std::string& error) {
+  pulse_engine_params params;
+  Check(pulse_engine_params_init(&params, sizeof(params)), "pulse_engine_params_init");
+  params.max_batch = point.concurrency;
+  params.prefill_chunk = args.prefill_chunk;
+  params.max_step_tokens = args.prefill_chunk + point.concurrency;
+  params.max_context = point.context + max_tokens;
+  params.kv_memory_bytes = point.kv_bytes;
+  if (point.mode != "dense") {
+    const bool headwise = point.mode == "offload-headwise" || point.mode == "pulse-headwise";
+    params.offload_mode = headwise ? PULSE_OFFLOAD_HEADWISE : PULSE_OFFLOAD_SOLOHEAD;
+    params.offload_budget_tokens = args.budget;
+    params.offload_executor = point.mode == "offload-headwise" || point.mode == "pulse-per-chunk"
+                                  ? PULSE_COPY_PER_CHUNK
+                                  : PULSE_COPY_AUTO;
+    params.offload_admission =
+        point.mode == "offload-headwise" || point.mode == "pulse-offload-every"
+            ? PULSE_ADMIT_OFFLOAD_EVERY
+            : PULSE_ADMIT_IO_ADAPTIVE;
+    const int32_t block = params.block_tokens;
+    params.offload_slot_tokens = int64_t{point.concurrency} * RoundUp(args.budget, block);
+    params.offload_host_tokens =
+        int64_t{point.concurrency} * RoundUp(point.context + max_tokens, block);
+  }
+  pulse_engine* engine = nullptr;
+  const pulse_status status = pulse_engine_create(model, &params, &engine);
+  if (status == PULSE_NO_CAPACITY || status == PULSE_OUT_OF_MEMORY) {
+    error = pulse_last_error();
+    return nullptr;
+  }
+  Check(status, "pulse_engine_create");
+  return engine;
+}
+
+void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Point& point,
+         Records& records) {
+  // Enough tokens for every request to decode through every admitted prompt's prefill (a chunk
+  // a step, one prompt after another) and the timed steps.
+  const int32_t prefill_steps = (point.context + args.prefill_chunk - 1) / args.prefill_chunk + 2;
+  const int32_t max_tokens = point.concurrency * prefill_steps + args.decode_steps + 8;
+  const std::string fields =
+      "\"model\": " + JsonString(facts.name) + ", \"backend\": " + JsonString(facts.info.backend) +
+      ", \"mode\": " + JsonString(point.mode) +
+      ", \"kv_mib\": " + Number(static_cast<double>(point.kv_bytes) / (1 << 20)) +
+      ", \"context\": " + std::to_string(point.context) +
+      ", \"concurrency\": " + std::to_string(point.concurrency) +
+      ", \"budget\": " + (point.mode == "dense" ? "null" : std::to_string(args.budget)) +
+      ", \"picks\": \"scores\"";
+  std::string error;
+  pulse_engine* engine = CreateEngine(model, args, point, max_tokens, error);
+  if (engine == nullptr) {
+    records.Write("throughput", fields + ", \"fits\": false, \"error\": " + JsonString(error));
+    return;
+  }
+  const pulse_sampling_params sampling = pulse_bench::Greedy(max_tokens);
+  for (int32_t r = 0; r < point.concurrency; ++r) {
+    const std::vector<int32_t> prompt =
+        pulse_bench::RandomPrompt(point.context, facts.info.vocab_size, r + 1);
+    uint64_t id = 0;
+    const pulse_status status = pulse_request_submit(engine, prompt.data(), prompt.size(),
+                                                     &sampling, nullptr, nullptr, &id);
+    if (status == PULSE_OUT_OF_MEMORY) {  // one request alone exceeds the cap
+      records.Write("throughput",
+                    fields + ", \"fits\": false, \"error\": " + JsonString(pulse_last_error()));
+      pulse_engine_free(engine);
+      return;
+    }
+    Check(status, "pulse_request_submit");
+  }
+  std::vector<double> step_ms;
+  int64_t tokens = 0;
+  double seconds = 0;
+  int32_t decode_only = 0;
+  pulse_engine_stats first{};
+  pulse_engine_stats state{};
+  std::vector<double> running;
+  while (static_cast<int32_t>(step_ms.size()) < args.decode_steps) {
+    pulse_step_report report;
+    report.struct_size = sizeof(report);
+    const pulse_engine_stats before = EngineStats(engine);
+    const Clock::time_point start = Clock::now();
+    Check(pulse_engine_step(engine, &report), "pulse_engine_step");
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    state = EngineStats(engine);
+    if (state.finished_requests > 0) {
+      Fail("a request ended before the timed steps did (" + point.mode + ", concurrency " +
+           std::to_string(point.concurrency) + ")");
+    }
+    if (report.prefill_tokens != 0 || report.decode_tokens == 0) continue;
+    if (++decode_only <= 2) continue;  // warm-up
+    if (step_ms.empty()) first = before;
+    step_ms.push_back(ms);
+    tokens += report.decode_tokens;
+    seconds += ms / 1e3;
+    running.push_back(report.decode_tokens);
+  }
+  const double recall_bytes = static_cast<double>(state.recall_bytes - first.recall_bytes);
+  const double recall_ms = state.recall_ms - first.recall_ms;
+  const int64_t lookups =
+      (state.slot_hits - first.slot_hits) + (state.slot_misses - first.slot_misses);
+  const double steps = static_cast<double>(step_ms.size());
+  records.Write(
+      "throughput",
+      fields + ", \"fits\": true, \"tokens_per_s\": " + Number(tokens / seconds) +
+          ", \"tpot_ms_p50\": " + Number(Percentile(step_ms, 0.5)) + ", \"tpot_ms_p99\": " +
+          Number(Percentile(step_ms, 0.99)) + ", \"running\": " + Number(Percentile(running, 0.5)) +
+          ", \"running_offloaded\": " + std::to_string(state.running_offloaded) +
+          ", \"waiting\": " + std::to_string(state.queued) +
+          ", \"admitted_resident\": " + std::to_string(state.admitted_resident) +
+          ", \"admitted_offloaded\": " + std::to_string(state.admitted_offloaded) +
+          ", \"admission_io_waits\": " + std::to_string(state.admission_io_waits) +
+          ", \"predicted_recall_ms\": " + Number(state.predicted_recall_ms) +
+          ", \"step_compute_ms\": " + Number(state.step_compute_ms) +
+          ", \"recall_bytes_per_step\": " + Number(recall_bytes / steps) + ", \"recall_gb_s\": " +
+          (recall_ms > 0 ? Number(recall_bytes / recall_ms / 1e6) : std::string("null")) +
+          ", \"cache_hit_rate\": " +
+          (lookups > 0 ? Number(double(state.slot_hits - first.slot_hits) / lookups)
+                       : std::string("null")) +
+          ", \"kv_memory_bytes\": " + std::to_string(state.kv_memory_bytes) +
+          ", \"kv_blocks\": " + std::to_string(state.kv_blocks) +
+          ", \"micro_batches\": 1, \"timed_steps\": " + std::to_string(step_ms.size()));
+  std::fprintf(stderr,
+               "%-20s %8.0f MiB %7d ctx %4d req: %9.1f tokens/s, TPOT %8.2f ms, %3.0f running (%d "
+               "offloaded), %d waiting\n",
+               point.mode.c_str(), static_cast<double>(point.kv_bytes) / (1 << 20), point.context,
+               point.concurrency, tokens / seconds, Percentile(step_ms, 0.5),
+               Percentile(running, 0.5), state.running_offloaded, state.queued);
+  pulse_engine_free(engine);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pulse_bench::SetProgramName("pulseinfer-throughput");
+  const Args args = ParseArgs(argc, argv);
+  pulse_model_params params;
+  Check(pulse_model_params_init(&params, sizeof(params)), "pulse_model_params_init");
+  params.backend = args.backend.c_str();
+  params.random_weights = args.random_weights ? 1 : 0;
+  pulse_model* model = nullptr;
+  Check(pulse_model_load(args.model.c_str(), &params, &model), "pulse_model_load");
+  const ModelFacts facts = pulse_bench::Describe(model, args.model);
+  Records records(args.out, args.device, args.commit, args.command);
+  for (const int32_t mib : args.kv_mib) {
+    for (const int32_t context : args.contexts) {
+      for (const int32_t concurrency : args.concurrency) {
+        for (const std::string& mode : args.modes) {
+          Run(model, facts, args,
+              {.kv_bytes = int64_t{mib} << 20,
+               .context = context,
+               .concurrency = concurrency,
+               .mode = mode},
+              records);
+        }
+      }
+    }
+  }
+  pulse_model_free(model);
+  return 0;
+}
