@@ -62,6 +62,10 @@ type EngineParams struct {
 	// OffloadAdmission is which requests an offloading engine offloads (the zero value,
 	// AdmissionIOAdaptive, is the library's default).
 	OffloadAdmission Admission
+	// OffloadSyntheticReuse, for benchmarks of recall: in (0, 1), offloaded steps pick blocks
+	// drawn at random so that about this share of the picks stays picked the next step; 0: picks
+	// by score.
+	OffloadSyntheticReuse float64
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -141,6 +145,7 @@ func DefaultEngineParams() EngineParams {
 		OffloadSummaryBoxes:     int32(params.offload_summary_boxes),
 		OffloadSummaryPrecision: SummaryPrecision(params.offload_summary_precision),
 		OffloadAdmission:        Admission(params.offload_admission),
+		OffloadSyntheticReuse:   float64(params.offload_synthetic_reuse),
 	}
 }
 
@@ -169,6 +174,7 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	params.offload_summary_boxes = C.int32_t(p.OffloadSummaryBoxes)
 	params.offload_summary_precision = C.int32_t(p.OffloadSummaryPrecision)
 	params.offload_admission = C.int32_t(p.OffloadAdmission)
+	params.offload_synthetic_reuse = C.double(p.OffloadSyntheticReuse)
 	return params
 }
 

@@ -11,6 +11,9 @@
 namespace pulse::capi {
 namespace {
 
+// The seed of every engine's synthetic picks: a benchmark run is the same run each time.
+constexpr uint32_t kSyntheticSeed = 0x5eed;
+
 int32_t ToPulsePrecision(SummaryPrecision precision) {
   switch (precision) {
     case SummaryPrecision::kF32:
@@ -92,6 +95,12 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   options.admission = params.offload_admission == PULSE_ADMIT_OFFLOAD_EVERY
                           ? AdmissionKind::kOffloadEvery
                           : AdmissionKind::kIoAdaptive;
+  if (!(params.offload_synthetic_reuse >= 0.0 && params.offload_synthetic_reuse < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pulse_engine_params.offload_synthetic_reuse is ", params.offload_synthetic_reuse,
+        "; expected 0 (picks by score) or a value in "
+        "(0, 1)"));
+  }
   if (!SummaryRadiusValid(static_cast<float>(params.offload_summary_radius))) {
     return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_summary_radius is ",
                                                    params.offload_summary_radius,
@@ -137,6 +146,9 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   offload.selection.mode = params.offload_mode == PULSE_OFFLOAD_HEADWISE ? SelectionMode::kHeadWise
                                                                          : SelectionMode::kSoloHead;
   offload.selection.budget_tokens = params.offload_budget_tokens;
+  if (params.offload_synthetic_reuse > 0.0) {
+    offload.synthetic_picks = SyntheticPicksAt(params.offload_synthetic_reuse, kSyntheticSeed);
+  }
   offload.selection.sink_tokens = params.offload_sink_tokens;
   offload.selection.window_tokens = params.offload_window_tokens;
   switch (params.offload_executor) {

@@ -297,6 +297,13 @@ class Backend {
   virtual void AggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
                                const ScoreSegment* segments, int32_t num_segments, int32_t max_sets,
                                float* scores) = 0;
+  // Each segment's scores drawn instead (block_scores.h, SyntheticPicks): for segment s and set
+  // k < s.num_sets, scores[s.scores_first + k * s.count + i] = SyntheticScore(picks,
+  // summary_ids[s.first + i], layer, k, *step), with `step` in backend memory
+  // (reference::DrawSyntheticScores).
+  virtual void DrawSyntheticScores(const int32_t* summary_ids, const ScoreSegment* segments,
+                                   int32_t num_segments, int32_t max_sets, const int32_t* step,
+                                   const SyntheticPicks& picks, int32_t layer, float* scores) = 0;
   // tokens[r] = the token drawn from row r of logits [rows][vocab] with params[r], as
   // core/backend/sampling.h says (the same token on every backend), or -1 when the row cannot be
   // sampled. `history` holds the rows' distinct penalised ids (see TokenSampling).

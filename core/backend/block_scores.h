@@ -61,4 +61,42 @@ PULSE_HOST_DEVICE inline uint32_t SelectionKey(float score) {
   return ~ordered;
 }
 
+// Picks drawn instead of scored, to measure what recall costs at a given step-to-step reuse of
+// the picks (a trained model keeps most of its picks from one step to the next, random weights
+// few): each candidate's score is a seeded uniform draw in [0, 1) that is drawn again every
+// period_q / 1024 steps, at a phase of its own, so that about 1024 / period_q of the candidates
+// are drawn again each step. A candidate is its block's summary, a layer's and a set's draws are
+// their own. Picks still go through selection, tables and recall as scored picks do.
+struct SyntheticPicks {
+  int32_t period_q = 0;  // 1024 / (1 - reuse): 1024 (every step) upwards
+  uint32_t seed = 0;
+};
+static_assert(std::is_trivially_copyable_v<SyntheticPicks>);
+
+// The draws of a reuse in [0, 1): period 1024 / (1 - reuse), rounded.
+inline SyntheticPicks SyntheticPicksAt(double reuse, uint32_t seed) {
+  return {.period_q = static_cast<int32_t>(1024.0 / (1.0 - reuse) + 0.5), .seed = seed};
+}
+
+// splitmix64's finalizer: every bit of `x` moves every bit of the result.
+PULSE_HOST_DEVICE inline uint64_t MixBits(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The score of the candidate whose summary is `summary_id`, in `layer` and `set`, at `step`:
+// integers only, so every backend draws the same bits.
+PULSE_HOST_DEVICE inline float SyntheticScore(const SyntheticPicks& picks, int32_t summary_id,
+                                              int32_t layer, int32_t set, int32_t step) {
+  const uint64_t candidate = MixBits(
+      MixBits((uint64_t{picks.seed} << 32) | static_cast<uint32_t>(summary_id)) ^
+      ((static_cast<uint64_t>(static_cast<uint32_t>(layer)) << 32) | static_cast<uint32_t>(set)));
+  const auto period = static_cast<uint64_t>(picks.period_q);
+  const uint64_t epoch =
+      (static_cast<uint64_t>(static_cast<uint32_t>(step)) * 1024 + candidate % period) / period;
+  const uint64_t draw = MixBits(candidate ^ MixBits(epoch + 1));
+  return static_cast<float>(draw >> 40) * (1.0f / 16777216.0f);
+}
+
 }  // namespace pulse

@@ -28,6 +28,11 @@ absl::Status OffloadConfig::Validate() const {
         "offload selection with a budget of %d tokens, %d sink and %d window tokens",
         selection.budget_tokens, selection.sink_tokens, selection.window_tokens));
   }
+  if (synthetic_picks && synthetic_picks->period_q < 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("synthetic picks drawn again every %d / 1024 steps: below one step",
+                        synthetic_picks->period_q));
+  }
   return absl::OkStatus();
 }
 

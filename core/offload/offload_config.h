@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/backend/block_estimator.h"
+#include "core/backend/block_scores.h"
 #include "core/backend/copy_plan.h"
 #include "core/base/status.h"
 #include "core/offload/selection.h"
@@ -37,6 +39,10 @@ struct OffloadConfig {
   // the device built; kBatchDma and kPerChunk (baselines) copy the list to the host and plan
   // DMA from it there, a host wait a layer.
   CopyExecutor executor = CopyExecutor::kAuto;
+  // For benchmarks: picks drawn at a stated step-to-step reuse instead of by the summaries'
+  // scores (core/backend/block_scores.h); the scores are still computed, and selection, tables
+  // and recall run on the drawn ones. Empty (the default): picks by score.
+  std::optional<SyntheticPicks> synthetic_picks = std::nullopt;
 
   // InvalidArgument naming the first field that is out of range.
   absl::Status Validate() const;

@@ -400,6 +400,11 @@ absl::Status SparseAttention::Attend(int32_t layer, SparseStep& step, const floa
                            plan + step.at.query_rows, step.num_candidates, bounds);
       backend_.AggregateScores(bounds, limits_.num_heads, step.num_candidates, segments,
                                step.num_rows, step.num_sets, scores);
+      if (config_.synthetic_picks) {
+        backend_.DrawSyntheticScores(plan + step.at.summary_ids, segments, step.num_rows,
+                                     step.num_sets, plan + step.at.stamp, *config_.synthetic_picks,
+                                     layer, scores);
+      }
       backend_.SelectTopBlocks(scores, segments, step.num_rows, step.num_sets, picked);
     }
     int32_t* counts = step.recalls.empty() ? nullptr : step.recalls.as<int32_t>();

@@ -4,8 +4,8 @@
 //   pulseinfer-throughput --model PATH [--random-weights] [--backend auto|cpu|cuda]
 //       [--kv-mib 16384,32768] [--contexts 16384,32768] [--concurrency 4,8,16,32]
 //       [--modes dense,offload-headwise,pulse,pulse-offload-every,pulse-headwise,pulse-per-chunk]
-//       [--budget 2048] [--decode-steps 16] [--prefill-chunk 8192] [--device NAME]
-//       [--commit SHA] [--out FILE.jsonl]
+//       [--picks scores,synthetic:0.85] [--budget 2048] [--decode-steps 16]
+//       [--prefill-chunk 8192] [--device NAME] [--commit SHA] [--out FILE.jsonl]
 //
 // For each KV cap, context, concurrency N and mode, one engine whose KV may use the cap in all
 // (pulse_engine_params.kv_memory_bytes: the KV cache, the offload slots and the summaries) takes
@@ -21,7 +21,11 @@
 // ablation each: pulse-offload-every (no admission), pulse-headwise (head-wise selection),
 // pulse-per-chunk (a copy a chunk instead of the gather engine). An offloaded engine gives each
 // of the N requests a budget's slots and a host tier for its context; a cap those leave no KV
-// cache in is recorded as {"fits": false} with the library's message.
+// cache in is recorded as {"fits": false} with the library's message. --picks: how offloaded
+// steps pick, by the summaries' scores, or drawn at a stated step-to-step reuse
+// (pulse_engine_params.offload_synthetic_reuse: random weights pick almost anew each step, a
+// trained model keeps 82-92% of its picks); every record says which ("picks") and the reuse the
+// timed steps measured ("reuse"). Dense runs once a grid point, with "picks": "dense".
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -50,6 +54,19 @@ const std::vector<std::string> kModes = {"dense",          "offload-headwise",
                                          "pulse",          "pulse-offload-every",
                                          "pulse-headwise", "pulse-per-chunk"};
 
+// The offload_synthetic_reuse of a --picks item: 0 for "scores" (and "dense"), R for
+// "synthetic:R" with R in (0, 1); Fail otherwise.
+double SyntheticReuse(const std::string& picks) {
+  if (picks == "scores" || picks == "dense") return 0.0;
+  const std::string prefix = "synthetic:";
+  if (picks.rfind(prefix, 0) == 0) {
+    char* end = nullptr;
+    const double reuse = std::strtod(picks.c_str() + prefix.size(), &end);
+    if (*end == '\0' && reuse > 0.0 && reuse < 1.0) return reuse;
+  }
+  Fail("--picks expects scores or synthetic:R with R in (0, 1), got '" + picks + "'");
+}
+
 struct Args {
   std::string model;
   bool random_weights = false;
@@ -58,6 +75,7 @@ struct Args {
   std::vector<int32_t> contexts = {16384, 32768};
   std::vector<int32_t> concurrency = {4, 8, 16, 32};
   std::vector<std::string> modes = kModes;
+  std::vector<std::string> picks = {"scores"};
   int32_t budget = 2048;
   int32_t decode_steps = 16;
   int32_t prefill_chunk = 8192;
@@ -95,6 +113,9 @@ Args ParseArgs(int argc, char** argv) {
         for (const std::string& name : kModes) known = known || mode == name;
         if (!known) Fail("unknown mode '" + mode + "'");
       }
+    } else if (flag == "--picks") {
+      args.picks = pulse_bench::SplitList(value);
+      for (const std::string& picks : args.picks) SyntheticReuse(picks);
     } else if (flag == "--budget") {
       args.budget = pulse_bench::ParsePositiveList(flag, value).at(0);
     } else if (flag == "--decode-steps") {
@@ -121,6 +142,7 @@ struct Point {
   int32_t context = 0;
   int32_t concurrency = 0;
   std::string mode;
+  std::string picks;  // "dense", "scores" or "synthetic:R"
 };
 
 // The engine of `point`, or null (with `error` set) when its cap leaves no room.
@@ -137,6 +159,7 @@ pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& po
     const bool headwise = point.mode == "offload-headwise" || point.mode == "pulse-headwise";
     params.offload_mode = headwise ? PULSE_OFFLOAD_HEADWISE : PULSE_OFFLOAD_SOLOHEAD;
     params.offload_budget_tokens = args.budget;
+    params.offload_synthetic_reuse = SyntheticReuse(point.picks);
     params.offload_executor = point.mode == "offload-headwise" || point.mode == "pulse-per-chunk"
                                   ? PULSE_COPY_PER_CHUNK
                                   : PULSE_COPY_AUTO;
@@ -172,7 +195,7 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
       ", \"context\": " + std::to_string(point.context) +
       ", \"concurrency\": " + std::to_string(point.concurrency) +
       ", \"budget\": " + (point.mode == "dense" ? "null" : std::to_string(args.budget)) +
-      ", \"picks\": \"scores\"";
+      ", \"picks\": " + JsonString(point.picks);
   std::string error;
   pulse_engine* engine = CreateEngine(model, args, point, max_tokens, error);
   if (engine == nullptr) {
@@ -240,18 +263,24 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
           ", \"step_compute_ms\": " + Number(state.step_compute_ms) +
           ", \"recall_bytes_per_step\": " + Number(recall_bytes / steps) + ", \"recall_gb_s\": " +
           (recall_ms > 0 ? Number(recall_bytes / recall_ms / 1e6) : std::string("null")) +
+          ", \"reuse\": " +
+          (state.sparse_picked_blocks > first.sparse_picked_blocks
+               ? Number(double(state.sparse_reused_blocks - first.sparse_reused_blocks) /
+                        double(state.sparse_picked_blocks - first.sparse_picked_blocks))
+               : std::string("null")) +
           ", \"cache_hit_rate\": " +
           (lookups > 0 ? Number(double(state.slot_hits - first.slot_hits) / lookups)
                        : std::string("null")) +
           ", \"kv_memory_bytes\": " + std::to_string(state.kv_memory_bytes) +
           ", \"kv_blocks\": " + std::to_string(state.kv_blocks) +
           ", \"micro_batches\": 1, \"timed_steps\": " + std::to_string(step_ms.size()));
-  std::fprintf(stderr,
-               "%-20s %8.0f MiB %7d ctx %4d req: %9.1f tokens/s, TPOT %8.2f ms, %3.0f running (%d "
-               "offloaded), %d waiting\n",
-               point.mode.c_str(), static_cast<double>(point.kv_bytes) / (1 << 20), point.context,
-               point.concurrency, tokens / seconds, Percentile(step_ms, 0.5),
-               Percentile(running, 0.5), state.running_offloaded, state.queued);
+  std::fprintf(
+      stderr,
+      "%-20s %-16s %8.0f MiB %7d ctx %4d req: %9.1f tokens/s, TPOT %8.2f ms, %3.0f running "
+      "(%d offloaded), %d waiting\n",
+      point.mode.c_str(), point.picks.c_str(), static_cast<double>(point.kv_bytes) / (1 << 20),
+      point.context, point.concurrency, tokens / seconds, Percentile(step_ms, 0.5),
+      Percentile(running, 0.5), state.running_offloaded, state.queued);
   pulse_engine_free(engine);
 }
 
@@ -272,12 +301,16 @@ int main(int argc, char** argv) {
     for (const int32_t context : args.contexts) {
       for (const int32_t concurrency : args.concurrency) {
         for (const std::string& mode : args.modes) {
-          Run(model, facts, args,
-              {.kv_bytes = int64_t{mib} << 20,
-               .context = context,
-               .concurrency = concurrency,
-               .mode = mode},
-              records);
+          for (const std::string& picks :
+               mode == "dense" ? std::vector<std::string>{"dense"} : args.picks) {
+            Run(model, facts, args,
+                {.kv_bytes = int64_t{mib} << 20,
+                 .context = context,
+                 .concurrency = concurrency,
+                 .mode = mode,
+                 .picks = picks},
+                records);
+          }
         }
       }
     }

@@ -38,12 +38,24 @@ def test_at_equal_kv_memory_offloading_runs_what_dense_cannot(tool, tmp_path):
         assert record["bench"] == "throughput" and record["fits"] is True, record
         assert record["kv_memory_bytes"] <= 2 << 20, record
         assert record["tokens_per_s"] > 0 and record["timed_steps"] == 6, record
-        assert record["picks"] == "scores"
     assert (dense["mode"], dense["running"], dense["waiting"]) == ("dense", 2, 2)
     assert dense["running_offloaded"] == 0 and dense["budget"] is None
+    assert (dense["picks"], offloaded["picks"]) == ("dense", "scores")
     assert (offloaded["running"], offloaded["running_offloaded"], offloaded["waiting"]) == (4, 4, 0)
     assert offloaded["admitted_offloaded"] == 4 and offloaded["recall_bytes_per_step"] > 0
     assert "pulse-offload-every" in stderr and "4 running (4 offloaded)" in stderr
+
+
+def test_synthetic_picks_are_labelled_and_keep_about_their_reuse(tool, tmp_path):
+    records, _ = run(tool, tmp_path, "--kv-mib", "2", "--contexts", "1536", "--concurrency", "2",
+                     "--modes", "pulse-offload-every", "--picks", "scores,synthetic:0.9")
+    scored, drawn = records
+    assert (scored["picks"], drawn["picks"]) == ("scores", "synthetic:0.9")
+    # Random weights pick almost anew each step; drawn picks keep most of theirs.
+    assert scored["reuse"] < 0.5 < drawn["reuse"] <= 0.95, (scored["reuse"], drawn["reuse"])
+    proc = subprocess.run([str(tool("pulseinfer-throughput")), "--model", "x", "--picks",
+                           "synthetic:1"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "--picks expects scores or synthetic:R" in proc.stderr
 
 
 def test_a_cap_that_holds_no_request_is_recorded_as_not_fitting(tool, tmp_path):

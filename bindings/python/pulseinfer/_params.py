@@ -67,6 +67,9 @@ class EngineParams:
     # Which requests an offloading engine offloads: by default those that do not fit the KV
     # cache, while recall keeps up with compute.
     offload_admission: Admission = Admission(_ENGINE.offload_admission)
+    # For benchmarks of recall: in (0, 1), offloaded steps pick blocks drawn at random so that
+    # about this share of the picks stays picked the next step (0: picks by score).
+    offload_synthetic_reuse: float = _ENGINE.offload_synthetic_reuse
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

@@ -269,6 +269,12 @@ typedef struct pulse_engine_params {
    * KV cache (each of its blocks with its summary) gets the rest; ResourceExhausted when nothing
    * is left. 0 (default): no such cap. Not with kv_capacity_tokens. */
   int64_t kv_memory_bytes;
+  /* For benchmarks of recall: in (0, 1), offloaded decode steps pick blocks drawn at random
+   * (seeded, the same every run) so that about this share of a step's picks stays picked the
+   * next step, instead of the blocks their summaries score highest; scoring, selection, tables
+   * and recall run as they would. A trained model keeps 0.82 to 0.92 of its picks, random
+   * weights far fewer. Tokens are then not the model's. 0 (default): picks by score. */
+  double offload_synthetic_reuse;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {

@@ -246,6 +246,26 @@ class CpuBackend final : public Backend {
         std::span(scores, static_cast<size_t>(scores_end)));
     Record(status);
   }
+  void DrawSyntheticScores(const int32_t* summary_ids, const ScoreSegment* segments,
+                           int32_t num_segments, int32_t max_sets, const int32_t* step,
+                           const SyntheticPicks& picks, int32_t layer, float* scores) override {
+    int64_t candidates_end = 0;
+    int64_t scores_end = 0;
+    for (const ScoreSegment& segment : std::span(segments, static_cast<size_t>(num_segments))) {
+      if (segment.num_sets > max_sets) {
+        Record(absl::InvalidArgumentError(absl::StrFormat(
+            "DrawSyntheticScores: a segment of %d sets, at most %d", segment.num_sets, max_sets)));
+        return;
+      }
+      candidates_end = std::max(candidates_end, int64_t{segment.first} + segment.count);
+      scores_end =
+          std::max(scores_end, segment.scores_first + int64_t{segment.num_sets} * segment.count);
+    }
+    Record(reference::DrawSyntheticScores(
+        std::span(summary_ids, static_cast<size_t>(candidates_end)),
+        std::span(segments, static_cast<size_t>(num_segments)), *step, picks, layer,
+        std::span(scores, static_cast<size_t>(scores_end))));
+  }
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {
     pool_.ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {

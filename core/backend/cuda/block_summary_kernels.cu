@@ -641,6 +641,22 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    DrawSyntheticScoresKernel(const int32_t* __restrict__ summary_ids,
+                              const ScoreSegment* __restrict__ segments,
+                              const int32_t* __restrict__ step, SyntheticPicks picks, int32_t layer,
+                              float* __restrict__ scores) {
+  WaitForPriorGrids();
+  const ScoreSegment segment = segments[blockIdx.x];
+  const int32_t set = static_cast<int32_t>(blockIdx.y);
+  if (set >= segment.num_sets) return;
+  const int32_t now = *step;
+  float* out = scores + segment.scores_first + int64_t{set} * segment.count;
+  for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
+    out[i] = SyntheticScore(picks, summary_ids[segment.first + i], layer, set, now);
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
@@ -654,6 +670,19 @@ cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_
   return LaunchKernel(AggregateScoresKernel,
                       dim3(static_cast<unsigned>(num_segments), static_cast<unsigned>(max_sets)),
                       kThreads, 0, stream, bounds, num_heads, bound_stride, segments, scores);
+}
+
+cudaError_t LaunchDrawSyntheticScores(const int32_t* summary_ids, const ScoreSegment* segments,
+                                      int32_t num_segments, int32_t max_sets, const int32_t* step,
+                                      const SyntheticPicks& picks, int32_t layer, float* scores,
+                                      cudaStream_t stream) {
+  if (max_sets <= 0 || max_sets > 65535 || num_segments < 0 || picks.period_q < 1024) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_segments == 0) return cudaSuccess;
+  return LaunchKernel(DrawSyntheticScoresKernel,
+                      dim3(static_cast<unsigned>(num_segments), static_cast<unsigned>(max_sets)),
+                      kThreads, 0, stream, summary_ids, segments, step, picks, layer, scores);
 }
 
 }  // namespace pulse::cuda

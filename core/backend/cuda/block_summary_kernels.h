@@ -50,4 +50,13 @@ cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_
                                   const ScoreSegment* segments, int32_t num_segments,
                                   int32_t max_sets, float* scores, cudaStream_t stream);
 
+// For each of the `num_segments` segments (device memory) and each of its sets: its scores drawn
+// as reference::DrawSyntheticScores draws them (the same bits), at the step `*step` (device
+// memory). The segments must be valid as it checks. cudaErrorInvalidValue for max_sets outside
+// [1, 65535], a negative segment count or a period below 1024.
+cudaError_t LaunchDrawSyntheticScores(const int32_t* summary_ids, const ScoreSegment* segments,
+                                      int32_t num_segments, int32_t max_sets, const int32_t* step,
+                                      const SyntheticPicks& picks, int32_t layer, float* scores,
+                                      cudaStream_t stream);
+
 }  // namespace pulse::cuda

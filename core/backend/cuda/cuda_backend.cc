@@ -471,6 +471,21 @@ class CudaBackend final : public Backend {
            "AggregateScores");
   }
 
+  void DrawSyntheticScores(const int32_t* summary_ids, const ScoreSegment* segments,
+                           int32_t num_segments, int32_t max_sets, const int32_t* step,
+                           const SyntheticPicks& picks, int32_t layer, float* scores) override {
+    absl::MutexLock lock(&mu_);
+    if (max_sets < 1 || max_sets > 65535 || num_segments < 0 || picks.period_q < 1024) {
+      RecordStatus(absl::InvalidArgumentError(absl::StrFormat(
+          "CUDA backend: DrawSyntheticScores of %d segments of at most %d sets, period %d / 1024",
+          num_segments, max_sets, picks.period_q)));
+      return;
+    }
+    Record(cuda::LaunchDrawSyntheticScores(summary_ids, segments, num_segments, max_sets, step,
+                                           picks, layer, scores, stream()),
+           "DrawSyntheticScores");
+  }
+
   void SelectTopBlocks(const float* scores, const ScoreSegment* segments, int32_t num_segments,
                        int32_t max_sets, int32_t* picked) override {
     absl::MutexLock lock(&mu_);

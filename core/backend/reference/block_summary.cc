@@ -351,4 +351,34 @@ absl::Status AggregateScores(std::span<const float> bounds, int32_t num_heads,
   return absl::OkStatus();
 }
 
+absl::Status DrawSyntheticScores(std::span<const int32_t> summary_ids,
+                                 std::span<const ScoreSegment> segments, int32_t step,
+                                 const SyntheticPicks& picks, int32_t layer,
+                                 std::span<float> scores) {
+  if (picks.period_q < 1024) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "synthetic picks of period %d / 1024 steps: below one step", picks.period_q));
+  }
+  for (const ScoreSegment& segment : segments) {
+    if (segment.first < 0 || segment.count < 0 ||
+        segment.first + segment.count > static_cast<int64_t>(summary_ids.size()) ||
+        segment.num_sets <= 0 || segment.scores_first < 0 ||
+        segment.scores_first + int64_t{segment.num_sets} * segment.count >
+            static_cast<int64_t>(scores.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "score segment of %d candidates from %d in %d sets, to %d: outside %d summary ids or "
+          "%d scores",
+          segment.count, segment.first, segment.num_sets, segment.scores_first, summary_ids.size(),
+          scores.size()));
+    }
+    for (int32_t set = 0; set < segment.num_sets; ++set) {
+      float* out = scores.data() + segment.scores_first + int64_t{set} * segment.count;
+      for (int32_t i = 0; i < segment.count; ++i) {
+        out[i] = SyntheticScore(picks, summary_ids[segment.first + i], layer, set, step);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pulse::reference

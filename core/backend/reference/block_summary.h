@@ -62,4 +62,11 @@ void AggregateHeadBounds(HeadAggregate aggregate, float logit_scale, const float
 absl::Status AggregateScores(std::span<const float> bounds, int32_t num_heads,
                              std::span<const ScoreSegment> segments, std::span<float> scores);
 
+// Every segment's scores drawn (Backend::DrawSyntheticScores) for its candidates' `summary_ids`.
+// InvalidArgument for a segment outside the summary ids or the scores, or a period below 1024.
+absl::Status DrawSyntheticScores(std::span<const int32_t> summary_ids,
+                                 std::span<const ScoreSegment> segments, int32_t step,
+                                 const SyntheticPicks& picks, int32_t layer,
+                                 std::span<float> scores);
+
 }  // namespace pulse::reference

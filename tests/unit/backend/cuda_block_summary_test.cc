@@ -558,6 +558,41 @@ TEST_F(CudaBlockSummaryFixture, AggregateScoresMatchesTheReference) {
   }
 }
 
+// Synthetic picks: the device draws the reference's bits, at the step it reads from its memory.
+TEST_F(CudaBlockSummaryFixture, DrawSyntheticScoresMatchesTheReferenceBitwise) {
+  const std::vector<int32_t> counts = {507, 1, 0, 300, 64};
+  std::vector<ScoreSegment> segments;
+  int32_t first = 0;
+  int32_t scores_first = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    segments.push_back({.first = first,
+                        .count = counts[r],
+                        .num_sets = r % 2 == 0 ? 1 : 8,
+                        .scores_first = scores_first});
+    first += counts[r];
+    scores_first += segments.back().num_sets * counts[r];
+  }
+  std::vector<int32_t> summary_ids(static_cast<size_t>(first));
+  for (int32_t i = 0; i < first; ++i) summary_ids[static_cast<size_t>(i)] = (i * 7919) % 100003;
+  const SyntheticPicks picks = SyntheticPicksAt(0.85, 11);
+  DeviceBuffer id_buffer = Upload(summary_ids);
+  DeviceBuffer segment_buffer = Upload(segments);
+  for (const int32_t step : {1, 2, 77, 1 << 30}) {
+    std::vector<float> expected(static_cast<size_t>(scores_first));
+    ASSERT_TRUE(
+        reference::DrawSyntheticScores(summary_ids, segments, step, picks, 5, expected).ok());
+    DeviceBuffer step_buffer = Upload(std::vector<int32_t>{step});
+    DeviceBuffer scores = Upload(Poisoned(expected.size()));
+    cuda_->DrawSyntheticScores(id_buffer.as<int32_t>(), segment_buffer.as<ScoreSegment>(),
+                               static_cast<int32_t>(segments.size()), 8, step_buffer.as<int32_t>(),
+                               picks, 5, scores.as<float>());
+    EXPECT_EQ(Download(scores, expected.size()), expected) << step;
+  }
+  cuda_->DrawSyntheticScores(id_buffer.as<int32_t>(), segment_buffer.as<ScoreSegment>(), 1, 8,
+                             id_buffer.as<int32_t>(), {.period_q = 1000}, 0, id_buffer.as<float>());
+  EXPECT_EQ(cuda_->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaBlockSummaryFixture, NoBlocksIsNothingToDo) {
   const PagedKvLayout layout = Layout(Shape{64, 2, 16, 2}, DType::kBF16);
   DeviceBuffer summaries = Upload(std::vector<std::byte>(32, kUntouched));

@@ -686,6 +686,47 @@ TEST(BlockEstimatorTest, NamesAndBytes) {
 
 // Two segments of a step's bounds (3 heads x 5 candidates): the first takes candidates 0-2 of
 // every head as one set, by max; the second candidates 3-4 as three one-head sets, by softmax.
+// Synthetic picks at a reuse R draw about 1 - R of a segment's scores again each step, the same
+// ones for the same inputs; each set and layer its own; a bad period or segment is refused.
+TEST(DrawSyntheticScoresTest, RedrawAboutOneMinusTheReuseOfTheScoresAStep) {
+  constexpr int32_t kCount = 2000;
+  const std::vector<ScoreSegment> segments = {{.first = 0, .count = kCount, .num_sets = 2}};
+  std::vector<int32_t> ids(kCount);
+  for (int32_t i = 0; i < kCount; ++i) ids[static_cast<size_t>(i)] = 3 * i + 1;
+  for (const double reuse : {0.5, 0.85, 0.95}) {
+    const SyntheticPicks picks = SyntheticPicksAt(reuse, 7);
+    std::vector<float> before(2 * kCount);
+    std::vector<float> after(2 * kCount);
+    int64_t changed = 0;
+    for (int32_t step = 1; step <= 40; ++step) {
+      ASSERT_TRUE(DrawSyntheticScores(ids, segments, step, picks, 3, after).ok());
+      if (step > 1) {
+        for (size_t i = 0; i < after.size(); ++i) changed += after[i] != before[i];
+      }
+      std::swap(before, after);
+    }
+    const double share = static_cast<double>(changed) / (39.0 * 2 * kCount);
+    EXPECT_NEAR(share, 1.0 - reuse, 0.02) << reuse;
+    std::vector<float> again(2 * kCount);
+    ASSERT_TRUE(DrawSyntheticScores(ids, segments, 40, picks, 3, again).ok());
+    EXPECT_EQ(again, before);
+    for (const float score : again) ASSERT_TRUE(score >= 0.0f && score < 1.0f) << score;
+    // The two sets, and another layer, draw their own.
+    EXPECT_NE(std::vector<float>(again.begin(), again.begin() + kCount),
+              std::vector<float>(again.begin() + kCount, again.end()));
+    std::vector<float> other_layer(2 * kCount);
+    ASSERT_TRUE(DrawSyntheticScores(ids, segments, 40, picks, 4, other_layer).ok());
+    EXPECT_NE(other_layer, again);
+  }
+  std::vector<float> scores(2 * kCount);
+  EXPECT_EQ(DrawSyntheticScores(ids, segments, 1, {.period_q = 1023}, 0, scores).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DrawSyntheticScores(std::span(ids).first(10), segments, 1, SyntheticPicksAt(0.5, 1), 0,
+                                scores)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(AggregateScoresTest, EachSegmentItsHeadsAndCandidates) {
   const std::vector<float> bounds = {1, 5, 2,    0, 2,  //
                                      4, 1, kNan, 1, 1,  //

@@ -395,6 +395,37 @@ TEST(AbiOffload, AdmissionPlacesRequestsAndSaysSo) {
   pulse_model_free(model);
 }
 
+// Synthetic picks: more of each step's picks stay picked the next step at a higher stated reuse
+// (on this tiny model a request decodes a few steps over a couple dozen candidates, so the
+// measured share is below the stated one: the first step reuses nothing and the window feeds
+// new candidates), the run repeats exactly, and a reuse outside [0, 1) is refused by name.
+TEST(AbiOffload, SyntheticPicksFollowTheStatedReuse) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_params params = OffloadParams(PULSE_OFFLOAD_SOLOHEAD, 48);
+  std::vector<double> measured;
+  std::vector<int32_t> tokens;
+  for (const double reuse : {0.3, 0.95}) {
+    params.offload_synthetic_reuse = reuse;
+    pulse_engine_stats stats;
+    tokens = Generate(model, params, &stats);
+    ASSERT_GT(stats.sparse_picked_blocks, 20);
+    measured.push_back(static_cast<double>(stats.sparse_reused_blocks) /
+                       static_cast<double>(stats.sparse_picked_blocks));
+  }
+  EXPECT_LT(measured[0], 0.5);
+  EXPECT_GT(measured[1], 0.75);
+  pulse_engine_stats again;
+  EXPECT_EQ(Generate(model, params, &again), tokens);
+  for (const double bad : {1.0, -0.5}) {
+    params.offload_synthetic_reuse = bad;
+    pulse_engine* engine = nullptr;
+    EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(pulse_last_error()).find("offload_synthetic_reuse"), std::string::npos);
+  }
+  pulse_model_free(model);
+}
+
 TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
   pulse_model* model = LoadTinyModel();
   ASSERT_NE(model, nullptr);

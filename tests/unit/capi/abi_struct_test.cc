@@ -135,7 +135,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_summary_precision, 92);
   EXPECT_OFFSET(pulse_engine_params, offload_admission, 96);
   EXPECT_OFFSET(pulse_engine_params, kv_memory_bytes, 104);
-  EXPECT_EQ(sizeof(pulse_engine_params), 112u);
+  EXPECT_OFFSET(pulse_engine_params, offload_synthetic_reuse, 112);
+  EXPECT_EQ(sizeof(pulse_engine_params), 120u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -202,6 +203,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_summary_precision, PULSE_SUMMARY_INT4);
   EXPECT_EQ(engine.offload_admission, PULSE_ADMIT_IO_ADAPTIVE);
   EXPECT_EQ(engine.kv_memory_bytes, 0);
+  EXPECT_EQ(engine.offload_synthetic_reuse, 0.0);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);

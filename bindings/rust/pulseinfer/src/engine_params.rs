@@ -153,6 +153,14 @@ impl EngineParams {
         self
     }
 
+    /// For benchmarks of recall: in (0, 1), offloaded steps pick blocks drawn at random so that
+    /// about this share of the picks stays picked the next step; 0 (the default): picks by
+    /// score.
+    pub fn offload_synthetic_reuse(mut self, reuse: f64) -> Self {
+        self.raw.offload_synthetic_reuse = reuse;
+        self
+    }
+
     pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
         &self.raw
     }
