@@ -99,6 +99,42 @@ void Records::Write(const std::string& bench, const std::string& fields) {
   }
 }
 
+LiveTable::LiveTable(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+
+LiveTable::~LiveTable() {
+  if (rows_.empty()) return;
+  std::fprintf(stderr, "\n");
+  Print(headers_);
+  for (const std::vector<std::string>& row : rows_) Print(row);
+}
+
+void LiveTable::Row(std::vector<std::string> cells) {
+  if (rows_.empty()) Print(headers_);
+  cells.resize(headers_.size());
+  Print(cells);
+  rows_.push_back(std::move(cells));
+}
+
+void LiveTable::Print(const std::vector<std::string>& cells) const {
+  std::string line;
+  for (size_t c = 0; c < headers_.size(); ++c) {
+    size_t width = headers_[c].size();
+    for (const std::vector<std::string>& row : rows_) width = std::max(width, row[c].size());
+    width = std::max<size_t>(width, 8);
+    const std::string& cell = cells[c];
+    if (c > 0) line += "  ";
+    line += std::string(width > cell.size() ? width - cell.size() : 0, ' ') + cell;
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+std::string Fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
+  return buffer;
+}
+
 ModelFacts Describe(pulse_model* model, const std::string& path) {
   ModelFacts facts;
   facts.info.struct_size = sizeof(facts.info);

@@ -46,6 +46,28 @@ class Records {
   FILE* file_ = nullptr;
 };
 
+// A table on stderr: each row as it comes (the header before the first), and every row again
+// under the header at the end, so that the final table is the last thing a run prints.
+class LiveTable {
+ public:
+  // Column headers; each column is as wide as its widest cell.
+  explicit LiveTable(std::vector<std::string> headers);
+  LiveTable(const LiveTable&) = delete;
+  LiveTable& operator=(const LiveTable&) = delete;
+  // Prints the table again, unless it has no row.
+  ~LiveTable();
+  void Row(std::vector<std::string> cells);
+
+ private:
+  void Print(const std::vector<std::string>& cells) const;
+
+  std::vector<std::string> headers_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// `value` with `digits` decimals.
+std::string Fixed(double value, int digits);
+
 struct ModelFacts {
   pulse_model_info info{};
   double weight_bytes_read = 0;  // a decode step: every weight but the embedding table

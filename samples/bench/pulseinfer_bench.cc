@@ -58,6 +58,7 @@ using pulse_bench::EngineStats;
 using pulse_bench::Fail;
 using pulse_bench::Greedy;
 using pulse_bench::JsonString;
+using pulse_bench::LiveTable;
 using pulse_bench::ModelFacts;
 using pulse_bench::Number;
 using pulse_bench::Percentile;
@@ -301,7 +302,7 @@ void RequireGenerated(pulse_engine* engine, uint64_t id, int32_t tokens) {
 }
 
 void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, Shape shape,
-                 const std::string& mode, bool graphs, Records& records) {
+                 const std::string& mode, bool graphs, Records& records, LiveTable& table) {
   // Prompts are prefilled a chunk a step while earlier requests decode (which take a token each
   // from the step's max(chunk, batch) tokens); offloaded, one prompt after another, each waiting
   // a step for the KV cache the previous one frees. Enough tokens for every request to still
@@ -367,6 +368,8 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
   std::string offload =
       ", \"recall_bytes_per_step\": 0, \"pcie_gb_s\": null, \"cache_hit_rate\": null";
   std::string budget = "null";
+  std::string recall_gb_s = "-";
+  std::string hit_rate = "-";
   if (mode != "dense") {
     const double steps = static_cast<double>(decode_ms.size());
     const double bytes = double(after.recall_bytes - before.recall_bytes);
@@ -390,7 +393,14 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
               ", \"admission\": " + JsonString(args.admission) +
               ", \"admitted_offloaded\": " + std::to_string(after.admitted_offloaded);
     budget = std::to_string(args.budget);
+    if (ms > 0) recall_gb_s = pulse_bench::Fixed(bytes / ms / 1e6, 1);
+    if (lookups > 0) hit_rate = pulse_bench::Fixed(hits / lookups, 2);
   }
+  table.Row({mode, graphs ? "on" : "off",
+             std::to_string(shape.batch) + "x" + std::to_string(shape.context), budget,
+             pulse_bench::Fixed(p50, 2), pulse_bench::Fixed(p99, 2),
+             pulse_bench::Fixed(shape.batch / p50 * 1e3, 1), recall_gb_s, hit_rate,
+             pulse_bench::Fixed(floor_ms / p50, 2)});
   records.Write(
       "decode",
       "\"mode\": " + JsonString(mode == "dense" ? mode : "offload-" + mode) + ", \"graphs\": " +
@@ -463,10 +473,12 @@ int main(int argc, char** argv) {
   const ModelFacts facts = Describe(model, args.model);
   std::fflush(stderr);
   Records records(args.out, args.device, args.commit, args.command);
+  LiveTable table({"mode", "graphs", "shape", "budget", "TPOT p50 ms", "p99 ms", "tokens/s",
+                   "recall GB/s", "hit rate", "of floor"});
   for (const Shape shape : args.decode) {
     for (const std::string& mode : args.modes) {
       for (const bool graphs : args.graphs) {
-        BenchDecode(model, facts, args, shape, mode, graphs, records);
+        BenchDecode(model, facts, args, shape, mode, graphs, records, table);
       }
     }
   }

@@ -42,6 +42,7 @@ using pulse_bench::Check;
 using pulse_bench::EngineStats;
 using pulse_bench::Fail;
 using pulse_bench::JsonString;
+using pulse_bench::LiveTable;
 using pulse_bench::ModelFacts;
 using pulse_bench::Number;
 using pulse_bench::Percentile;
@@ -183,7 +184,7 @@ pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& po
 }
 
 void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Point& point,
-         Records& records) {
+         Records& records, LiveTable& table) {
   // Enough tokens for every request to decode through every admitted prompt's prefill (a chunk
   // a step, one prompt after another) and the timed steps.
   const int32_t prefill_steps = (point.context + args.prefill_chunk - 1) / args.prefill_chunk + 2;
@@ -200,6 +201,8 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
   pulse_engine* engine = CreateEngine(model, args, point, max_tokens, error);
   if (engine == nullptr) {
     records.Write("throughput", fields + ", \"fits\": false, \"error\": " + JsonString(error));
+    table.Row({point.mode, point.picks, std::to_string(point.kv_bytes >> 20),
+               std::to_string(point.context), std::to_string(point.concurrency), "does not fit"});
     return;
   }
   const pulse_sampling_params sampling = pulse_bench::Greedy(max_tokens);
@@ -212,6 +215,8 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
     if (status == PULSE_OUT_OF_MEMORY) {  // one request alone exceeds the cap
       records.Write("throughput",
                     fields + ", \"fits\": false, \"error\": " + JsonString(pulse_last_error()));
+      table.Row({point.mode, point.picks, std::to_string(point.kv_bytes >> 20),
+                 std::to_string(point.context), std::to_string(point.concurrency), "does not fit"});
       pulse_engine_free(engine);
       return;
     }
@@ -274,13 +279,11 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
           ", \"kv_memory_bytes\": " + std::to_string(state.kv_memory_bytes) +
           ", \"kv_blocks\": " + std::to_string(state.kv_blocks) +
           ", \"micro_batches\": 1, \"timed_steps\": " + std::to_string(step_ms.size()));
-  std::fprintf(
-      stderr,
-      "%-20s %-16s %8.0f MiB %7d ctx %4d req: %9.1f tokens/s, TPOT %8.2f ms, %3.0f running "
-      "(%d offloaded), %d waiting\n",
-      point.mode.c_str(), point.picks.c_str(), static_cast<double>(point.kv_bytes) / (1 << 20),
-      point.context, point.concurrency, tokens / seconds, Percentile(step_ms, 0.5),
-      Percentile(running, 0.5), state.running_offloaded, state.queued);
+  table.Row({point.mode, point.picks, std::to_string(point.kv_bytes >> 20),
+             std::to_string(point.context), std::to_string(point.concurrency),
+             pulse_bench::Fixed(tokens / seconds, 1),
+             pulse_bench::Fixed(Percentile(step_ms, 0.5), 2), Number(Percentile(running, 0.5)),
+             std::to_string(state.running_offloaded), std::to_string(state.queued)});
   pulse_engine_free(engine);
 }
 
@@ -297,6 +300,8 @@ int main(int argc, char** argv) {
   Check(pulse_model_load(args.model.c_str(), &params, &model), "pulse_model_load");
   const ModelFacts facts = pulse_bench::Describe(model, args.model);
   Records records(args.out, args.device, args.commit, args.command);
+  LiveTable table({"mode", "picks", "KV MiB", "context", "requests", "tokens/s", "TPOT ms",
+                   "running", "offloaded", "waiting"});
   for (const int32_t mib : args.kv_mib) {
     for (const int32_t context : args.contexts) {
       for (const int32_t concurrency : args.concurrency) {
@@ -309,7 +314,7 @@ int main(int argc, char** argv) {
                  .concurrency = concurrency,
                  .mode = mode,
                  .picks = picks},
-                records);
+                records, table);
           }
         }
       }
