@@ -484,8 +484,10 @@ absl::Status ModelRunner::Attention(int32_t layer) {
   if (SparseStepOpen()) {
     const auto row_bytes =
         static_cast<int64_t>(q_dim_ * DTypeBytes(model_->backend().activation_type()));
-    return sparse_->Attend(layer, *context_.sparse, context_.scratch.qkv.as<float>(), qkv_dim_,
-                           scale, context_.scratch.attn.data(), row_bytes, KvBatch(layer));
+    const float* q = context_.scratch.qkv.as<float>();
+    PULSE_RETURN_IF_ERROR(sparse_->Select(layer, *context_.sparse, q, qkv_dim_));
+    return sparse_->Attend(layer, *context_.sparse, q, qkv_dim_, scale,
+                           context_.scratch.attn.data(), row_bytes, KvBatch(layer));
   }
   model_->backend().Attention(context_.scratch.qkv.as<float>(), qkv_dim_, config.num_heads,
                               KvBatch(layer), scale, context_.scratch.attn.data());

@@ -384,12 +384,10 @@ absl::Status SparseAttention::AfterAppend(int32_t layer, SparseStep& step) {
   return absl::OkStatus();
 }
 
-absl::Status SparseAttention::Attend(int32_t layer, SparseStep& step, const float* q,
-                                     int64_t q_stride, float scale, void* out,
-                                     int64_t out_row_bytes, const PagedKvBatch& dense) {
+absl::Status SparseAttention::Select(int32_t layer, SparseStep& step, const float* q,
+                                     int64_t q_stride) {
   const int32_t* plan = step.plan_ints();
   const auto* segments = reinterpret_cast<const ScoreSegment*>(plan + step.at.segments);
-  void* blocks = layers_[static_cast<size_t>(layer)];
   if (step.num_rows > 0) {
     float* bounds = step.bounds.as<float>();
     float* scores = step.scores.as<float>();
@@ -436,6 +434,18 @@ absl::Status SparseAttention::Attend(int32_t layer, SparseStep& step, const floa
     step.tables_built = true;
     if (tiers_ && step.offloaded) PULSE_RETURN_IF_ERROR(Recall(layer, step));
   }
+  return absl::OkStatus();
+}
+
+absl::Status SparseAttention::Attend(int32_t layer, SparseStep& step, const float* q,
+                                     int64_t q_stride, float scale, void* out,
+                                     int64_t out_row_bytes, const PagedKvBatch& dense) {
+  const int32_t* plan = step.plan_ints();
+  void* blocks = layers_[static_cast<size_t>(layer)];
+  if (step.num_rows > 0 && tiers_ && step.offloaded) {
+    PULSE_RETURN_IF_ERROR(
+        backend_.WaitForCopy(*step.events[static_cast<size_t>(layer)].recall_end));
+  }
   for (const SparseStep::Run& run : step.runs) {
     PagedKvBatch kv;
     if (run.sparse) {
@@ -479,7 +489,7 @@ absl::Status SparseAttention::Recall(int32_t layer, SparseStep& step) {
         step.num_sets, tiers_->host.view(), layer, layers_[static_cast<size_t>(layer)],
         dense_blocks_, layout_, *events.recall_end));
   }
-  return backend_.WaitForCopy(*events.recall_end);
+  return absl::OkStatus();
 }
 
 absl::Status SparseAttention::RecallPlannedOnHost(int32_t layer, SparseStep& step) {

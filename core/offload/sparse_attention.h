@@ -121,8 +121,14 @@ class SparseAttention {
   // After the layer's KV append: the summaries of the blocks the step filled, and the
   // write-back of the offloaded ones.
   absl::Status AfterAppend(int32_t layer, SparseStep& step);
-  // The layer's attention for the whole step: `q` rows (stride q_stride), `out` rows of
-  // out_row_bytes; dense rows read `dense`, the step's paged tables.
+  // The layer's selection for the whole step, from its `q` rows (stride q_stride): every
+  // candidate scored, each row's picks and block tables, and the recall of the offloaded misses
+  // enqueued on the copy engine. Compute does not wait for that recall until Attend: a scheduler
+  // may run other work between the two.
+  absl::Status Select(int32_t layer, SparseStep& step, const float* q, int64_t q_stride);
+  // The layer's attention for the whole step, after its Select: compute waits (on the device)
+  // for the layer's recall, then attends; `out` rows of out_row_bytes; dense rows read `dense`,
+  // the step's paged tables.
   absl::Status Attend(int32_t layer, SparseStep& step, const float* q, int64_t q_stride,
                       float scale, void* out, int64_t out_row_bytes, const PagedKvBatch& dense);
   // After the last layer: compute waits (on the device) for the step's write-backs.
@@ -159,6 +165,7 @@ class SparseAttention {
   SparseAttention(Backend& backend, std::vector<void*> layers, const PagedKvLayout& layout,
                   int32_t dense_blocks, const OffloadConfig& config, const SparseLimits& limits,
                   BlockSummaries summaries, std::optional<Tiers> tiers);
+  // Enqueues the layer's recall (compute does not wait for it).
   absl::Status Recall(int32_t layer, SparseStep& step);
   // The baseline executors: the recall list to the host, then DMA planned there.
   absl::Status RecallPlannedOnHost(int32_t layer, SparseStep& step);
