@@ -109,7 +109,7 @@ Scheduler::Admitted Scheduler::Admit() {
           BlockTable::Create(&pool_, limits_.block_tokens, request.max_kv_tokens());
       if (!blocks.ok()) break;
       request.blocks = *std::move(blocks);
-      ++admission_.resident;
+      if (limits_.slot_blocks > 0) ++admission_.resident;  // counted by an offloading engine
     }
     admitted.running.push_back(queue_.front());
     running_.push_back(std::move(queue_.front()));
