@@ -34,6 +34,31 @@ size_t AllocationBytes(size_t bytes) {
   return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
+// How far a step's score segments reach into the candidates, the scores and the picks, for the
+// spans the reference ops check; InvalidArgument (naming `op`) for a segment of more than
+// `max_sets` sets.
+struct SegmentsReach {
+  int64_t candidates = 0;
+  int64_t scores = 0;
+  int64_t picks = 0;
+};
+absl::StatusOr<SegmentsReach> ReachOf(const char* op, const ScoreSegment* segments,
+                                      int32_t num_segments, int32_t max_sets) {
+  SegmentsReach reach;
+  for (const ScoreSegment& segment : std::span(segments, static_cast<size_t>(num_segments))) {
+    if (segment.num_sets > max_sets) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: a segment of %d sets, at most %d", op, segment.num_sets, max_sets));
+    }
+    reach.candidates = std::max(reach.candidates, int64_t{segment.first} + segment.count);
+    reach.scores =
+        std::max(reach.scores, segment.scores_first + int64_t{segment.num_sets} * segment.count);
+    reach.picks =
+        std::max(reach.picks, segment.picks_first + int64_t{segment.num_sets} * segment.picks);
+  }
+  return reach;
+}
+
 class CpuCopyEvent final : public CopyEvent {
  public:
   explicit CpuCopyEvent(const Backend* backend) : CopyEvent(backend) {}
@@ -230,41 +255,30 @@ class CpuBackend final : public Backend {
   void AggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
                        const ScoreSegment* segments, int32_t num_segments, int32_t max_sets,
                        float* scores) override {
-    int64_t scores_end = 0;
-    for (const ScoreSegment& segment : std::span(segments, static_cast<size_t>(num_segments))) {
-      if (segment.num_sets > max_sets) {
-        Record(absl::InvalidArgumentError(absl::StrFormat(
-            "AggregateScores: a segment of %d sets, at most %d", segment.num_sets, max_sets)));
-        return;
-      }
-      scores_end =
-          std::max(scores_end, segment.scores_first + int64_t{segment.num_sets} * segment.count);
+    const absl::StatusOr<SegmentsReach> reach =
+        ReachOf("AggregateScores", segments, num_segments, max_sets);
+    if (!reach.ok()) {
+      Record(reach.status());
+      return;
     }
-    const absl::Status status = reference::AggregateScores(
+    Record(reference::AggregateScores(
         std::span(bounds, static_cast<size_t>(num_heads * bound_stride)), num_heads,
         std::span(segments, static_cast<size_t>(num_segments)),
-        std::span(scores, static_cast<size_t>(scores_end)));
-    Record(status);
+        std::span(scores, static_cast<size_t>(reach->scores))));
   }
   void DrawSyntheticScores(const int32_t* summary_ids, const ScoreSegment* segments,
                            int32_t num_segments, int32_t max_sets, const int32_t* step,
                            const SyntheticPicks& picks, int32_t layer, float* scores) override {
-    int64_t candidates_end = 0;
-    int64_t scores_end = 0;
-    for (const ScoreSegment& segment : std::span(segments, static_cast<size_t>(num_segments))) {
-      if (segment.num_sets > max_sets) {
-        Record(absl::InvalidArgumentError(absl::StrFormat(
-            "DrawSyntheticScores: a segment of %d sets, at most %d", segment.num_sets, max_sets)));
-        return;
-      }
-      candidates_end = std::max(candidates_end, int64_t{segment.first} + segment.count);
-      scores_end =
-          std::max(scores_end, segment.scores_first + int64_t{segment.num_sets} * segment.count);
+    const absl::StatusOr<SegmentsReach> reach =
+        ReachOf("DrawSyntheticScores", segments, num_segments, max_sets);
+    if (!reach.ok()) {
+      Record(reach.status());
+      return;
     }
     Record(reference::DrawSyntheticScores(
-        std::span(summary_ids, static_cast<size_t>(candidates_end)),
+        std::span(summary_ids, static_cast<size_t>(reach->candidates)),
         std::span(segments, static_cast<size_t>(num_segments)), *step, picks, layer,
-        std::span(scores, static_cast<size_t>(scores_end))));
+        std::span(scores, static_cast<size_t>(reach->scores))));
   }
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {
@@ -281,22 +295,15 @@ class CpuBackend final : public Backend {
 
   void SelectTopBlocks(const float* scores, const ScoreSegment* segments, int32_t num_segments,
                        int32_t max_sets, int32_t* picked) override {
-    int64_t scores_end = 0;
-    int64_t picks_end = 0;
-    for (const ScoreSegment& segment : std::span(segments, static_cast<size_t>(num_segments))) {
-      if (segment.num_sets > max_sets) {
-        Record(absl::InvalidArgumentError(absl::StrFormat(
-            "SelectTopBlocks: a segment of %d sets, at most %d", segment.num_sets, max_sets)));
-        return;
-      }
-      scores_end =
-          std::max(scores_end, segment.scores_first + int64_t{segment.num_sets} * segment.count);
-      picks_end =
-          std::max(picks_end, segment.picks_first + int64_t{segment.num_sets} * segment.picks);
+    const absl::StatusOr<SegmentsReach> reach =
+        ReachOf("SelectTopBlocks", segments, num_segments, max_sets);
+    if (!reach.ok()) {
+      Record(reach.status());
+      return;
     }
-    Record(reference::SelectTopBlocks(std::span(scores, static_cast<size_t>(scores_end)),
+    Record(reference::SelectTopBlocks(std::span(scores, static_cast<size_t>(reach->scores)),
                                       std::span(segments, static_cast<size_t>(num_segments)),
-                                      std::span(picked, static_cast<size_t>(picks_end))));
+                                      std::span(picked, static_cast<size_t>(reach->picks))));
   }
   void BuildSparseTables(const SparseTableBuild& build) override {
     Record(reference::BuildSparseTables(build));
