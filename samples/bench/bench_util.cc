@@ -1,6 +1,7 @@
 #include "bench_util.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -133,6 +134,20 @@ std::string Fixed(double value, int digits) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
   return buffer;
+}
+
+pulse_model* LoadModel(const std::string& path, const std::string& backend, bool random_weights) {
+  pulse_model_params params;
+  Check(pulse_model_params_init(&params, sizeof(params)), "pulse_model_params_init");
+  params.backend = backend.c_str();
+  params.random_weights = random_weights ? 1 : 0;
+  pulse_model* model = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  Check(pulse_model_load(path.c_str(), &params, &model), "pulse_model_load");
+  std::fprintf(stderr, "%s: model loaded in %.1f s\n", program_name,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  std::fflush(stderr);
+  return model;
 }
 
 ModelFacts Describe(pulse_model* model, const std::string& path) {

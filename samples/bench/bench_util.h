@@ -68,6 +68,11 @@ class LiveTable {
 // `value` with `digits` decimals.
 std::string Fixed(double value, int digits);
 
+// The model at `path` on `backend` ("auto", "cpu" or "cuda"), with seeded random weights when
+// `random_weights` (then `path` is a config.json); Fail when it cannot be loaded. Prints the load
+// time on stderr.
+pulse_model* LoadModel(const std::string& path, const std::string& backend, bool random_weights);
+
 struct ModelFacts {
   pulse_model_info info{};
   double weight_bytes_read = 0;  // a decode step: every weight but the embedding table

@@ -461,17 +461,8 @@ void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args,
 int main(int argc, char** argv) {
   pulse_bench::SetProgramName("pulseinfer-bench");
   const Args args = ParseArgs(argc, argv);
-  pulse_model_params params;
-  Check(pulse_model_params_init(&params, sizeof(params)), "pulse_model_params_init");
-  params.backend = args.backend.c_str();
-  params.random_weights = args.random_weights ? 1 : 0;
-  pulse_model* model = nullptr;
-  const Clock::time_point load_start = Clock::now();
-  Check(pulse_model_load(args.model.c_str(), &params, &model), "pulse_model_load");
-  std::fprintf(stderr, "pulseinfer-bench: model loaded in %.1f s\n",
-               std::chrono::duration<double>(Clock::now() - load_start).count());
+  pulse_model* model = pulse_bench::LoadModel(args.model, args.backend, args.random_weights);
   const ModelFacts facts = Describe(model, args.model);
-  std::fflush(stderr);
   Records records(args.out, args.device, args.commit, args.command);
   LiveTable table({"mode", "graphs", "shape", "budget", "TPOT p50 ms", "p99 ms", "tokens/s",
                    "recall GB/s", "hit rate", "of floor"});

@@ -292,12 +292,7 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
 int main(int argc, char** argv) {
   pulse_bench::SetProgramName("pulseinfer-throughput");
   const Args args = ParseArgs(argc, argv);
-  pulse_model_params params;
-  Check(pulse_model_params_init(&params, sizeof(params)), "pulse_model_params_init");
-  params.backend = args.backend.c_str();
-  params.random_weights = args.random_weights ? 1 : 0;
-  pulse_model* model = nullptr;
-  Check(pulse_model_load(args.model.c_str(), &params, &model), "pulse_model_load");
+  pulse_model* model = pulse_bench::LoadModel(args.model, args.backend, args.random_weights);
   const ModelFacts facts = pulse_bench::Describe(model, args.model);
   Records records(args.out, args.device, args.commit, args.command);
   LiveTable table({"mode", "picks", "KV MiB", "context", "requests", "tokens/s", "TPOT ms",

@@ -12,6 +12,7 @@
 namespace pulse {
 namespace {
 
+using ::pulse::testing::Greedy;
 using ::pulse::testing::MakeEngine;
 using ::pulse::testing::Prompt;
 using ::pulse::testing::RunToIdle;
@@ -21,14 +22,6 @@ using ::pulse::testing::TinyModel;
 
 constexpr int32_t kBlockTokens = 4;
 constexpr int32_t kMaxTokens = 60;
-
-SamplingParams Greedy() {
-  SamplingParams params;
-  params.temperature = 0.0f;
-  params.max_tokens = kMaxTokens;
-  params.ignore_eos = true;
-  return params;
-}
 
 // 4 prompts of 40 to 49 tokens: with 60 generated, 25 to 27 blocks of KV each.
 std::vector<std::vector<int32_t>> Prompts() {
@@ -59,7 +52,8 @@ EngineOptions Options(int64_t kv_tokens, std::optional<AdmissionKind> admission)
 std::vector<std::vector<int32_t>> Generate(Engine& engine, const RequestOffload& offload = {}) {
   std::vector<RequestId> ids;
   for (const std::vector<int32_t>& prompt : Prompts()) {
-    absl::StatusOr<RequestId> id = engine.Submit(prompt, Greedy(), nullptr, offload);
+    absl::StatusOr<RequestId> id =
+        engine.Submit(prompt, Greedy(kMaxTokens, /*ignore_eos=*/true), nullptr, offload);
     EXPECT_TRUE(id.ok()) << id.status();
     ids.push_back(id.value_or(0));
   }

@@ -16,6 +16,7 @@
 namespace pulse {
 namespace {
 
+using ::pulse::testing::Greedy;
 using ::pulse::testing::MakeEngine;
 using ::pulse::testing::Prompt;
 using ::pulse::testing::RunToIdle;
@@ -26,13 +27,6 @@ using ::pulse::testing::TinyModel;
 // How long a sink call keeps running to show that a Cancel or Release on another thread waits
 // for it: the test fails (it does not hang) when the call returns sooner.
 constexpr std::chrono::milliseconds kHold{200};
-
-SamplingParams Greedy(int32_t max_tokens) {
-  SamplingParams params;
-  params.temperature = 0.0f;
-  params.max_tokens = max_tokens;
-  return params;
-}
 
 // Counts the events a sink receives.
 struct Counter {

@@ -12,6 +12,7 @@
 namespace pulse {
 namespace {
 
+using ::pulse::testing::Greedy;
 using ::pulse::testing::LoadModel;
 using ::pulse::testing::MakeEngine;
 using ::pulse::testing::RunToIdle;
@@ -43,13 +44,6 @@ class PoisonedSource final : public TensorSource {
  private:
   std::unique_ptr<TensorSource> inner_;
 };
-
-SamplingParams Greedy(int32_t max_tokens) {
-  SamplingParams params;
-  params.temperature = 0.0f;
-  params.max_tokens = max_tokens;
-  return params;
-}
 
 TEST(EngineFailureTest, NanLogitsFailOnlyThatRequest) {
   std::shared_ptr<const Model> model = LoadModel(PoisonedSource());

@@ -24,13 +24,8 @@ using ::pulse::testing::TinyModel;
 
 constexpr int32_t kBlockTokens = 4;
 
-SamplingParams Greedy(int32_t max_tokens) {
-  SamplingParams params;
-  params.temperature = 0.0f;
-  params.max_tokens = max_tokens;
-  params.ignore_eos = true;
-  return params;
-}
+// Greedy past end of sequence: every request generates all its tokens.
+SamplingParams Greedy(int32_t max_tokens) { return testing::Greedy(max_tokens, true); }
 
 EngineOptions Offloaded(SelectionMode mode, int32_t budget, int64_t kv_tokens) {
   return {.max_batch = 4,

@@ -54,6 +54,15 @@ inline std::shared_ptr<const Model> TinyModel(const ModelConfig& config = TinyCo
   return LoadModel(**source, memory_limit, host_memory_limit, copy_delay);
 }
 
+// Greedy sampling of up to `max_tokens` tokens, past end of sequence when `ignore_eos`.
+inline SamplingParams Greedy(int32_t max_tokens, bool ignore_eos = false) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = max_tokens;
+  params.ignore_eos = ignore_eos;
+  return params;
+}
+
 inline std::unique_ptr<Engine> MakeEngine(std::shared_ptr<const Model> model,
                                           const EngineOptions& options = {}) {
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(std::move(model), options);
