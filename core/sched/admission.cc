@@ -15,9 +15,9 @@ double Average(double average, double sample, int64_t count) {
 
 }  // namespace
 
-void StepCosts::Record(double step_seconds, int32_t rows, int32_t offloaded_rows,
-                       int64_t recall_bytes, double recall_seconds) {
-  if (rows <= 0 || offloaded_rows <= 0) return;
+void StepCosts::Record(double step_seconds, int32_t offloaded_rows, int64_t recall_bytes,
+                       double recall_seconds) {
+  if (offloaded_rows <= 0) return;
   compute_seconds_ =
       Average(compute_seconds_, std::max(0.0, step_seconds - recall_seconds), steps_);
   recall_bytes_per_row_ =

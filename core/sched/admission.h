@@ -15,9 +15,9 @@ namespace pulse {
 // when one of its rows was offloaded.
 class StepCosts {
  public:
-  // A finished decode-only step: its wall time, its rows and those of them offloaded, and the
-  // recall bytes and copy-engine seconds it added.
-  void Record(double step_seconds, int32_t rows, int32_t offloaded_rows, int64_t recall_bytes,
+  // A finished decode-only step: its wall time, its offloaded rows, and the recall bytes and
+  // copy-engine seconds it added.
+  void Record(double step_seconds, int32_t offloaded_rows, int64_t recall_bytes,
               double recall_seconds);
 
   // Whether a step with recall has been measured: before that nothing is predicted.

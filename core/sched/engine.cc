@@ -294,8 +294,7 @@ void EngineImpl::RecordCosts(const std::vector<ScheduledSequence>& work, Clock::
     if (!sequence.decode) return;
     if (sequence.request->offload) ++offloaded_rows;
   }
-  scheduler_.costs().Record(std::chrono::duration<double>(time).count(),
-                            static_cast<int32_t>(work.size()), offloaded_rows,
+  scheduler_.costs().Record(std::chrono::duration<double>(time).count(), offloaded_rows,
                             offload.recall_bytes - totals_.offload.recall_bytes,
                             offload.recall_seconds - totals_.offload.recall_seconds);
 }
