@@ -66,10 +66,11 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
     PULSE_RETURN_IF_ERROR(ValidateEstimator(resolved.offload->estimator, layout));
   }
   // With offload, every KV block (resident or in the host tier) keeps its summary on the device.
-  const int64_t summary_token_bytes =
-      resolved.offload ? int64_t{config.num_layers} *
-                             SummaryBytes(layout, resolved.offload->estimator) / layout.block_tokens
-                       : 0;
+  const int64_t summary_block_bytes =
+      resolved.offload
+          ? int64_t{config.num_layers} * SummaryBytes(layout, resolved.offload->estimator)
+          : 0;
+  const int64_t summary_token_bytes = summary_block_bytes / layout.block_tokens;
   SchedulerLimits limits{.max_batch = resolved.max_batch,
                          .prefill_chunk = resolved.prefill_chunk,
                          .max_step_tokens = resolved.max_step_tokens,
@@ -79,20 +80,21 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
     PULSE_RETURN_IF_ERROR(
         SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));
   }
+  const int64_t block_bytes = token_bytes * resolved.block_tokens;
   // Device bytes of the offload tiers: the slots' KV and the host tier's summaries.
-  const int64_t tier_bytes = resolved.offload
-                                 ? resolved.offload->slot_tokens * token_bytes +
-                                       resolved.offload->host_tokens * summary_token_bytes
-                                 : 0;
+  const int64_t tier_bytes =
+      int64_t{limits.slot_blocks} * block_bytes + int64_t{limits.host_blocks} * summary_block_bytes;
   if (resolved.kv_capacity_tokens == 0 && resolved.kv_memory_bytes > 0) {
-    resolved.kv_capacity_tokens =
-        (resolved.kv_memory_bytes - tier_bytes) / (token_bytes + summary_token_bytes);
-    if (resolved.kv_capacity_tokens < resolved.block_tokens) {
+    // Whole blocks, each with its summary, within what the tiers leave.
+    const int64_t blocks =
+        (resolved.kv_memory_bytes - tier_bytes) / (block_bytes + summary_block_bytes);
+    if (blocks < 1) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "kv_memory_bytes = %d leaves no KV cache block: the offload tiers take %d bytes (their "
-          "slots and the host tier's summaries), a token of KV cache %d",
-          resolved.kv_memory_bytes, tier_bytes, token_bytes + summary_token_bytes));
+          "slots and the host tier's summaries), a block of KV cache and its summary %d",
+          resolved.kv_memory_bytes, tier_bytes, block_bytes + summary_block_bytes));
     }
+    resolved.kv_capacity_tokens = blocks * resolved.block_tokens;
   } else if (resolved.kv_capacity_tokens == 0) {
     // A backend with memory of its own (a GPU) gives the KV cache and its summaries a share of
     // what is free.
@@ -124,14 +126,12 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
       .decode_graphs = resolved.decode_graphs};
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(std::move(model), std::move(cache), runner_options));
-  const int64_t block_bytes = token_bytes * resolved.block_tokens;
-  const int64_t summary_block_bytes = summary_token_bytes * resolved.block_tokens;
-  return EngineCapacity{.options = resolved,
-                        .limits = limits,
-                        .dense_blocks = static_cast<int32_t>(num_blocks),
-                        .kv_memory_bytes = (num_blocks + limits.slot_blocks) * block_bytes +
-                                           (num_blocks + limits.host_blocks) * summary_block_bytes,
-                        .runner = std::move(runner)};
+  return EngineCapacity{
+      .options = resolved,
+      .limits = limits,
+      .dense_blocks = static_cast<int32_t>(num_blocks),
+      .kv_memory_bytes = num_blocks * (block_bytes + summary_block_bytes) + tier_bytes,
+      .runner = std::move(runner)};
 }
 
 }  // namespace pulse
