@@ -292,10 +292,12 @@ constexpr int kScoreTile = kWarpsPerBlock * kCandidatesPerWarp;
 // The largest group the tiled kernel stages in its 48 KiB of shared memory.
 constexpr int32_t kMaxTiledGroup = (48 << 10) / (kScoreTile * static_cast<int>(sizeof(float)));
 
-// acc + max(q * lo, q * hi) for lo <= hi, in one rounding: q's sign picks the larger product
-// (q * lo when lo == hi, a box center). NaN in q, lo or hi gives NaN.
+// acc + max(q * lo, q * hi), in one rounding: q's sign picks the larger product (q * lo when
+// lo == hi, a box center). Rows quantized with scales of their own can store lo above hi, so the
+// order is taken from the values. A NaN q gives NaN.
 __device__ __forceinline__ float AddBound(float q, float lo, float hi, float acc) {
-  return fmaf(q, q >= 0.0f ? hi : lo, acc);
+  const bool inverted = hi < lo;
+  return fmaf(q, (q >= 0.0f) != inverted ? hi : lo, acc);
 }
 
 // Value d of a stored row, in fp32 (`scale`: an integer row's; unused otherwise).

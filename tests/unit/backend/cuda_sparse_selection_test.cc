@@ -68,7 +68,7 @@ TEST_F(CudaSparseSelectionTest, SelectTopBlocksPicksWhatTheCpuPicks) {
     int32_t picks_end = 0;
     for (const int32_t count : {0, 1, 2, 31, 255, 256, 257, 600, 4096, 9000}) {
       for (const int32_t picks : {0, 1, count / 3, count - 1, count}) {
-        if (picks < 0) continue;
+        if (picks < 0 || picks > count) continue;
         segments.push_back({.first = 0,
                             .count = count,
                             .num_sets = sets,
