@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/backend/bf16.h"
+#include "core/backend/block_estimator.h"
+#include "core/backend/block_scores.h"
 #include "core/backend/cuda/cuda_backend.h"
 #include "tests/tools/tool_main.h"
 
@@ -227,10 +230,12 @@ struct Cache {
 };
 
 absl::StatusOr<Cache> MakeCache(Bench& bench, int32_t seqs, int32_t context, int32_t q_len,
-                                bool shuffle = true) {
-  const PagedKvLayout layout{
-      .block_tokens = 32, .num_kv_heads = kKvHeads, .head_dim = kHeadDim, .type = DType::kBF16};
-  const int32_t per_seq = (context + 31) / 32;
+                                bool shuffle = true, int32_t block_tokens = 32) {
+  const PagedKvLayout layout{.block_tokens = block_tokens,
+                             .num_kv_heads = kKvHeads,
+                             .head_dim = kHeadDim,
+                             .type = DType::kBF16};
+  const int32_t per_seq = (context + block_tokens - 1) / block_tokens;
   std::vector<int32_t> tables(static_cast<size_t>(seqs) * per_seq);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
   if (shuffle) std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
@@ -326,6 +331,100 @@ absl::Status BenchAttention(Backend& backend, Bench& bench) {
   return absl::OkStatus();
 }
 
+// One layer's selection and sparse attention in a SoloHead decode step of 8 requests of 16384
+// tokens at a budget of 2048 with the library's defaults (8-token blocks, every key scored from
+// its int4 copy): score every block's summary against the step's 8 query rows, aggregate the 32
+// heads' bounds into a score a block, pick each row's 256 best, and attend over the 256 picked
+// blocks of each row, scattered in the cache.
+absl::Status BenchSparseStep(Backend& backend, Bench& bench) {
+  constexpr int32_t kRows = 8;
+  constexpr int32_t kContext = 16384;
+  constexpr int32_t kBlockTokens = 8;
+  constexpr int32_t kBudget = 2048;
+  constexpr int32_t kCandidates = kContext / kBlockTokens;
+  constexpr int32_t kPicks = kBudget / kBlockTokens;
+  constexpr int32_t kCount = kRows * kCandidates;
+  const PagedKvLayout layout{.block_tokens = kBlockTokens,
+                             .num_kv_heads = kKvHeads,
+                             .head_dim = kHeadDim,
+                             .type = DType::kBF16};
+  const BlockEstimator estimator =
+      ForBlocks({.boxes = 0, .radius = 0.0f, .precision = SummaryPrecision::kInt4}, kBlockTokens);
+  const int64_t summary_bytes = SummaryBytes(layout, estimator);
+  // Summaries of random keys (SummarizeBlocks), so the scales are real ones.
+  PULSE_ASSIGN_OR_RETURN(Cache keys, MakeCache(bench, kRows, kContext, 1, true, kBlockTokens));
+  std::vector<int32_t> ids(kCount);
+  std::iota(ids.begin(), ids.end(), 0);
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer block_ids, bench.Ints(ids));
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(12));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer summary_ids, bench.Ints(ids));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer summaries, backend.Allocate(kCount * summary_bytes));
+  backend.SummarizeBlocks(keys.blocks.data(), layout, estimator, block_ids.as<int32_t>(),
+                          summary_ids.as<int32_t>(), kCount, summaries.data());
+  std::vector<int32_t> rows(kCount);
+  for (int32_t i = 0; i < kCount; ++i) rows[i] = i / kCandidates;
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer query_rows, bench.Ints(rows));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(kRows * kQkv, false, 13));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer bounds, backend.Allocate(int64_t{kHeads} * kCount * 4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer scores, backend.Allocate(int64_t{kCount} * 4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer picked, backend.Allocate(int64_t{kRows} * kPicks * 4));
+  std::vector<ScoreSegment> segment_values;
+  for (int32_t r = 0; r < kRows; ++r) {
+    segment_values.push_back({.first = r * kCandidates,
+                              .count = kCandidates,
+                              .num_sets = 1,
+                              .aggregate = HeadAggregate::kSoftmaxSum,
+                              .logit_scale = 1.0f / std::sqrt(float{kHeadDim}),
+                              .scores_first = r * kCandidates,
+                              .picks = kPicks,
+                              .picks_first = r * kPicks});
+  }
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer segments,
+                         backend.Allocate(segment_values.size() * sizeof(ScoreSegment)));
+  backend.CopyToDevice(segments.data(), segment_values.data(),
+                       segment_values.size() * sizeof(ScoreSegment));
+  PULSE_RETURN_IF_ERROR(backend.Synchronize());
+
+  const double summary_read = double(kCount) * summary_bytes;
+  const double bounds_bytes = double(kHeads) * kCount * 4;
+  const auto score = [&] {
+    backend.ScoreBlocks(q.as<float>(), kQkv, kHeads, layout, estimator, summaries.data(),
+                        summary_ids.as<int32_t>(), query_rows.as<int32_t>(), kCount,
+                        bounds.as<float>());
+  };
+  const auto aggregate = [&] {
+    backend.AggregateScores(bounds.as<float>(), kHeads, kCount, segments.as<ScoreSegment>(), kRows,
+                            1, scores.as<float>());
+  };
+  const auto select = [&] {
+    backend.SelectTopBlocks(scores.as<float>(), segments.as<ScoreSegment>(), kRows, 1,
+                            picked.as<int32_t>());
+  };
+  const std::string shape = absl::StrFormat("%dx%d budget %d", kRows, kContext, kBudget);
+  PULSE_RETURN_IF_ERROR(bench.Time("score int4 tokens " + shape,
+                                   summary_read + kCount * 8.0 + bounds_bytes, 0,
+                                   [&](int) { score(); }));
+  PULSE_RETURN_IF_ERROR(bench.Time("aggregate solohead " + shape, bounds_bytes + kCount * 4.0, 0,
+                                   [&](int) { aggregate(); }));
+  PULSE_RETURN_IF_ERROR(bench.Time("top-k " + shape, kCount * 4.0, 0, [&](int) { select(); }));
+  PULSE_RETURN_IF_ERROR(bench.Time("selection (all three) " + shape,
+                                   summary_read + kCount * 12.0 + 2 * bounds_bytes, 0, [&](int) {
+                                     score();
+                                     aggregate();
+                                     select();
+                                   }));
+
+  // The picked blocks, as sparse tables give them to attention: a row's kPicks blocks of its own,
+  // scattered over the cache.
+  PULSE_ASSIGN_OR_RETURN(Cache picks, MakeCache(bench, kRows, kBudget, 1, true, kBlockTokens));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(kRows * kHeads * kHeadDim * 2));
+  const double kv_bytes = double(kRows) * kBudget * kKvHeads * kHeadDim * 2 * 2;
+  return bench.Time("sparse attention " + shape + " block 8", kv_bytes, 0, [&](int) {
+    backend.Attention(q.as<float>(), kQkv, kHeads, picks.batch, 1.0f / std::sqrt(float{kHeadDim}),
+                      out.data());
+  });
+}
+
 absl::Status BenchSampling(Backend& backend, Bench& bench) {
   constexpr int64_t kRows = 8;
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer logits, bench.Random(kRows * kVocab, false, 11));
@@ -365,6 +464,7 @@ absl::Status Run(const Args& args) {
   for (const int64_t m : {8, 8192}) PULSE_RETURN_IF_ERROR(BenchPointwise(*backend, bench, m));
   PULSE_RETURN_IF_ERROR(BenchRopeAppend(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchAttention(*backend, bench));
+  PULSE_RETURN_IF_ERROR(BenchSparseStep(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchSampling(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, 8192));
   for (const int32_t blocks_per_sm : args.decode_blocks_per_sm) {
