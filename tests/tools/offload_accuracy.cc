@@ -4,7 +4,8 @@
 //
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
 //       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink S] [--window W]
-//       [--block B] [--estimator E] [--sequential 0] [--backend cpu] [--out FILE.jsonl]
+//       [--block B] [--estimator E] [--sequential 0] [--backend cpu] [--crosscheck-picks 0]
+//       [--out FILE.jsonl]
 //
 // Sink, window, block size and estimator default to the library's (tests/tools/offload_defaults.h);
 // records made with all four carry "default": true.
@@ -28,6 +29,17 @@
 // bound of q.k, box-r0 by the q.k of the key box's center, boxesN and tokens by the best of smaller
 // boxes, -bf16 and -int8 round the summaries). Records are JSON Lines, "bench": "accuracy"; a table
 // is printed.
+//
+// --crosscheck-picks 1 runs the backend under PickCrossCheckBackend
+// (tests/tools/pick_crosscheck.h): every layer's selection is run again on the CPU backend over
+// host copies of the backend's inputs (its queries and stored summaries), and each configuration's
+// record gets how many of its picks the CPU backend picked too ("picks_compared", "picks_same",
+// "picks_same_fraction") and the rest by the relative gap between their score and the CPU's
+// lowest-ranked pick's ("picks_differing_gap": near ties or not), and a line is printed for it.
+// It needs --sequential 1: a step is then one configuration's, so its picks are that
+// configuration's. Shadowing waits for the backend in every layer, so decode steps run op by op
+// (no CUDA graphs) and slowly; the other figures are unchanged. With --backend cpu every pick must
+// be the same.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -40,6 +52,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -53,6 +66,7 @@
 #include "core/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/tools/offload_defaults.h"
+#include "tests/tools/pick_crosscheck.h"
 #include "tests/tools/tool_main.h"
 
 namespace pulse {
@@ -62,7 +76,7 @@ constexpr std::string_view kUsage =
     "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
     "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink S] [--window W] "
     "[--block B] [--estimator E] [--sequential 0] [--backend cpu|cuda] "
-    "[--out FILE.jsonl]";
+    "[--crosscheck-picks 0|1 (needs --sequential 1)] [--out FILE.jsonl]";
 
 struct Args {
   std::string model;
@@ -77,6 +91,7 @@ struct Args {
   std::string estimator = SelectionDefaults{}.estimator;
   bool sequential = false;
   bool cuda = false;  // else the CPU backend
+  bool crosscheck_picks = false;
   std::string out;
   std::string command;  // the command line, for the records
 };
@@ -127,6 +142,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--backend") {
       ok = value == "cpu" || value == "cuda";
       args.cuda = value == "cuda";
+    } else if (flag == "--crosscheck-picks") {
+      ok = value == "0" || value == "1";
+      args.crosscheck_picks = value == "1";
     } else if (flag == "--out") {
       args.out = std::string(value);
     } else {
@@ -136,6 +154,10 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   }
   if (args.model.empty() || args.text.empty()) {
     return absl::InvalidArgumentError("--model and --text are required");
+  }
+  if (args.crosscheck_picks && !args.sequential) {
+    return absl::InvalidArgumentError(
+        "--crosscheck-picks 1 needs --sequential 1 (a step's picks are one configuration's)");
   }
   PULSE_RETURN_IF_ERROR(ParseEstimator(args.estimator).status());
   return args;
@@ -152,7 +174,8 @@ struct Config {
   int64_t predictions = 0;
   int64_t agreeing = 0;
   int64_t picked_blocks = 0;
-  int64_t reused_blocks = 0;  // of picked_blocks, those the step before picked
+  int64_t reused_blocks = 0;            // of picked_blocks, those the step before picked
+  PickCrossCheckStats crosscheck = {};  // with --crosscheck-picks
 };
 
 std::vector<Config> Configs(const Args& args) {
@@ -194,9 +217,11 @@ int32_t Argmax(std::span<const float> logits) {
 int32_t PrefillUnit(int32_t block_tokens) { return std::lcm(block_tokens, 32); }
 
 // Evaluates one window (tokens[0, size)) for every config, adding to their totals; returns the
-// runner's per-config statistics through `runner`.
+// runner's per-config statistics through `runner`. `crosscheck`, when not null, is the runner's
+// backend (then `sequential` holds), and each step's cross-check goes to the step's one config.
 absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window, int32_t eval,
-                            bool sequential, std::vector<Config>& configs) {
+                            bool sequential, PickCrossCheckBackend* crosscheck,
+                            std::vector<Config>& configs) {
   const int32_t size = static_cast<int32_t>(window.size());
   const int32_t block_tokens = runner.cache().layout().block_tokens;
   const int32_t unit = PrefillUnit(block_tokens);
@@ -251,6 +276,7 @@ absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window
     }
     logits.resize(group.size() * vocab);
     PULSE_RETURN_IF_ERROR(runner.Forward(batch, logits));
+    if (crosscheck != nullptr) configs[group[0]].crosscheck.Add(crosscheck->TakeStats());
     const int32_t next = window[position + 1];
     const auto step = static_cast<size_t>(position - context);
     for (size_t g = 0; g < group.size(); ++g) {
@@ -296,6 +322,12 @@ absl::Status Run(const Args& args) {
   PULSE_ASSIGN_OR_RETURN(const std::unique_ptr<TensorSource> source, OpenTensorSource(args.model));
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend,
                          args.cuda ? CreateCudaBackend({}) : CreateCpuBackend({}));
+  std::shared_ptr<PickCrossCheckBackend> crosscheck;
+  if (args.crosscheck_picks) {
+    PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> reference, CreateCpuBackend({}));
+    crosscheck = std::make_shared<PickCrossCheckBackend>(std::move(backend), std::move(reference));
+    backend = crosscheck;
+  }
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
                          Model::Load(std::move(backend), *source, {DType::kBF16}));
   const ModelConfig& config = model->config();
@@ -335,8 +367,9 @@ absl::Status Run(const Args& args) {
     for (int32_t w = 0; w < args.per_window; ++w) {
       PULSE_RETURN_IF_ERROR(
           EvaluateWindow(runner, std::span<const int32_t>(tokens).subspan(w * stride, size),
-                         args.eval, args.sequential, configs));
+                         args.eval, args.sequential, crosscheck.get(), configs));
     }
+    for (const Config& c : configs) PULSE_RETURN_IF_ERROR(c.crosscheck.error);
     const double dense_ppl = std::exp(configs[0].nll / configs[0].predictions);
     for (const Config& c : configs) {
       const double ppl = std::exp(c.nll / c.predictions);
@@ -356,8 +389,35 @@ absl::Status Run(const Args& args) {
           "%-9s %-11s %7d %7s %9.4f %9.4f %10.4f %7s %8.3f\n", c.mode.c_str(), c.aggregate.c_str(),
           size, c.budget == 0 ? "-" : std::to_string(c.budget).c_str(), ppl, dense_ppl, agreement,
           reuse.is_null() ? "-" : absl::StrFormat("%.3f", reuse.get<double>()).c_str(), attended);
+      // The cross-check's figures, for a sparse configuration under --crosscheck-picks.
+      nlohmann::json picks_compared;
+      nlohmann::json picks_same;
+      nlohmann::json picks_same_fraction;
+      nlohmann::json picks_differing_gap;
+      if (crosscheck != nullptr && c.sparse) {
+        const PickCrossCheckStats& picks = c.crosscheck;
+        picks_compared = picks.picks;
+        picks_same = picks.same;
+        if (picks.picks > 0) {
+          picks_same_fraction = static_cast<double>(picks.same) / static_cast<double>(picks.picks);
+        }
+        picks_differing_gap = nlohmann::json::object();
+        std::string gaps;
+        for (size_t b = 0; b < kPickGapBucketNames.size(); ++b) {
+          const std::string name(kPickGapBucketNames[b]);
+          picks_differing_gap[name] = picks.differing[b];
+          absl::StrAppend(&gaps, b == 0 ? "" : ", ", name, " ", picks.differing[b]);
+        }
+        std::printf(
+            "  picks the CPU's: %lld of %lld (%s); differing by relative gap: %s\n",
+            static_cast<long long>(picks.same), static_cast<long long>(picks.picks),
+            picks_same_fraction.is_null()
+                ? "-"
+                : absl::StrFormat("%.4f%%", 100 * picks_same_fraction.get<double>()).c_str(),
+            gaps.c_str());
+      }
       if (out != nullptr) {
-        const nlohmann::json record = {
+        nlohmann::json record = {
             {"bench", "accuracy"},
             {"model", args.model.substr(args.model.find_last_of('/') + 1)},
             {"mode", c.mode},
@@ -383,6 +443,12 @@ absl::Status Run(const Args& args) {
             {"default", SelectionDefaults{}.Match(args.block, args.sink, args.window, estimator)},
             {"backend", args.cuda ? "cuda" : "cpu"},
             {"command", args.command}};
+        if (crosscheck != nullptr) {
+          record["picks_compared"] = picks_compared;
+          record["picks_same"] = picks_same;
+          record["picks_same_fraction"] = picks_same_fraction;
+          record["picks_differing_gap"] = picks_differing_gap;
+        }
         std::fprintf(out, "%s\n", record.dump().c_str());
         std::fflush(out);
       }
