@@ -56,6 +56,7 @@ __device__ int32_t RowOfPair(const SparseTableRow* rows, int32_t num_rows, int32
 struct TableShared {
   BlockSelectScratch<kTableThreads> select;
   int32_t evictable;
+  int32_t free;  // of the evictable slots, those holding no block
 };
 
 // Adds one to a row's counter (rows are few and picks spread over them: global atomics).
@@ -148,23 +149,50 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
     return;
   }
   // The slots the step has not used, and the misses' victims among them.
-  if (tid == 0) shared.evictable = 0;
+  if (tid == 0) {
+    shared.evictable = 0;
+    shared.free = 0;
+  }
   __syncthreads();  // the hits' stamps and the misses are written
+  const int64_t set_slots = int64_t{set} * directory.num_slots;
+  const auto free_slot = [&](int32_t slot) {
+    return directory.last_used[set_slots + slot] < step &&
+           directory.block_of_slot[set_slots + slot] < 0;
+  };
   int32_t evictable = 0;
+  int32_t free = 0;
   for (int32_t slot = tid; slot < directory.num_slots; slot += kTableThreads) {
-    evictable += directory.last_used[int64_t{set} * directory.num_slots + slot] < step ? 1 : 0;
+    evictable += directory.last_used[set_slots + slot] < step ? 1 : 0;
+    free += free_slot(slot) ? 1 : 0;
   }
   if (evictable != 0) atomicAdd(&shared.evictable, evictable);
+  if (free != 0) atomicAdd(&shared.free, free);
   __syncthreads();
   const int32_t victims = min(min(misses, build.recalls.capacity), shared.evictable);
-  BlockSelectSmallest<kTableThreads, uint64_t>(
-      directory.num_slots, victims,
-      [&](int32_t slot) {
-        return directory.last_used[int64_t{set} * directory.num_slots + slot] < step
-                   ? VictimKey(directory, set, slot)
-                   : ~uint64_t{0};
-      },
-      [&](int32_t position, int32_t slot) { recalls[position].slot = slot; }, shared.select);
+  if (shared.free >= victims) {
+    // Free slots leave first (VictimKey 0), the lower slot first: the victims are the first free
+    // slots, found in one sweep instead of a radix select over every slot's key.
+    int32_t found = 0;  // the same in every thread (the scan's total)
+    for (int32_t base = 0; base < directory.num_slots && found < victims; base += kTableThreads) {
+      const int32_t slot = base + tid;
+      const int32_t is_free = slot < directory.num_slots && free_slot(slot) ? 1 : 0;
+      int32_t position = 0;
+      int32_t total = 0;
+      Scan(shared.select.scan).ExclusiveSum(is_free, position, total);
+      __syncthreads();
+      if (is_free != 0 && found + position < victims) recalls[found + position].slot = slot;
+      found += total;
+    }
+    __syncthreads();
+  } else {
+    BlockSelectSmallest<kTableThreads, uint64_t>(
+        directory.num_slots, victims,
+        [&](int32_t slot) {
+          return directory.last_used[set_slots + slot] < step ? VictimKey(directory, set, slot)
+                                                              : ~uint64_t{0};
+        },
+        [&](int32_t position, int32_t slot) { recalls[position].slot = slot; }, shared.select);
+  }
   for (int32_t i = tid; i < victims; i += kTableThreads) {
     RecallEntry& miss = recalls[i];
     const auto row = static_cast<int32_t>(miss.table_index / stride / build.num_sets);
