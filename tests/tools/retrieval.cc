@@ -5,7 +5,8 @@
 //       [--depths 0,25,50,75,100] [--trials 20] [--answer-tokens 24] [--modes solohead,headwise]
 //       [--fractions 8,16] [--sink S] [--window W] [--block B] [--estimator E]
 //       [--agreement on] [--prompts 20] [--agree-tokens 128] [--agree-min 1024]
-//       [--agree-max 4096] [--seed 0] [--backend cpu] [--threads 0] [--weights f32]
+//       [--agree-max 4096] [--seed 0] [--backend cpu] [--threads 0] [--weights f32 on the CPU,
+//       bf16 on CUDA]
 //       [--verbose off] [--out FILE.jsonl]
 //
 // Sink, window, block size and estimator default to the library's (tests/tools/offload_defaults.h);
@@ -121,7 +122,7 @@ struct Args {
   uint64_t seed = 0;
   bool cuda = false;  // else the CPU backend
   int32_t threads = 0;
-  DType weights = DType::kF32;
+  std::optional<DType> weights;  // default: f32 on the CPU, bf16 (all CUDA stores) on CUDA
   bool verbose = false;
   std::string out;
   std::string command;  // the command line, for the records
@@ -862,8 +863,10 @@ absl::StatusOr<std::unique_ptr<Bench>> Setup(const Args& args) {
   PULSE_ASSIGN_OR_RETURN(
       std::shared_ptr<Backend> backend,
       args.cuda ? CreateCudaBackend({}) : CreateCpuBackend({.threads = args.threads}));
-  PULSE_ASSIGN_OR_RETURN(bench->model,
-                         Model::Load(std::move(backend), *source, {.weight_type = args.weights}));
+  PULSE_ASSIGN_OR_RETURN(
+      bench->model,
+      Model::Load(std::move(backend), *source,
+                  {.weight_type = args.weights.value_or(args.cuda ? DType::kBF16 : DType::kF32)}));
   const ModelConfig& config = bench->model->config();
   int32_t longest = 0;
   for (const int32_t context : args.contexts) {
