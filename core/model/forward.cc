@@ -68,38 +68,19 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
   }
   Backend& backend = model->backend();
   PULSE_RETURN_IF_ERROR(backend.CheckAttention(config.num_heads, layout));
-  const int64_t tokens = options.max_step_tokens;
   const int64_t seqs = options.max_seqs;
   const int64_t logit_rows = options.max_logit_rows;
   const int64_t hidden = config.hidden_size;
   const int64_t q_dim = int64_t{config.num_heads} * config.head_dim;
   const int64_t kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
   const int64_t inter = config.intermediate_size;
-  StepContext context;
-  StepContext::Scratch& scratch = context.scratch;
-  PULSE_ASSIGN_OR_RETURN(
-      scratch.inputs, backend.Allocate(static_cast<size_t>(InputInts(
-                                           tokens, seqs, options.max_blocks_per_seq, logit_rows)) *
-                                       sizeof(int32_t)));
+  if (options.max_micro_batches < 1 || options.max_micro_batches > kMaxMicroBatches) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("model runner: max_micro_batches %d (1 to %d)", options.max_micro_batches,
+                        kMaxMicroBatches));
+  }
   const DType f32 = DType::kF32;
   const DType act = backend.activation_type();
-  PULSE_ASSIGN_OR_RETURN(scratch.residual, AllocateArray(backend, tokens * hidden, f32));
-  PULSE_ASSIGN_OR_RETURN(scratch.normed, AllocateArray(backend, tokens * hidden, act));
-  PULSE_ASSIGN_OR_RETURN(scratch.qkv, AllocateArray(backend, tokens * (q_dim + 2 * kv_dim), f32));
-  PULSE_ASSIGN_OR_RETURN(scratch.attn, AllocateArray(backend, tokens * q_dim, act));
-  PULSE_ASSIGN_OR_RETURN(scratch.delta, AllocateArray(backend, tokens * hidden, f32));
-  PULSE_ASSIGN_OR_RETURN(scratch.gate_up, AllocateArray(backend, tokens * 2 * inter, f32));
-  PULSE_ASSIGN_OR_RETURN(scratch.act, AllocateArray(backend, tokens * inter, act));
-  PULSE_ASSIGN_OR_RETURN(scratch.gathered, AllocateArray(backend, logit_rows * hidden, act));
-  PULSE_ASSIGN_OR_RETURN(scratch.logits,
-                         AllocateArray(backend, logit_rows * config.vocab_size, f32));
-  PULSE_ASSIGN_OR_RETURN(scratch.sampling,
-                         backend.Allocate(static_cast<size_t>(logit_rows) * sizeof(TokenSampling)));
-  context.counters_offset = static_cast<size_t>((logit_rows + 1) / 2 * 2) * sizeof(int32_t);
-  PULSE_ASSIGN_OR_RETURN(
-      scratch.outputs,
-      backend.Allocate(context.counters_offset +
-                       static_cast<size_t>(seqs * kSparseCounters) * sizeof(int64_t)));
   std::unique_ptr<SparseAttention> sparse;
   if (options.offload) {
     const int32_t block_tokens = layout.block_tokens;
@@ -119,19 +100,59 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
                                  .max_blocks_per_seq = options.max_blocks_per_seq,
                                  .max_step_tokens = options.max_step_tokens,
                                  .num_heads = config.num_heads}));
-    PULSE_ASSIGN_OR_RETURN(context.sparse, sparse->NewStep(context.counters()));
   }
-  return ModelRunner(std::move(model), std::move(cache), options, std::move(context),
-                     std::move(sparse));
+  // The first context holds a whole step; the others a decode micro-batch of a split step, at
+  // most half of its sequences.
+  std::vector<StepContext> contexts(static_cast<size_t>(options.max_micro_batches));
+  const int32_t half = (options.max_seqs + 1) / 2;
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    StepContext& context = contexts[i];
+    context.limits = i == 0 ? StepContext::Limits{.tokens = options.max_step_tokens,
+                                                  .seqs = options.max_seqs,
+                                                  .logit_rows = options.max_logit_rows}
+                            : StepContext::Limits{.tokens = half, .seqs = half, .logit_rows = half};
+    const int64_t tokens = context.limits.tokens;
+    StepContext::Scratch& scratch = context.scratch;
+    PULSE_ASSIGN_OR_RETURN(
+        scratch.inputs, backend.Allocate(static_cast<size_t>(InputInts(tokens, context.limits.seqs,
+                                                                       options.max_blocks_per_seq,
+                                                                       context.limits.logit_rows)) *
+                                         sizeof(int32_t)));
+    PULSE_ASSIGN_OR_RETURN(scratch.residual, AllocateArray(backend, tokens * hidden, f32));
+    PULSE_ASSIGN_OR_RETURN(scratch.normed, AllocateArray(backend, tokens * hidden, act));
+    PULSE_ASSIGN_OR_RETURN(scratch.qkv, AllocateArray(backend, tokens * (q_dim + 2 * kv_dim), f32));
+    PULSE_ASSIGN_OR_RETURN(scratch.attn, AllocateArray(backend, tokens * q_dim, act));
+    PULSE_ASSIGN_OR_RETURN(scratch.delta, AllocateArray(backend, tokens * hidden, f32));
+    PULSE_ASSIGN_OR_RETURN(scratch.gate_up, AllocateArray(backend, tokens * 2 * inter, f32));
+    PULSE_ASSIGN_OR_RETURN(scratch.act, AllocateArray(backend, tokens * inter, act));
+    if (sparse != nullptr) {
+      PULSE_ASSIGN_OR_RETURN(context.sparse,
+                             sparse->NewStep(context.limits.seqs, context.limits.tokens));
+    }
+  }
+  StepOutputs outputs;
+  PULSE_ASSIGN_OR_RETURN(outputs.gathered, AllocateArray(backend, logit_rows * hidden, act));
+  PULSE_ASSIGN_OR_RETURN(outputs.logits,
+                         AllocateArray(backend, logit_rows * config.vocab_size, f32));
+  PULSE_ASSIGN_OR_RETURN(outputs.sampling,
+                         backend.Allocate(static_cast<size_t>(logit_rows) * sizeof(TokenSampling)));
+  outputs.counters_offset = static_cast<size_t>((logit_rows + 1) / 2 * 2) * sizeof(int32_t);
+  PULSE_ASSIGN_OR_RETURN(
+      outputs.outputs,
+      backend.Allocate(outputs.counters_offset +
+                       static_cast<size_t>(seqs * kSparseCounters) * sizeof(int64_t)));
+  return ModelRunner(std::move(model), std::move(cache), options, std::move(contexts),
+                     std::move(outputs), std::move(sparse));
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
-                         const ModelRunnerOptions& options, StepContext context,
-                         std::unique_ptr<SparseAttention> sparse)
+                         const ModelRunnerOptions& options, std::vector<StepContext> contexts,
+                         StepOutputs outputs, std::unique_ptr<SparseAttention> sparse)
     : model_(std::move(model)),
       cache_(std::move(cache)),
       options_(options),
-      context_(std::move(context)),
+      contexts_(std::move(contexts)),
+      outputs_(std::move(outputs)),
       sparse_(std::move(sparse)) {
   const ModelConfig& config = model_->config();
   hidden_ = config.hidden_size;
@@ -142,23 +163,24 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
   vocab_ = config.vocab_size;
 }
 
-absl::Status ModelRunner::Forward(const StepBatch& batch, std::span<float> logits) {
-  PULSE_RETURN_IF_ERROR(Upload(batch));
-  if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, {}, 0);
+absl::Status ModelRunner::Forward(const StepBatch& batch, std::span<float> logits,
+                                  int32_t micro_batches) {
+  PULSE_RETURN_IF_ERROR(Upload(batch, micro_batches));
+  if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, 0);
   return CopyLogits(logits);
 }
 
 absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
                                            std::span<const TokenSampling> sampling,
                                            std::span<const int32_t> penalised_ids,
-                                           std::span<int32_t> tokens) {
-  PULSE_RETURN_IF_ERROR(Upload(batch));
-  if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, {}, 0);
+                                           std::span<int32_t> tokens, int32_t micro_batches) {
+  PULSE_RETURN_IF_ERROR(Upload(batch, micro_batches));
+  if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, 0);
   return SampleLogits(sampling, penalised_ids, tokens);
 }
 
 absl::Status ModelRunner::RunStep() {
-  if (IsGraphableDecode(context_.step.max_q_len, *batch_) && options_.decode_graphs &&
+  if (IsGraphableDecode(contexts_[0].step.max_q_len, *batch_) && options_.decode_graphs &&
       model_->backend().SupportsGraphs()) {
     PULSE_ASSIGN_OR_RETURN(const bool replayed, ReplayGraph());
     if (replayed) return absl::OkStatus();
@@ -167,20 +189,24 @@ absl::Status ModelRunner::RunStep() {
 }
 
 absl::Status ModelRunner::RunOps() {
-  Embed();
+  for (StepContext& context : step_contexts()) Embed(context);
   PULSE_RETURN_IF_ERROR(RunLayers());
-  if (sparse_planned_) PULSE_RETURN_IF_ERROR(sparse_->FinishStep(*context_.sparse));
+  for (StepContext& context : step_contexts()) {
+    if (context.sparse_planned) PULSE_RETURN_IF_ERROR(sparse_->FinishStep(*context.sparse));
+  }
   Logits();
   return absl::OkStatus();
 }
 
 absl::StatusOr<bool> ModelRunner::ReplayGraph() {
   Backend& backend = model_->backend();
-  StepShape shape = {context_.step.num_tokens, context_.step.num_seqs, context_.step.num_logit_rows,
-                     context_.step.max_blocks_per_seq};
-  if (sparse_planned_) {
-    const SparseStep::Shape sparse = context_.sparse->shape();
-    std::copy(sparse.begin(), sparse.end(), shape.begin() + 4);
+  StepShape shape = {micro_batches_};
+  for (const StepContext& context : step_contexts()) {
+    shape.insert(shape.end(), {context.step.num_tokens, context.step.num_seqs,
+                               context.step.num_logit_rows, context.step.max_blocks_per_seq});
+    SparseStep::Shape sparse = {};
+    if (context.sparse_planned) sparse = context.sparse->shape();
+    shape.insert(shape.end(), sparse.begin(), sparse.end());
   }
   auto found = graphs_.find(shape);
   if (found == graphs_.end()) {
@@ -189,7 +215,7 @@ absl::StatusOr<bool> ModelRunner::ReplayGraph() {
           graphs_.begin(), graphs_.end(),
           [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; }));
     }
-    found = graphs_.emplace(shape, StepGraphEntry{}).first;
+    found = graphs_.emplace(std::move(shape), StepGraphEntry{}).first;
   }
   StepGraphEntry& entry = found->second;
   entry.last_used = ++graph_clock_;
@@ -220,11 +246,24 @@ absl::StatusOr<bool> ModelRunner::ReplayGraph() {
   return true;
 }
 
+// Micro-batch k's layer l runs PreAttention and Select, which enqueues its recall, then every
+// other micro-batch's attention and MLP of its previous layer and selection of this one run
+// before Attend(k, l) waits for that recall: so the copy engine has one micro-batch's recall to
+// move while the compute stream runs the others' work. One micro-batch runs the plain layer
+// order.
 absl::Status ModelRunner::RunLayers() {
-  for (int32_t layer = 0; layer < model_->config().num_layers; ++layer) {
-    PULSE_RETURN_IF_ERROR(PreAttention(layer));
-    PULSE_RETURN_IF_ERROR(Attention(layer));
-    PostAttention(layer);
+  const int32_t layers = model_->config().num_layers;
+  for (int32_t layer = 0; layer <= layers; ++layer) {
+    for (StepContext& context : step_contexts()) {
+      if (layer > 0) {
+        PULSE_RETURN_IF_ERROR(Attend(context, layer - 1));
+        PostAttention(context, layer - 1);
+      }
+      if (layer < layers) {
+        PULSE_RETURN_IF_ERROR(PreAttention(context, layer));
+        PULSE_RETURN_IF_ERROR(Select(context, layer));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -242,28 +281,33 @@ OffloadStats ModelRunner::offload_stats() const {
 }
 
 absl::Status ModelRunner::ForgetSparse(uint64_t key, std::span<const int32_t> host_blocks) {
-  if (step_open_) {
-    return absl::FailedPreconditionError("ForgetSparse while a step is open");
-  }
+  if (step_open_) return absl::FailedPreconditionError("ForgetSparse while a step is open");
   return sparse_ == nullptr ? absl::OkStatus() : sparse_->Forget(key, host_blocks);
 }
 
-bool ModelRunner::SparseStepOpen() const {
-  return sparse_planned_ && sparse_->Attends(*context_.sparse);
+bool ModelRunner::SparseStepOpen(const StepContext& context) const {
+  return context.sparse_planned && sparse_->Attends(*context.sparse);
 }
 
-absl::Status ModelRunner::EndStep(const absl::Status& read, std::span<const int64_t> counters,
-                                  int64_t output_reads) {
+bool ModelRunner::AnySparseStepOpen() const {
+  return std::any_of(contexts_.begin(), contexts_.begin() + micro_batches_,
+                     [this](const StepContext& context) { return SparseStepOpen(context); });
+}
+
+absl::Status ModelRunner::EndStep(const absl::Status& read, int64_t output_reads) {
   if (!step_open_) return read;
   step_open_ = false;
   step_host_waits_ = model_->backend().host_waits() - waits_before_ - output_reads;
-  if (!sparse_planned_) return read;
-  sparse_planned_ = false;
-  if (!read.ok()) {
-    sparse_->Abandon(*context_.sparse);
-    return read;
+  absl::Status status = read;
+  for (StepContext& context : step_contexts()) {
+    if (!std::exchange(context.sparse_planned, false)) continue;
+    if (read.ok()) {
+      status.Update(sparse_->Collect(*context.sparse, counters(context.step.first_seq)));
+    } else {
+      sparse_->Abandon(*context.sparse);
+    }
   }
-  return sparse_->Collect(*context_.sparse, counters);
+  return status;
 }
 
 absl::Status ModelRunner::Check(const StepBatch& batch) const {
@@ -341,23 +385,67 @@ absl::Status ModelRunner::Check(const StepBatch& batch) const {
   return absl::OkStatus();
 }
 
-absl::Status ModelRunner::Prepare(const StepBatch& batch) {
-  PULSE_RETURN_IF_ERROR(Upload(batch));
-  Embed();
+absl::Status ModelRunner::Upload(const StepBatch& batch, int32_t micro_batches) {
+  if (step_open_) EndStep(absl::AbortedError("the step was abandoned"), 0).IgnoreError();
+  if (micro_batches < 1 || micro_batches > options_.max_micro_batches) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d micro-batches, expected 1 to %d",
+                                                      micro_batches, options_.max_micro_batches));
+  }
+  PULSE_RETURN_IF_ERROR(Check(batch));
+  // Only a decode step splits: a prompt chunk's rows are many tokens of one sequence.
+  const bool decode = batch.num_tokens() == batch.num_seqs();
+  micro_batches_ = decode ? std::min(micro_batches, batch.num_seqs()) : 1;
+  batch_ = &batch;
+  waits_before_ = model_->backend().host_waits();
+  step_open_ = true;
+  if (batch.has_sparse()) PULSE_RETURN_IF_ERROR(sparse_->BeginStep());
+  // Near-equal shares, the larger first.
+  const int32_t share = batch.num_seqs() / micro_batches_;
+  const int32_t larger = batch.num_seqs() % micro_batches_;
+  int32_t first_seq = 0;
+  for (int32_t k = 0; k < micro_batches_; ++k) {
+    const int32_t end_seq = first_seq + share + (k < larger ? 1 : 0);
+    PULSE_RETURN_IF_ERROR(
+        UploadMicroBatch(batch, first_seq, end_seq, contexts_[static_cast<size_t>(k)]));
+    first_seq = end_seq;
+  }
+  if (AnySparseStepOpen()) {
+    // The sparse rows count from zero (read back with the step's tokens).
+    counters_.assign(static_cast<size_t>(batch.num_seqs()) * kSparseCounters, 0);
+    model_->backend().CopyToDevice(outputs_.counters(), counters_.data(),
+                                   counters_.size() * sizeof(int64_t));
+  }
   return absl::OkStatus();
 }
 
-absl::Status ModelRunner::Upload(const StepBatch& batch) {
-  if (step_open_) EndStep(absl::AbortedError("the step was abandoned"), {}, 0).IgnoreError();
-  PULSE_RETURN_IF_ERROR(Check(batch));
+absl::Status ModelRunner::UploadMicroBatch(const StepBatch& batch, int32_t first_seq,
+                                           int32_t end_seq, StepContext& context) {
+  const std::span<const int32_t> q_offsets = batch.q_offsets();
+  const int32_t first_token = q_offsets[static_cast<size_t>(first_seq)];
+  const int32_t end_token = q_offsets[static_cast<size_t>(end_seq)];
+  // The logit rows are ascending: this micro-batch's are those among its tokens.
+  const std::span<const int32_t> all_rows = batch.logit_rows();
+  const auto rows_begin = std::lower_bound(all_rows.begin(), all_rows.end(), first_token);
+  const auto rows_end = std::lower_bound(rows_begin, all_rows.end(), end_token);
   StepContext::Inputs step;
-  step.num_tokens = batch.num_tokens();
-  step.num_seqs = batch.num_seqs();
-  step.num_logit_rows = batch.num_logit_rows();
-  step.max_blocks_per_seq = batch.max_blocks_per_seq();
-  for (int32_t s = 0; s < step.num_seqs; ++s) {
-    step.max_q_len = std::max(step.max_q_len, batch.q_offsets()[s + 1] - batch.q_offsets()[s]);
-    step.max_kv_len = std::max(step.max_kv_len, batch.kv_lens()[s]);
+  step.first_seq = first_seq;
+  step.first_logit_row = static_cast<int32_t>(rows_begin - all_rows.begin());
+  step.num_tokens = end_token - first_token;
+  step.num_seqs = end_seq - first_seq;
+  step.num_logit_rows = static_cast<int32_t>(rows_end - rows_begin);
+  if (step.num_tokens > context.limits.tokens || step.num_seqs > context.limits.seqs ||
+      step.num_logit_rows > context.limits.logit_rows) {
+    return absl::InternalError(absl::StrFormat(
+        "micro-batch of %d tokens, %d sequences and %d logit rows past its scratch's %d, %d, %d",
+        step.num_tokens, step.num_seqs, step.num_logit_rows, context.limits.tokens,
+        context.limits.seqs, context.limits.logit_rows));
+  }
+  for (int32_t s = first_seq; s < end_seq; ++s) {
+    step.max_q_len = std::max(
+        step.max_q_len, q_offsets[static_cast<size_t>(s) + 1] - q_offsets[static_cast<size_t>(s)]);
+    step.max_kv_len = std::max(step.max_kv_len, batch.kv_lens()[static_cast<size_t>(s)]);
+    step.max_blocks_per_seq =
+        std::max(step.max_blocks_per_seq, static_cast<int32_t>(batch.blocks(s).size()));
   }
   // A decode step's shapes move in steps of kGraphWidthTokens (graphs or not, so that a replayed
   // graph computes exactly what the ops would): the attention kernels size their launches by
@@ -371,52 +459,63 @@ absl::Status ModelRunner::Upload(const StepBatch& batch) {
         int64_t{step.max_blocks_per_seq} * block_tokens, std::numeric_limits<int32_t>::max()));
   }
 
-  context_.staging.clear();
-  const auto append = [this](std::span<const int32_t> values) {
-    const size_t offset = context_.staging.size();
-    context_.staging.insert(context_.staging.end(), values.begin(), values.end());
+  std::vector<int32_t>& staging = context.staging;
+  staging.clear();
+  const auto append = [&staging](auto begin, auto end) {
+    const size_t offset = staging.size();
+    staging.insert(staging.end(), begin, end);
     return offset;
   };
-  const size_t tokens = append(batch.tokens());
-  const size_t positions = append(batch.positions());
-  const size_t kv_lens = append(batch.kv_lens());
-  const size_t q_offsets = append(batch.q_offsets());
-  const size_t block_tables = context_.staging.size();
-  for (int32_t s = 0; s < step.num_seqs; ++s) {
-    const std::span<const int32_t> blocks = batch.blocks(s);
-    append(blocks);
-    // Positions past a sequence's kv_len are never read.
-    context_.staging.resize(
-        context_.staging.size() + static_cast<size_t>(step.max_blocks_per_seq) - blocks.size(), -1);
+  const auto token_range = [first_token, end_token](std::span<const int32_t> values) {
+    return values.subspan(static_cast<size_t>(first_token),
+                          static_cast<size_t>(end_token - first_token));
+  };
+  const std::span<const int32_t> tokens_in = token_range(batch.tokens());
+  const std::span<const int32_t> positions_in = token_range(batch.positions());
+  const size_t tokens = append(tokens_in.begin(), tokens_in.end());
+  const size_t positions = append(positions_in.begin(), positions_in.end());
+  const size_t kv_lens =
+      append(batch.kv_lens().begin() + first_seq, batch.kv_lens().begin() + end_seq);
+  const size_t offsets = staging.size();
+  for (int32_t s = first_seq; s <= end_seq; ++s) {
+    staging.push_back(q_offsets[static_cast<size_t>(s)] - first_token);
   }
-  const size_t logit_rows = append(batch.logit_rows());
+  const size_t block_tables = staging.size();
+  for (int32_t s = first_seq; s < end_seq; ++s) {
+    const std::span<const int32_t> blocks = batch.blocks(s);
+    append(blocks.begin(), blocks.end());
+    // Positions past a sequence's kv_len are never read.
+    staging.resize(staging.size() + static_cast<size_t>(step.max_blocks_per_seq) - blocks.size(),
+                   -1);
+  }
+  const size_t logit_rows = staging.size();
+  for (auto row = rows_begin; row != rows_end; ++row) staging.push_back(*row - first_token);
 
-  Backend& backend = model_->backend();
-  backend.CopyToDevice(context_.scratch.inputs.data(), context_.staging.data(),
-                       context_.staging.size() * sizeof(int32_t));
-  const int32_t* device = context_.scratch.inputs.as<const int32_t>();
+  model_->backend().CopyToDevice(context.scratch.inputs.data(), staging.data(),
+                                 staging.size() * sizeof(int32_t));
+  const int32_t* device = context.scratch.inputs.as<const int32_t>();
   step.tokens = device + tokens;
   step.positions = device + positions;
   step.kv_lens = device + kv_lens;
-  step.q_offsets = device + q_offsets;
+  step.q_offsets = device + offsets;
   step.block_tables = device + block_tables;
   step.logit_rows = device + logit_rows;
-  context_.step = step;
-  batch_ = &batch;
-  waits_before_ = backend.host_waits();
-  step_open_ = true;
-  if (batch.has_sparse()) PULSE_RETURN_IF_ERROR(PlanSparse(batch));
+  context.step = step;
+  context.sparse_planned = false;
+  if (batch.has_sparse()) PULSE_RETURN_IF_ERROR(PlanSparse(batch, context));
   return absl::OkStatus();
 }
 
-absl::Status ModelRunner::PlanSparse(const StepBatch& batch) {
+absl::Status ModelRunner::PlanSparse(const StepBatch& batch, StepContext& context) {
+  const int32_t first_seq = context.step.first_seq;
+  const int32_t first_token = batch.q_offsets()[static_cast<size_t>(first_seq)];
   std::vector<SparseSequence> sequences;
   int32_t max_host_block = -1;
-  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+  for (int32_t s = first_seq; s < first_seq + context.step.num_seqs; ++s) {
     const std::optional<SparseSelection>& sparse = batch.sparse(s);
     const std::span<const int32_t> host = batch.host_blocks(s);
     for (const int32_t block : host) max_host_block = std::max(max_host_block, block);
-    sequences.push_back({.first_row = batch.q_offsets()[s],
+    sequences.push_back({.first_row = batch.q_offsets()[s] - first_token,
                          .new_tokens = batch.q_offsets()[s + 1] - batch.q_offsets()[s],
                          .kv_len = batch.kv_lens()[s],
                          .blocks = batch.blocks(s),
@@ -426,84 +525,85 @@ absl::Status ModelRunner::PlanSparse(const StepBatch& batch) {
   }
   // The host tier grows to hold what the step writes back (the engine grew it at admission).
   if (max_host_block >= 0) PULSE_RETURN_IF_ERROR(sparse_->host_tier()->Reserve(max_host_block + 1));
-  PULSE_RETURN_IF_ERROR(sparse_->Plan(sequences, *context_.sparse));
-  // The sparse rows count from zero (read back with the step's tokens).
-  counters_.assign(static_cast<size_t>(batch.num_seqs()) * kSparseCounters, 0);
-  model_->backend().CopyToDevice(context_.counters(), counters_.data(),
-                                 counters_.size() * sizeof(int64_t));
-  sparse_planned_ = true;
+  PULSE_RETURN_IF_ERROR(sparse_->Plan(
+      sequences, outputs_.counters() + int64_t{first_seq} * kSparseCounters, *context.sparse));
+  context.sparse_planned = true;
   return absl::OkStatus();
 }
 
-void ModelRunner::Embed() {
-  model_->backend().Embed(model_->weights().embed.view(), context_.step.tokens,
-                          context_.step.num_tokens, context_.scratch.residual.as<float>());
+void ModelRunner::Embed(StepContext& context) {
+  model_->backend().Embed(model_->weights().embed.view(), context.step.tokens,
+                          context.step.num_tokens, context.scratch.residual.as<float>());
 }
 
-PagedKvBatch ModelRunner::KvBatch(int32_t layer) const {
+PagedKvBatch ModelRunner::KvBatch(const StepContext& context, int32_t layer) const {
   PagedKvBatch kv;
   kv.blocks = cache_.layer(layer);
   kv.layout = cache_.layout();
-  kv.num_seqs = context_.step.num_seqs;
-  kv.max_blocks_per_seq = context_.step.max_blocks_per_seq;
-  kv.block_tables = context_.step.block_tables;
-  kv.kv_lens = context_.step.kv_lens;
-  kv.q_offsets = context_.step.q_offsets;
-  kv.num_rows = context_.step.num_tokens;
-  kv.max_q_len = context_.step.max_q_len;
-  kv.max_kv_len = context_.step.max_kv_len;
+  kv.num_seqs = context.step.num_seqs;
+  kv.max_blocks_per_seq = context.step.max_blocks_per_seq;
+  kv.block_tables = context.step.block_tables;
+  kv.kv_lens = context.step.kv_lens;
+  kv.q_offsets = context.step.q_offsets;
+  kv.num_rows = context.step.num_tokens;
+  kv.max_q_len = context.step.max_q_len;
+  kv.max_kv_len = context.step.max_kv_len;
   return kv;
 }
 
-absl::Status ModelRunner::PreAttention(int32_t layer) {
+absl::Status ModelRunner::PreAttention(StepContext& context, int32_t layer) {
   Backend& backend = model_->backend();
   const ModelConfig& config = model_->config();
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
-  const int64_t rows = context_.step.num_tokens;
-  float* residual = context_.scratch.residual.as<float>();
-  void* normed = context_.scratch.normed.data();
-  float* qkv = context_.scratch.qkv.as<float>();
+  const int64_t rows = context.step.num_tokens;
+  float* residual = context.scratch.residual.as<float>();
+  void* normed = context.scratch.normed.data();
+  float* qkv = context.scratch.qkv.as<float>();
   // The residual stream absorbs the previous layer's MLP output here (layer 0 has none).
   if (layer == 0) {
     backend.RmsNorm(residual, w.attn_norm.as<float>(), rows, hidden_, config.rms_norm_eps, normed);
   } else {
-    backend.AddRmsNorm(residual, context_.scratch.delta.as<float>(), w.attn_norm.as<float>(), rows,
+    backend.AddRmsNorm(residual, context.scratch.delta.as<float>(), w.attn_norm.as<float>(), rows,
                        hidden_, config.rms_norm_eps, normed);
   }
   backend.Gemm(normed, rows, w.qkv.view(), w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<float>(),
                qkv);
   const float* inv_freq = model_->weights().rope_inv_freq.as<float>();
-  backend.RopeAppendKv(qkv, rows, qkv_dim_, config.num_heads, context_.step.positions, inv_freq,
-                       KvBatch(layer));
-  return sparse_planned_ ? sparse_->AfterAppend(layer, *context_.sparse) : absl::OkStatus();
+  backend.RopeAppendKv(qkv, rows, qkv_dim_, config.num_heads, context.step.positions, inv_freq,
+                       KvBatch(context, layer));
+  return context.sparse_planned ? sparse_->AfterAppend(layer, *context.sparse) : absl::OkStatus();
 }
 
-absl::Status ModelRunner::Attention(int32_t layer) {
+absl::Status ModelRunner::Select(StepContext& context, int32_t layer) {
+  if (!SparseStepOpen(context)) return absl::OkStatus();
+  return sparse_->Select(layer, *context.sparse, context.scratch.qkv.as<float>(), qkv_dim_);
+}
+
+absl::Status ModelRunner::Attend(StepContext& context, int32_t layer) {
   const ModelConfig& config = model_->config();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
-  if (SparseStepOpen()) {
+  const float* q = context.scratch.qkv.as<float>();
+  if (SparseStepOpen(context)) {
     const auto row_bytes =
         static_cast<int64_t>(q_dim_ * DTypeBytes(model_->backend().activation_type()));
-    const float* q = context_.scratch.qkv.as<float>();
-    PULSE_RETURN_IF_ERROR(sparse_->Select(layer, *context_.sparse, q, qkv_dim_));
-    return sparse_->Attend(layer, *context_.sparse, q, qkv_dim_, scale,
-                           context_.scratch.attn.data(), row_bytes, KvBatch(layer));
+    return sparse_->Attend(layer, *context.sparse, q, qkv_dim_, scale, context.scratch.attn.data(),
+                           row_bytes, KvBatch(context, layer));
   }
-  model_->backend().Attention(context_.scratch.qkv.as<float>(), qkv_dim_, config.num_heads,
-                              KvBatch(layer), scale, context_.scratch.attn.data());
+  model_->backend().Attention(q, qkv_dim_, config.num_heads, KvBatch(context, layer), scale,
+                              context.scratch.attn.data());
   return absl::OkStatus();
 }
 
-void ModelRunner::PostAttention(int32_t layer) {
+void ModelRunner::PostAttention(StepContext& context, int32_t layer) {
   Backend& backend = model_->backend();
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
-  const int64_t rows = context_.step.num_tokens;
-  float* delta = context_.scratch.delta.as<float>();
-  void* normed = context_.scratch.normed.data();
-  float* gate_up = context_.scratch.gate_up.as<float>();
-  void* act = context_.scratch.act.data();
-  backend.Gemm(context_.scratch.attn.data(), rows, w.o.view(), nullptr, delta);
-  backend.AddRmsNorm(context_.scratch.residual.as<float>(), delta, w.mlp_norm.as<float>(), rows,
+  const int64_t rows = context.step.num_tokens;
+  float* delta = context.scratch.delta.as<float>();
+  void* normed = context.scratch.normed.data();
+  float* gate_up = context.scratch.gate_up.as<float>();
+  void* act = context.scratch.act.data();
+  backend.Gemm(context.scratch.attn.data(), rows, w.o.view(), nullptr, delta);
+  backend.AddRmsNorm(context.scratch.residual.as<float>(), delta, w.mlp_norm.as<float>(), rows,
                      hidden_, model_->config().rms_norm_eps, normed);
   backend.Gemm(normed, rows, w.gate_up.view(), nullptr, gate_up);
   backend.SwiGlu(gate_up, rows, inter_, act);
@@ -511,40 +611,46 @@ void ModelRunner::PostAttention(int32_t layer) {
 }
 
 void ModelRunner::Logits() {
-  const int64_t rows = context_.step.num_logit_rows;
-  if (rows == 0) return;
   Backend& backend = model_->backend();
   const ModelWeights& weights = model_->weights();
-  void* normed = context_.scratch.normed.data();
-  backend.AddRmsNorm(context_.scratch.residual.as<float>(), context_.scratch.delta.as<float>(),
-                     weights.final_norm.as<float>(), context_.step.num_tokens, hidden_,
-                     model_->config().rms_norm_eps, normed);
-  backend.GatherRows(normed, hidden_, context_.step.logit_rows, rows,
-                     context_.scratch.gathered.data());
-  backend.Gemm(context_.scratch.gathered.data(), rows, weights.output(), nullptr,
-               context_.scratch.logits.as<float>());
+  const size_t row_bytes = static_cast<size_t>(hidden_) * DTypeBytes(backend.activation_type());
+  int64_t rows = 0;
+  for (StepContext& context : step_contexts()) {
+    if (context.step.num_logit_rows == 0) continue;
+    void* normed = context.scratch.normed.data();
+    backend.AddRmsNorm(context.scratch.residual.as<float>(), context.scratch.delta.as<float>(),
+                       weights.final_norm.as<float>(), context.step.num_tokens, hidden_,
+                       model_->config().rms_norm_eps, normed);
+    backend.GatherRows(normed, hidden_, context.step.logit_rows, context.step.num_logit_rows,
+                       outputs_.gathered.as<char>() +
+                           static_cast<size_t>(context.step.first_logit_row) * row_bytes);
+    rows += context.step.num_logit_rows;
+  }
+  if (rows == 0) return;
+  backend.Gemm(outputs_.gathered.data(), rows, weights.output(), nullptr,
+               outputs_.logits.as<float>());
 }
 
 absl::Status ModelRunner::CopyLogits(std::span<float> logits) {
-  const int64_t rows = context_.step.num_logit_rows;
+  const int64_t rows = batch_->num_logit_rows();
   if (static_cast<int64_t>(logits.size()) != rows * vocab_) {
     return absl::InvalidArgumentError(
         absl::StrFormat("logits: %d values given for %d rows of %d", logits.size(), rows, vocab_));
   }
-  absl::Status read = model_->backend().CopyToHost(logits.data(), context_.scratch.logits.data(),
-                                                   logits.size_bytes());
+  absl::Status read =
+      model_->backend().CopyToHost(logits.data(), outputs_.logits.data(), logits.size_bytes());
   int64_t reads = 1;
-  if (read.ok() && SparseStepOpen()) {
+  if (read.ok() && AnySparseStepOpen()) {
     read = ReadOutputs(0);
     ++reads;
   }
-  return EndStep(read, counters(), reads);
+  return EndStep(read, reads);
 }
 
 absl::Status ModelRunner::SampleLogits(std::span<const TokenSampling> sampling,
                                        std::span<const int32_t> penalised_ids,
                                        std::span<int32_t> tokens) {
-  const int64_t rows = context_.step.num_logit_rows;
+  const int64_t rows = batch_->num_logit_rows();
   if (static_cast<int64_t>(sampling.size()) != rows ||
       static_cast<int64_t>(tokens.size()) != rows) {
     return absl::InvalidArgumentError(
@@ -561,36 +667,38 @@ absl::Status ModelRunner::SampleLogits(std::span<const TokenSampling> sampling,
     }
   }
   Backend& backend = model_->backend();
-  StepContext::Scratch& scratch = context_.scratch;
-  if (scratch.penalised_ids.bytes() < penalised_ids.size_bytes() || scratch.penalised_ids.empty()) {
+  if (outputs_.penalised_ids.bytes() < penalised_ids.size_bytes() ||
+      outputs_.penalised_ids.empty()) {
     PULSE_ASSIGN_OR_RETURN(
-        scratch.penalised_ids,
-        backend.Allocate(std::max(penalised_ids.size_bytes(), 2 * scratch.penalised_ids.bytes())));
+        outputs_.penalised_ids,
+        backend.Allocate(std::max(penalised_ids.size_bytes(), 2 * outputs_.penalised_ids.bytes())));
   }
-  backend.CopyToDevice(scratch.sampling.data(), sampling.data(), sampling.size_bytes());
-  backend.CopyToDevice(scratch.penalised_ids.data(), penalised_ids.data(),
+  backend.CopyToDevice(outputs_.sampling.data(), sampling.data(), sampling.size_bytes());
+  backend.CopyToDevice(outputs_.penalised_ids.data(), penalised_ids.data(),
                        penalised_ids.size_bytes());
-  backend.SampleTokens(scratch.logits.as<float>(), rows, vocab_,
-                       scratch.sampling.as<TokenSampling>(), scratch.penalised_ids.as<int32_t>(),
-                       context_.tokens());
+  backend.SampleTokens(outputs_.logits.as<float>(), rows, vocab_,
+                       outputs_.sampling.as<TokenSampling>(), outputs_.penalised_ids.as<int32_t>(),
+                       outputs_.tokens());
   const absl::Status read = ReadOutputs(tokens.size_bytes());
   if (read.ok() && !tokens.empty()) {
-    std::memcpy(tokens.data(), outputs_.data(), tokens.size_bytes());
+    std::memcpy(tokens.data(), host_outputs_.data(), tokens.size_bytes());
   }
-  return EndStep(read, counters(), 1);
+  return EndStep(read, 1);
 }
 
 absl::Status ModelRunner::ReadOutputs(size_t token_bytes) {
-  const size_t counter_bytes = SparseStepOpen() ? counters_.size() * sizeof(int64_t) : size_t{0};
-  const size_t bytes = counter_bytes > 0 ? context_.counters_offset + counter_bytes : token_bytes;
-  outputs_.resize(bytes);
-  return model_->backend().CopyToHost(outputs_.data(), context_.scratch.outputs.data(), bytes);
+  const size_t counter_bytes = AnySparseStepOpen() ? counters_.size() * sizeof(int64_t) : 0;
+  const size_t bytes = counter_bytes > 0 ? outputs_.counters_offset + counter_bytes : token_bytes;
+  host_outputs_.resize(bytes);
+  return model_->backend().CopyToHost(host_outputs_.data(), outputs_.outputs.data(), bytes);
 }
 
-std::span<const int64_t> ModelRunner::counters() const {
-  if (outputs_.size() <= context_.counters_offset) return {};
-  return {reinterpret_cast<const int64_t*>(outputs_.data() + context_.counters_offset),
-          (outputs_.size() - context_.counters_offset) / sizeof(int64_t)};
+std::span<const int64_t> ModelRunner::counters(int32_t first_seq) const {
+  const size_t offset =
+      outputs_.counters_offset + static_cast<size_t>(first_seq) * kSparseCounters * sizeof(int64_t);
+  if (host_outputs_.size() <= offset) return {};
+  return {reinterpret_cast<const int64_t*>(host_outputs_.data() + offset),
+          (host_outputs_.size() - offset) / sizeof(int64_t)};
 }
 
 }  // namespace pulse

@@ -1,10 +1,12 @@
 // The Llama-family forward pass as per-layer stages over one step's batch (DESIGN.md, "one
-// decode step as data"): Prepare uploads the step's inputs and embeds the tokens; then per layer
-// PreAttention (norm, QKV projection, RoPE, KV append), Attention, PostAttention (O projection,
-// norm, MLP); then Logits. Forward is the plain loop over them; a scheduler may instead run the
-// stages itself. A step's state (scratch activations, uploaded inputs, its sparse step) is one
-// StepContext; sparse decode attention and offloaded KV are the offload layer's
-// (core/offload/sparse_attention.h). Not thread-safe: one step at a time.
+// decode step as data"): the step's inputs are uploaded and its tokens embedded; then per layer
+// PreAttention (norm, QKV projection, RoPE, KV append), Select (the sparse rows' picks and the
+// recall of their misses), Attend, PostAttention (O projection, norm, MLP); then the logits.
+// A decode step may run as several micro-batches whose stages interleave so that one
+// micro-batch's recall lands while the others compute (docs/design/scheduling.md). A step's
+// state is one StepContext per micro-batch and the shared StepOutputs; sparse decode attention
+// and offloaded KV are the offload layer's (core/offload/sparse_attention.h). Not thread-safe:
+// one step at a time.
 #pragma once
 
 #include <array>
@@ -43,7 +45,12 @@ struct ModelRunnerOptions {
   // same ops as without, so the same results. A step whose recall the host plans (the baseline
   // executors) cannot be captured and runs op by op.
   bool decode_graphs = true;
+  // The most micro-batches a decode step may run as (1 to kMaxMicroBatches): each past the
+  // first has its own scratch, sized for half of max_seqs sequences.
+  int32_t max_micro_batches = 1;
 };
+
+inline constexpr int32_t kMaxMicroBatches = 8;
 
 // How the runner's decode steps ran with ModelRunnerOptions::decode_graphs.
 struct GraphStats {
@@ -82,30 +89,21 @@ class ModelRunner {
   absl::Status ForgetSparse(uint64_t key, std::span<const int32_t> host_blocks);
 
   // Runs the whole step and writes the wanted rows' logits, [batch.num_logit_rows()][vocab], to
-  // the host span `logits` (which must hold exactly that many values).
-  absl::Status Forward(const StepBatch& batch, std::span<float> logits);
-  // Runs the whole step and draws one token per logit row on the backend (only the tokens come
-  // back to the host): tokens[r] from row r with sampling[r], whose history offsets point into
+  // the host span `logits` (which must hold exactly that many values). A decode step (one new
+  // token a sequence) runs as min(micro_batches, its sequences) micro-batches, any other step
+  // as one; the results are the same for any count on a backend whose kernels compute a row
+  // alike whatever the batch (the CPU backend's do). InvalidArgument naming what is wrong with
+  // the batch (checked against the options, the cache and the vocabulary) or for micro_batches
+  // outside 1 to max_micro_batches. A step that fails after its upload is ended by the next one.
+  absl::Status Forward(const StepBatch& batch, std::span<float> logits, int32_t micro_batches = 1);
+  // As Forward, but draws one token per logit row on the backend (only the tokens come back to
+  // the host): tokens[r] from row r with sampling[r], whose history offsets point into
   // penalised_ids, or -1 for a row that cannot be sampled (core/backend/sampling.h).
   absl::Status ForwardAndSample(const StepBatch& batch, std::span<const TokenSampling> sampling,
-                                std::span<const int32_t> penalised_ids, std::span<int32_t> tokens);
-
-  // The stages. Prepare checks the batch against the options, the cache and the vocabulary
-  // (InvalidArgument naming what is wrong), uploads it and embeds its tokens; the layer stages
-  // then run in order for layer 0, 1, ..., then Logits computes the logit rows on the backend,
-  // and CopyLogits or SampleLogits ends the step (a step abandoned before is ended by the next
-  // Prepare).
-  absl::Status Prepare(const StepBatch& batch);
-  // Fails only when a write-back cannot be enqueued.
-  absl::Status PreAttention(int32_t layer);
-  // Fails only for a sparse selection the model cannot take or the device tier cannot hold
-  // (SparseAttention::Attend).
-  absl::Status Attention(int32_t layer);
-  void PostAttention(int32_t layer);
-  void Logits();
-  absl::Status CopyLogits(std::span<float> logits);
-  absl::Status SampleLogits(std::span<const TokenSampling> sampling,
-                            std::span<const int32_t> penalised_ids, std::span<int32_t> tokens);
+                                std::span<const int32_t> penalised_ids, std::span<int32_t> tokens,
+                                int32_t micro_batches = 1);
+  // The micro-batches the last step ran as.
+  int32_t step_micro_batches() const { return micro_batches_; }
 
  private:
   // A decode shape's graph. A shape runs op by op the first time (sizing the backend's scratch
@@ -116,52 +114,74 @@ class ModelRunner {
     bool capture_failed = false;  // never try again
     int64_t last_used = 0;
   };
-  // num_tokens, num_seqs, num_logit_rows and max_blocks_per_seq of a decode step, then its sparse
-  // step's shape (zeros without one): they fix every launch shape and where each input sits in
-  // the step's buffers.
-  using StepShape = std::array<int64_t, 4 + std::tuple_size_v<SparseStep::Shape>>;
+  // The micro-batch count, then for each micro-batch num_tokens, num_seqs, num_logit_rows and
+  // max_blocks_per_seq and its sparse step's shape (zeros without one): they fix every launch
+  // shape and where each input sits in the step's buffers.
+  using StepShape = std::vector<int64_t>;
 
   ModelRunner(std::shared_ptr<const Model> model, KvCache cache, const ModelRunnerOptions& options,
-              StepContext context, std::unique_ptr<SparseAttention> sparse);
+              std::vector<StepContext> contexts, StepOutputs outputs,
+              std::unique_ptr<SparseAttention> sparse);
   absl::Status Check(const StepBatch& batch) const;
-  // Prepare without the embedding.
-  absl::Status Upload(const StepBatch& batch);
-  // Plans the step's sparse attention (sequences with a selection) into the context.
-  absl::Status PlanSparse(const StepBatch& batch);
-  void Embed();
+  // Checks the step, splits it into micro-batches and uploads each.
+  absl::Status Upload(const StepBatch& batch, int32_t micro_batches);
+  // Uploads sequences [first_seq, end_seq) of the batch into `context`.
+  absl::Status UploadMicroBatch(const StepBatch& batch, int32_t first_seq, int32_t end_seq,
+                                StepContext& context);
+  // Plans the micro-batch's sparse attention (sequences with a selection).
+  absl::Status PlanSparse(const StepBatch& batch, StepContext& context);
   // Embedding, layers and logits of the uploaded step: from a graph when it can.
   absl::Status RunStep();
   // Whether the step replayed a graph (false: run it op by op).
   absl::StatusOr<bool> ReplayGraph();
-  // The step's ops, in order: embedding, layers, the sparse step's end, logits.
+  // The step's ops, in order: embedding, layers, the sparse steps' end, logits.
   absl::Status RunOps();
-  PagedKvBatch KvBatch(int32_t layer) const;
   absl::Status RunLayers();
-  // Ends the step after its outputs are read (`read` their status, `counters` the sparse rows'
-  // counters read with them, in `output_reads` host waits): collects the sparse counters, or
-  // abandons the sparse step when something failed.
-  absl::Status EndStep(const absl::Status& read, std::span<const int64_t> counters,
-                       int64_t output_reads);
-  // Whether the step's sparse attention ran (its counters must be read).
-  bool SparseStepOpen() const;
+  // The stages of one micro-batch.
+  void Embed(StepContext& context);
+  // Fails only when a write-back cannot be enqueued.
+  absl::Status PreAttention(StepContext& context, int32_t layer);
+  // The sparse rows' picks and tables, and their recall enqueued; fails only for a selection
+  // the device tier cannot hold.
+  absl::Status Select(StepContext& context, int32_t layer);
+  absl::Status Attend(StepContext& context, int32_t layer);
+  void PostAttention(StepContext& context, int32_t layer);
+  // Every micro-batch's logit rows, gathered, then the output projection once.
+  void Logits();
+  absl::Status CopyLogits(std::span<float> logits);
+  absl::Status SampleLogits(std::span<const TokenSampling> sampling,
+                            std::span<const int32_t> penalised_ids, std::span<int32_t> tokens);
+  PagedKvBatch KvBatch(const StepContext& context, int32_t layer) const;
+  std::span<StepContext> step_contexts() {
+    return std::span<StepContext>(contexts_).first(static_cast<size_t>(micro_batches_));
+  }
+  // Ends the step after its outputs are read (`read` their status, in `output_reads` host
+  // waits): collects the sparse counters ReadOutputs brought back, or abandons the sparse steps
+  // when something failed.
+  absl::Status EndStep(const absl::Status& read, int64_t output_reads);
+  // Whether a micro-batch's sparse attention ran (its counters must be read).
+  bool SparseStepOpen(const StepContext& context) const;
+  bool AnySparseStepOpen() const;
   // Reads the first `token_bytes` of the step's outputs and, when its sparse rows counted, their
-  // counters, in one copy, into outputs_.
+  // counters, in one copy, into host_outputs_.
   absl::Status ReadOutputs(size_t token_bytes);
-  // The sparse counters ReadOutputs brought back (empty when none).
-  std::span<const int64_t> counters() const;
+  // The sparse counters ReadOutputs brought back for sequences from `first_seq` on (empty when
+  // none).
+  std::span<const int64_t> counters(int32_t first_seq) const;
 
   std::shared_ptr<const Model> model_;
   KvCache cache_;
   ModelRunnerOptions options_;
-  StepContext context_;
+  std::vector<StepContext> contexts_;  // [max_micro_batches]; the first holds a whole step
+  StepOutputs outputs_;
   std::unique_ptr<SparseAttention> sparse_;  // with options.offload
-  const StepBatch* batch_ = nullptr;  // the step's batch, from Prepare to the end of the step
-  bool step_open_ = false;            // from Prepare to the end of the step
-  bool sparse_planned_ = false;       // the step has sequences with a selection
-  int64_t waits_before_ = 0;          // Backend::host_waits() when the step began
+  const StepBatch* batch_ = nullptr;         // the step's batch, from its upload to its end
+  int32_t micro_batches_ = 1;                // of the current (or last) step
+  bool step_open_ = false;                   // from the step's upload to its end
+  int64_t waits_before_ = 0;                 // Backend::host_waits() when the step began
   int64_t step_host_waits_ = 0;
-  std::vector<int64_t> counters_;  // zeros of the step's sparse counters, uploaded at its start
-  std::vector<char> outputs_;      // the host side of the step's outputs (tokens, counters)
+  std::vector<int64_t> counters_;   // zeros of the step's sparse counters, uploaded at its start
+  std::vector<char> host_outputs_;  // the host side of the step's outputs (tokens, counters)
   std::map<StepShape, StepGraphEntry> graphs_;
   int64_t graph_clock_ = 0;  // for StepGraphEntry::last_used
   GraphStats graph_stats_;

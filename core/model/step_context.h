@@ -1,8 +1,9 @@
-// One micro-batch's state of a step, apart from the model and its caches: the scratch
-// activations its layers write, where its uploaded inputs sit, its sparse step (the offload
-// layer's tables, recall lists and copy events) and its outputs (sampled tokens and the sparse
-// counters, read back together). The model runner keeps one; interleaving micro-batches of one
-// step needs one each.
+// A step's state apart from the model and its caches. A step runs as one or more micro-batches
+// (consecutive sequences of its batch), each a StepContext: the scratch activations its layers
+// write, where its uploaded inputs sit, its sparse step (the offload layer's tables, recall
+// lists and copy events). The micro-batches share the step's StepOutputs: their logit rows are
+// gathered into one matrix, so that the output projection reads its weights once a step, and
+// the sampled tokens and the sparse counters come back in one read.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@ namespace pulse {
 
 struct StepContext {
   struct Scratch {
-    DeviceBuffer inputs;  // int32: the packed StepBatch (ModelRunner::Upload)
+    DeviceBuffer inputs;  // int32: the packed micro-batch (ModelRunner::Upload)
     // fp32, or the backend's activation type (act) for the GEMM inputs.
     DeviceBuffer residual;  // [tokens][hidden]
     DeviceBuffer normed;    // act [tokens][hidden]
@@ -25,16 +26,18 @@ struct StepContext {
     DeviceBuffer delta;     // [tokens][hidden]: o projection, then MLP output
     DeviceBuffer gate_up;   // [tokens][2 * intermediate]
     DeviceBuffer act;       // act [tokens][intermediate]
-    DeviceBuffer gathered;  // act [logit rows][hidden]
-    DeviceBuffer logits;    // [logit rows][vocab]
-    DeviceBuffer sampling;  // TokenSampling [logit rows]
-    // int32 tokens [logit rows] (padded to 8 bytes), then the sparse counters, int64
-    // [sequences][kSparseCounters]: one read brings both back.
-    DeviceBuffer outputs;
-    DeviceBuffer penalised_ids;  // int32, grown to the longest list a step was given
   };
-  // Where the current step's inputs sit in Scratch::inputs.
+  // The largest micro-batch the scratch holds.
+  struct Limits {
+    int32_t tokens = 0;
+    int32_t seqs = 0;
+    int32_t logit_rows = 0;
+  };
+  // Where the current micro-batch's inputs sit in Scratch::inputs, and which part of the step
+  // it is.
   struct Inputs {
+    int32_t first_seq = 0;        // of the step's batch
+    int32_t first_logit_row = 0;  // of the step's logit rows
     int32_t num_tokens = 0;
     int32_t num_seqs = 0;
     int32_t num_logit_rows = 0;
@@ -46,19 +49,31 @@ struct StepContext {
     const int32_t* kv_lens = nullptr;
     const int32_t* q_offsets = nullptr;
     const int32_t* block_tables = nullptr;
-    const int32_t* logit_rows = nullptr;
+    const int32_t* logit_rows = nullptr;  // rows of this micro-batch's tokens
   };
 
-  int32_t* tokens() const { return scratch.outputs.as<int32_t>(); }
-  int64_t* counters() const {
-    return reinterpret_cast<int64_t*>(scratch.outputs.as<char>() + counters_offset);
-  }
-
   Scratch scratch;
+  Limits limits;
   Inputs step;
   std::vector<int32_t> staging;        // the host side of Scratch::inputs
-  size_t counters_offset = 0;          // bytes from the tokens to the counters in outputs
   std::unique_ptr<SparseStep> sparse;  // with sparse attention
+  bool sparse_planned = false;         // this step planned sparse rows here
+};
+
+struct StepOutputs {
+  DeviceBuffer gathered;  // act [logit rows][hidden]
+  DeviceBuffer logits;    // [logit rows][vocab]
+  DeviceBuffer sampling;  // TokenSampling [logit rows]
+  // int32 tokens [logit rows] (padded to 8 bytes), then the sparse counters, int64
+  // [sequences][kSparseCounters]: one read brings both back.
+  DeviceBuffer outputs;
+  DeviceBuffer penalised_ids;  // int32, grown to the longest list a step was given
+  size_t counters_offset = 0;  // bytes from the tokens to the counters in outputs
+
+  int32_t* tokens() const { return outputs.as<int32_t>(); }
+  int64_t* counters() const {
+    return reinterpret_cast<int64_t*>(outputs.as<char>() + counters_offset);
+  }
 };
 
 }  // namespace pulse

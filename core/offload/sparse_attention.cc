@@ -113,15 +113,24 @@ SparseAttention::SparseAttention(Backend& backend, std::vector<void*> layers,
 
 SparseAttention::~SparseAttention() = default;
 
-absl::StatusOr<std::unique_ptr<SparseStep>> SparseAttention::NewStep(int64_t* counters) {
+absl::StatusOr<std::unique_ptr<SparseStep>> SparseAttention::NewStep(int32_t max_seqs,
+                                                                     int32_t max_step_tokens) {
+  if (max_seqs < 1 || max_seqs > limits_.max_seqs || max_step_tokens < 1 ||
+      max_step_tokens > limits_.max_step_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sparse step: %d sequences and %d tokens, past the limits' %d and %d",
+                        max_seqs, max_step_tokens, limits_.max_seqs, limits_.max_step_tokens));
+  }
   auto step = std::unique_ptr<SparseStep>(new SparseStep());
-  const int64_t seqs = limits_.max_seqs;
+  step->max_seqs = max_seqs;
+  step->max_step_tokens = max_step_tokens;
+  const int64_t seqs = max_seqs;
   // The most a step plans, padded as a decode step's plan may be.
   const int64_t blocks = seqs * limits_.max_blocks_per_seq;
   const int64_t candidates = RoundUp(blocks, kCandidateGranule);
   const int64_t fixed = RoundUp(blocks, kFixedGranule);
   const int64_t sets = layout_.num_kv_heads;  // the most any mode has
-  const int64_t filled = limits_.max_step_tokens / layout_.block_tokens + seqs;
+  const int64_t filled = max_step_tokens / layout_.block_tokens + seqs;
   const int64_t runs_offsets = 2 * seqs + 1;
   const int64_t plan_ints = 3 * candidates + fixed + seqs * (kIntsPerSegment + kIntsPerRow) +
                             filled * (2 + kIntsPerWriteBack) + runs_offsets + 1;
@@ -138,7 +147,6 @@ absl::StatusOr<std::unique_ptr<SparseStep>> SparseAttention::NewStep(int64_t* co
                            backend_.Allocate(ints(sets) + static_cast<size_t>(sets * num_slots()) *
                                                               sizeof(RecallEntry)));
   }
-  step->counters = counters;
   for (int32_t layer = 0; layer < static_cast<int32_t>(layers_.size()); ++layer) {
     SparseStep::LayerEvents events;
     PULSE_ASSIGN_OR_RETURN(events.recall_start, backend_.CreateCopyEvent());
@@ -149,8 +157,26 @@ absl::StatusOr<std::unique_ptr<SparseStep>> SparseAttention::NewStep(int64_t* co
   return step;
 }
 
-absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, SparseStep& step) {
+absl::Status SparseAttention::BeginStep() {
+  if (step_stamp_ == std::numeric_limits<int32_t>::max()) {
+    return absl::ResourceExhaustedError("sparse attention has run 2^31 steps");
+  }
+  ++step_stamp_;
+  step_picks_ = 0;
+  step_sets_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, int64_t* counters,
+                                   SparseStep& step) {
   const auto started = std::chrono::steady_clock::now();
+  int32_t tokens = 0;
+  for (const SparseSequence& sequence : sequences) tokens += sequence.new_tokens;
+  if (static_cast<int64_t>(sequences.size()) > step.max_seqs || tokens > step.max_step_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sparse step: %d sequences of %d tokens, past the step's %d and %d",
+                        sequences.size(), tokens, step.max_seqs, step.max_step_tokens));
+  }
   const int32_t block_tokens = layout_.block_tokens;
   std::vector<int32_t> summary_ids;
   std::vector<int32_t> query_rows;
@@ -164,7 +190,7 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, Sp
   std::vector<SparseAttentionStats> row_stats;
   std::vector<uint64_t> row_keys;
   std::vector<bool> sparse(sequences.size(), false);
-  int32_t num_sets = 0;
+  int32_t num_sets = step_sets_;
   int32_t offloaded_picks = 0;
   int32_t picks_before = 0;
   int32_t table_stride = 1;
@@ -256,10 +282,10 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, Sp
     row_keys.push_back(sequence.key);
     sparse[s] = true;
   }
-  if (tiers_ && offloaded_picks > num_slots()) {
+  if (tiers_ && step_picks_ + offloaded_picks > num_slots()) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("the device tier holds %d slots a layer, fewer than this step's %d picks",
-                        num_slots(), offloaded_picks));
+                        num_slots(), step_picks_ + offloaded_picks));
   }
 
   const int32_t real_writebacks = static_cast<int32_t>(writebacks.size());
@@ -324,12 +350,6 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, Sp
   const size_t offsets = Stage<int32_t>(staging, run_offsets);
   for (SparseStep::Run& run : step.runs) run.q_offsets += offsets;
   step.num_rows = static_cast<int32_t>(rows.size());
-  if (step.num_rows > 0) {
-    if (step_stamp_ == std::numeric_limits<int32_t>::max()) {
-      return absl::ResourceExhaustedError("sparse attention has run 2^31 steps");
-    }
-    ++step_stamp_;
-  }
   at.stamp = staging.size();
   staging.push_back(step_stamp_);
   if (staging.size() * sizeof(int32_t) > step.plan.bytes()) {
@@ -338,7 +358,10 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, Sp
                         step.plan.bytes() / sizeof(int32_t)));
   }
   backend_.CopyToDevice(step.plan.data(), staging.data(), staging.size() * sizeof(int32_t));
+  step_picks_ += offloaded_picks;
+  step_sets_ = num_sets;
 
+  step.counters = counters;
   step.row_keys = std::move(row_keys);
   step.num_candidates = static_cast<int32_t>(summary_ids.size());
   step.num_sets = std::max(num_sets, 1);

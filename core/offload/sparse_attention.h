@@ -106,16 +106,24 @@ class SparseAttention {
                                                                  const SparseLimits& limits);
   ~SparseAttention();
 
-  // A micro-batch's state. `counters` (backend memory, [max_seqs][kSparseCounters] int64) is
-  // where its steps count, zeroed by the caller before each step and read back with its tokens.
-  absl::StatusOr<std::unique_ptr<SparseStep>> NewStep(int64_t* counters);
+  // A micro-batch's state, for steps of at most `max_seqs` sequences and `max_step_tokens`
+  // tokens (InvalidArgument past the limits').
+  absl::StatusOr<std::unique_ptr<SparseStep>> NewStep(int32_t max_seqs, int32_t max_step_tokens);
 
-  // Plans the step of `sequences` and uploads what its layers read. InvalidArgument for a
-  // selection the model cannot take, an offloaded sequence without tiers or in another mode,
-  // sparse rows of two modes in one step; FailedPrecondition for a sink or window block (or a
-  // candidate of a sequence that is not offloaded) that is not resident; ResourceExhausted when
-  // the step's offloaded picks exceed the device tier's slots. Nothing is enqueued on failure.
-  absl::Status Plan(std::span<const SparseSequence> sequences, SparseStep& step);
+  // Begins a step of one or more micro-batches, each then planned once: they share the step's
+  // stamp, so that no micro-batch's recall evicts a block another one picked in the same layer
+  // of the step, and the device tier's slots, which must hold all their offloaded picks.
+  // ResourceExhausted after 2^31 steps.
+  absl::Status BeginStep();
+  // Plans a micro-batch of `sequences` in the step begun last and uploads what its layers read;
+  // its rows count into `counters` (backend memory, [sequences][kSparseCounters] int64, zeroed by
+  // the caller and read back with its tokens). InvalidArgument for a selection the model cannot
+  // take, an offloaded sequence without tiers or in another mode, sparse rows of two modes in
+  // one step, or more sequences or tokens than NewStep's limits; FailedPrecondition for a sink or
+  // window block (or a candidate of a sequence that is not offloaded) that is not resident;
+  // ResourceExhausted when the step's offloaded picks exceed the device tier's slots. Nothing is
+  // enqueued on failure.
+  absl::Status Plan(std::span<const SparseSequence> sequences, int64_t* counters, SparseStep& step);
   // Whether the planned step has a row that attends sparsely (else attention is all dense).
   bool Attends(const SparseStep& step) const;
   // After the layer's KV append: the summaries of the blocks the step filled, and the
@@ -133,7 +141,7 @@ class SparseAttention {
                       float scale, void* out, int64_t out_row_bytes, const PagedKvBatch& dense);
   // After the last layer: compute waits (on the device) for the step's write-backs.
   absl::Status FinishStep(SparseStep& step);
-  // Once the step's counters are on the host (`counters`, as NewStep's): adds them to the
+  // Once the step's counters are on the host (`counters`, as Plan's): adds them to the
   // statistics. Internal, after clearing the directory, when the step's misses overflowed the
   // device tier (its attention read the wrong blocks).
   absl::Status Collect(SparseStep& step, std::span<const int64_t> counters);
@@ -178,7 +186,9 @@ class SparseAttention {
   const SparseLimits limits_;
   BlockSummaries summaries_;
   std::optional<Tiers> tiers_;
-  int32_t step_stamp_ = 0;  // the last step's stamp (BuildSparseTables)
+  int32_t step_stamp_ = 0;  // the step's stamp (BuildSparseTables)
+  int32_t step_picks_ = 0;  // offloaded picks the step's micro-batches planned so far
+  int32_t step_sets_ = 0;   // the step's selection sets (0 until a sparse row is planned)
   SparseAttentionStats stats_;
   absl::flat_hash_map<uint64_t, SparseAttentionStats> key_stats_;
   OffloadStats offload_stats_;

@@ -75,6 +75,8 @@ class SparseStep {
   const int32_t* plan_ints() const { return plan.as<const int32_t>(); }
 
   // Sized once by NewStep.
+  int32_t max_seqs = 0;
+  int32_t max_step_tokens = 0;
   DeviceBuffer plan;                // int32: the step's uploaded plan (Offsets)
   DeviceBuffer bounds;              // [num_heads][max candidates]
   DeviceBuffer scores;              // [max sets][max candidates]
@@ -82,7 +84,7 @@ class SparseStep {
   DeviceBuffer tables;              // [max seqs][max sets][max blocks a sequence]
   DeviceBuffer kv_lens;             // [max seqs][max sets]
   DeviceBuffer recalls;             // int32 counts [max sets], then RecallEntry [max sets][slots]
-  int64_t* counters = nullptr;      // [max seqs][kSparseCounters] (the caller's)
+  int64_t* counters = nullptr;      // [seqs][kSparseCounters] (the caller's, given to Plan)
   std::vector<LayerEvents> events;  // [layers]
 
   // This step's plan, on the host.

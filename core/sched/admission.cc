@@ -16,10 +16,13 @@ double Average(double average, double sample, int64_t count) {
 }  // namespace
 
 void StepCosts::Record(double step_seconds, int32_t offloaded_rows, int64_t recall_bytes,
-                       double recall_seconds) {
+                       double recall_seconds, bool overlapped) {
   if (offloaded_rows <= 0) return;
-  compute_seconds_ =
-      Average(compute_seconds_, std::max(0.0, step_seconds - recall_seconds), steps_);
+  if (!overlapped) {
+    compute_seconds_ =
+        Average(compute_seconds_, std::max(0.0, step_seconds - recall_seconds), compute_steps_);
+    ++compute_steps_;
+  }
   recall_bytes_per_row_ =
       Average(recall_bytes_per_row_,
               static_cast<double>(recall_bytes) / static_cast<double>(offloaded_rows), steps_);

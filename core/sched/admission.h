@@ -16,9 +16,11 @@ namespace pulse {
 class StepCosts {
  public:
   // A finished decode-only step: its wall time, its offloaded rows, and the recall bytes and
-  // copy-engine seconds it added.
+  // copy-engine seconds it added. `overlapped`: it ran as several micro-batches, so its recall
+  // ran beside its compute and its wall time less its recall time says nothing of its compute,
+  // which then keeps its average.
   void Record(double step_seconds, int32_t offloaded_rows, int64_t recall_bytes,
-              double recall_seconds);
+              double recall_seconds, bool overlapped = false);
 
   // Whether a step with recall has been measured: before that nothing is predicted.
   bool measured() const { return link_steps_ > 0; }
@@ -27,8 +29,8 @@ class StepCosts {
   // Recall bytes an offloaded row costs a step.
   double recall_bytes_per_row() const { return recall_bytes_per_row_; }
   // A step's time beside its recall: its wall time less the copy engine's time on its recalls,
-  // which is exact when recall is exposed and a lower bound when it overlaps compute (so the
-  // prediction errs towards offloading less).
+  // over the steps that ran as one micro-batch. Exact when recall is exposed, a lower bound when
+  // the copies overlap compute all the same (so the prediction errs towards offloading less).
   double compute_seconds() const { return compute_seconds_; }
   // The recall time of a step with `offloaded_rows` offloaded rows, at the measured rates.
   double PredictedRecallSeconds(int32_t offloaded_rows) const;
@@ -37,8 +39,9 @@ class StepCosts {
   double link_bytes_per_second_ = 0;
   double recall_bytes_per_row_ = 0;
   double compute_seconds_ = 0;
-  int64_t steps_ = 0;       // steps averaged
-  int64_t link_steps_ = 0;  // of them, those that recalled
+  int64_t steps_ = 0;          // steps averaged
+  int64_t compute_steps_ = 0;  // of them, those that ran as one micro-batch
+  int64_t link_steps_ = 0;     // of them, those that recalled
 };
 
 enum class Placement : uint8_t {

@@ -123,7 +123,11 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
       .max_seqs = resolved.max_batch,
       .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens),
       .offload = resolved.offload,
-      .decode_graphs = resolved.decode_graphs};
+      .decode_graphs = resolved.decode_graphs,
+      // The adaptive choice splits only offloaded steps, in two.
+      .max_micro_batches = resolved.micro_batches > 0 ? resolved.micro_batches
+                           : resolved.offload         ? 2
+                                                      : 1};
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(std::move(model), std::move(cache), runner_options));
   return EngineCapacity{

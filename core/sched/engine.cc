@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/model/forward.h"
 #include "core/sched/capacity.h"
+#include "core/sched/micro_batch_policy.h"
 #include "core/sched/request.h"
 #include "core/sched/request_options.h"
 #include "core/sched/scheduler.h"
@@ -30,7 +31,8 @@ class EngineImpl final : public Engine {
         kv_memory_bytes_(capacity.kv_memory_bytes),
         runner_(std::move(capacity.runner)),
         step_builder_(options_.block_tokens, /*sample_on_backend=*/!options_.logits_to_host),
-        scheduler_(capacity.limits, capacity.dense_blocks, runner_.host_tier()) {}
+        scheduler_(capacity.limits, capacity.dense_blocks, runner_.host_tier()),
+        micro_batches_(options_.micro_batches) {}
 
   using Engine::Submit;
   absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt, const SamplingParams& params,
@@ -55,15 +57,19 @@ class EngineImpl final : public Engine {
   // Admits, builds the step's inputs into step_builder_ and marks its requests in_step.
   std::vector<ScheduledSequence> Schedule(Clock::time_point now, std::vector<Delivery>& deliveries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, step_mu_);
+  // The micro-batches the step of `work` runs as (MicroBatchPolicy).
+  int32_t MicroBatches(const std::vector<ScheduledSequence>& work)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies a finished forward pass (CompleteStep), finishes the requests it ends and fills the
   // report.
   void Complete(const std::vector<ScheduledSequence>& work, const ForwardResult& forward,
                 Clock::time_point now, StepReport& report, std::vector<Delivery>& deliveries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives the scheduler's StepCosts a decode-only step's time and recalls (`offload`: the runner's
-  // totals after it; totals_.offload still holds those before).
+  // totals after it; totals_.offload still holds those before), run as `micro_batches`.
   void RecordCosts(const std::vector<ScheduledSequence>& work, Clock::duration time,
-                   const OffloadStats& offload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                   const OffloadStats& offload, int32_t micro_batches)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the sinks, one delivery at a time, skipping the events of requests released or
   // cancelled since they were produced.
   void Deliver(const std::vector<Delivery>& deliveries) ABSL_LOCKS_EXCLUDED(mu_);
@@ -102,6 +108,7 @@ class EngineImpl final : public Engine {
 
   mutable absl::Mutex mu_;  // the requests and the delivery in progress
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  MicroBatchPolicy micro_batches_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<RequestId, std::shared_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
   // The requests Cancel was called on (also those already finished then), until their release:
   // their sinks are not called again.
@@ -214,6 +221,9 @@ EngineStats EngineImpl::stats() const {
   stats.slot_blocks = scheduler_.slot_capacity();
   stats.slot_blocks_in_use = scheduler_.slots_reserved();
   stats.admission = scheduler_.admission_stats();
+  stats.micro_batches = {.split_steps = micro_batches_.split_steps(),
+                         .probe_steps = micro_batches_.probe_steps(),
+                         .last = micro_batches_.last()};
   return stats;
 }
 
@@ -286,8 +296,21 @@ void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const Forw
   totals_.generated_tokens += completion.generated_tokens;
 }
 
+int32_t EngineImpl::MicroBatches(const std::vector<ScheduledSequence>& work) {
+  MicroBatchView view{.costs = &scheduler_.costs()};
+  for (const ScheduledSequence& sequence : work) {
+    if (!sequence.decode) {
+      view.decode_rows = 0;
+      break;
+    }
+    ++view.decode_rows;
+    if (sequence.request->offloaded_blocks) ++view.offloaded_rows;
+  }
+  return micro_batches_.Choose(view);
+}
+
 void EngineImpl::RecordCosts(const std::vector<ScheduledSequence>& work, Clock::duration time,
-                             const OffloadStats& offload) {
+                             const OffloadStats& offload, int32_t micro_batches) {
   if (work.empty()) return;
   int32_t offloaded_rows = 0;
   for (const ScheduledSequence& sequence : work) {
@@ -296,7 +319,8 @@ void EngineImpl::RecordCosts(const std::vector<ScheduledSequence>& work, Clock::
   }
   scheduler_.costs().Record(std::chrono::duration<double>(time).count(), offloaded_rows,
                             offload.recall_bytes - totals_.offload.recall_bytes,
-                            offload.recall_seconds - totals_.offload.recall_seconds);
+                            offload.recall_seconds - totals_.offload.recall_seconds,
+                            micro_batches > 1);
 }
 
 void EngineImpl::Deliver(const std::vector<Delivery>& deliveries) {
@@ -333,10 +357,12 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   std::vector<Delivery> deliveries;
   std::vector<ScheduledSequence> work;
   std::vector<SparseEnd> finished;
+  int32_t micro_batches = 1;
   {
     absl::MutexLock lock(&mu_);
     finished.swap(sparse_finished_);
     work = Schedule(Clock::now(), deliveries);
+    if (!work.empty()) micro_batches = MicroBatches(work);
   }
   // Between steps: enqueued before the step, so no block of theirs is looked up again before
   // its slots are free (a request admitted now reads its host blocks only once it decodes).
@@ -350,12 +376,13 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
                           static_cast<size_t>(model_->config().vocab_size);
     if (logits_.size() < values) logits_.resize(values);
     const std::span<float> logits = std::span<float>(logits_).first(values);
-    forward.status = runner_.Forward(step_builder_.batch(), logits);
+    forward.status = runner_.Forward(step_builder_.batch(), logits, micro_batches);
     forward.logits = logits;
   } else if (!work.empty()) {
     tokens_.resize(step_builder_.sampling().size());
-    forward.status = runner_.ForwardAndSample(step_builder_.batch(), step_builder_.sampling(),
-                                              step_builder_.penalised_ids(), tokens_);
+    forward.status =
+        runner_.ForwardAndSample(step_builder_.batch(), step_builder_.sampling(),
+                                 step_builder_.penalised_ids(), tokens_, micro_batches);
     forward.tokens = tokens_;
   }
   StepReport report;
@@ -365,7 +392,9 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
     Complete(work, forward, end, report, deliveries);
     if (!work.empty()) totals_.host_waits += runner_.step_host_waits();
     const OffloadStats offload = runner_.offload_stats();
-    if (forward.status.ok()) RecordCosts(work, end - start, offload);
+    if (forward.status.ok()) {
+      RecordCosts(work, end - start, offload, runner_.step_micro_batches());
+    }
     totals_.sparse = runner_.sparse_stats();
     totals_.offload = offload;
   }

@@ -83,6 +83,13 @@ struct EngineOptions {
   AdmissionKind admission = AdmissionKind::kIoAdaptive;  // with offload
   // Replay decode steps as graphs where the backend has them (ModelRunnerOptions::decode_graphs).
   bool decode_graphs = true;
+  // The micro-batches a decode step runs as, interleaved layer by layer so that one's recall
+  // lands while another computes (core/sched/micro_batch_policy.h). 0 (the default): chosen each
+  // step, one unless an offloading engine's recall would take at least the step's compute time,
+  // then two. 1 to 8: every decode step of at least that many sequences. The tokens are the same
+  // for any count on a backend whose kernels compute a row alike whatever the batch (the CPU
+  // backend's; the CUDA backend's GEMMs may pick other algorithms for other row counts).
+  int32_t micro_batches = 0;
 
   absl::Status Validate() const;
 };
@@ -199,6 +206,14 @@ struct EngineStats {
     double compute_ms = 0;
     double predicted_recall_ms = 0;
   } admission;
+  // Layer-wise scheduling (EngineOptions::micro_batches): the decode steps that ran as several
+  // micro-batches, those the adaptive choice ran as one to measure compute, and the
+  // micro-batches of the last step.
+  struct MicroBatches {
+    int64_t split_steps = 0;
+    int64_t probe_steps = 0;
+    int32_t last = 1;
+  } micro_batches;
   // The offloaded KV (with EngineOptions::offload): host-tier blocks, those reserved by running
   // requests, device slots, those the running requests' budgets may take at once, and the
   // transfers and slot-cache counts so far.

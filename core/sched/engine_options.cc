@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "core/model/forward.h"
 #include "core/sched/engine.h"
 
 namespace pulse {
@@ -49,6 +50,10 @@ absl::Status EngineOptions::Validate() const {
   if (max_context < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_context = %d must be >= 0", max_context));
+  }
+  if (micro_batches < 0 || micro_batches > kMaxMicroBatches) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("micro_batches = %d is outside [0, %d]", micro_batches, kMaxMicroBatches));
   }
   if (offload) PULSE_RETURN_IF_ERROR(offload->Validate());
   return absl::OkStatus();

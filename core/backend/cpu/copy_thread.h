@@ -1,5 +1,6 @@
 // The CPU backend's copy engine: one thread that runs copy plans (a memcpy a chunk) in the order
-// they were enqueued, each after an injected delay (a test option: recall that lands late).
+// they were enqueued, each that moves data after an injected delay (a test option: recall that
+// lands late).
 #pragma once
 
 #include <chrono>

@@ -23,8 +23,9 @@ struct CpuBackendOptions {
   int32_t threads = 0;            // parallelism including the calling thread; 0: hardware cores
   size_t memory_limit_bytes = 0;  // 0: no limit; else Allocate beyond it is ResourceExhausted
   size_t host_memory_limit_bytes = 0;  // the same for AllocateHost (the host tier)
-  // For tests: every copy plan starts this long after the copy thread reaches it, so that recall
-  // is late and compute waits for it. Finite and >= 0.
+  // For tests: every copy plan that moves data starts this long after the copy thread reaches
+  // it, so that recall is late and compute waits for it (markers, plans without chunks, are not
+  // delayed). Finite and >= 0.
   absl::Duration copy_delay = absl::ZeroDuration();
 };
 

@@ -1,0 +1,76 @@
+// MicroBatchPolicy's choices from given rates.
+#include "core/sched/micro_batch_policy.h"
+
+#include "gtest/gtest.h"
+
+namespace pulse {
+namespace {
+
+// Rates that predict `recall_ms` of recall a step for each offloaded row and `compute_ms` of
+// compute: 1 GB/s, so recall_ms MB a row.
+StepCosts Costs(double recall_ms, double compute_ms) {
+  StepCosts costs;
+  const double recall = recall_ms * 1e-3;
+  costs.Record(compute_ms * 1e-3 + recall, 1, static_cast<int64_t>(recall * 1e9), recall);
+  return costs;
+}
+
+TEST(MicroBatchPolicyTest, AFixedCountSplitsEveryDecodeStepOfThatManySequences) {
+  MicroBatchPolicy policy(3);
+  EXPECT_EQ(policy.Choose({.decode_rows = 8}), 3);
+  EXPECT_EQ(policy.Choose({.decode_rows = 2}), 2);
+  EXPECT_EQ(policy.Choose({.decode_rows = 1}), 1);
+  EXPECT_EQ(policy.Choose({.decode_rows = 0}), 1);  // a step with a prompt chunk
+  EXPECT_EQ(policy.split_steps(), 2);
+  EXPECT_EQ(policy.last(), 1);
+}
+
+TEST(MicroBatchPolicyTest, AdaptiveSplitsInTwoOnlyWhatRecallsAtLeastAsLongAsItComputes) {
+  MicroBatchPolicy policy(0);
+  const StepCosts unmeasured;
+  EXPECT_EQ(policy.Choose({.decode_rows = 8, .offloaded_rows = 8, .costs = &unmeasured}), 1);
+  const StepCosts fast_link = Costs(/*recall_ms=*/1, /*compute_ms=*/10);
+  EXPECT_EQ(policy.Choose({.decode_rows = 8, .offloaded_rows = 8, .costs = &fast_link}), 1);
+  // 10 rows of 1 ms against 10 ms of compute: recall takes as long, so two.
+  EXPECT_EQ(policy.Choose({.decode_rows = 12, .offloaded_rows = 10, .costs = &fast_link}), 2);
+  const StepCosts slow_link = Costs(/*recall_ms=*/20, /*compute_ms=*/10);
+  EXPECT_EQ(policy.Choose({.decode_rows = 4, .offloaded_rows = 1, .costs = &slow_link}), 2);
+  EXPECT_EQ(policy.last(), 2);
+  // Nothing offloaded, one sequence, or a prompt chunk: one.
+  EXPECT_EQ(policy.Choose({.decode_rows = 4, .offloaded_rows = 0, .costs = &slow_link}), 1);
+  EXPECT_EQ(policy.Choose({.decode_rows = 1, .offloaded_rows = 1, .costs = &slow_link}), 1);
+  EXPECT_EQ(policy.Choose({.decode_rows = 0, .offloaded_rows = 0, .costs = &slow_link}), 1);
+  EXPECT_EQ(policy.split_steps(), 2);
+  EXPECT_EQ(policy.probe_steps(), 0);
+}
+
+TEST(MicroBatchPolicyTest, EverySixteenthSplitStepRunsAsOneToMeasureCompute) {
+  MicroBatchPolicy policy(0);
+  const StepCosts slow_link = Costs(20, 10);
+  const MicroBatchView view{.decode_rows = 4, .offloaded_rows = 4, .costs = &slow_link};
+  int32_t ones = 0;
+  for (int32_t step = 0; step < 3 * MicroBatchPolicy::kProbeInterval; ++step) {
+    const int32_t count = policy.Choose(view);
+    if (count == 1) {
+      ++ones;
+      EXPECT_EQ(step % MicroBatchPolicy::kProbeInterval, MicroBatchPolicy::kProbeInterval - 1);
+    }
+  }
+  EXPECT_EQ(ones, 3);
+  EXPECT_EQ(policy.probe_steps(), 3);
+  EXPECT_EQ(policy.split_steps(), 3 * MicroBatchPolicy::kProbeInterval - 3);
+}
+
+TEST(StepCostsTest, AStepOfSeveralMicroBatchesLeavesComputeAlone) {
+  StepCosts costs;
+  costs.Record(0.010, 2, 2'000'000, 0.002);
+  // Split: its recall overlapped compute, so 12 - 6 says nothing of compute; bytes and link
+  // still count.
+  costs.Record(0.012, 2, 6'000'000, 0.006, /*overlapped=*/true);
+  EXPECT_DOUBLE_EQ(costs.compute_seconds(), 0.008);
+  EXPECT_DOUBLE_EQ(costs.recall_bytes_per_row(), 1e6 + 0.2 * 2e6);
+  EXPECT_DOUBLE_EQ(costs.link_bytes_per_second(), 1e9);
+}
+
+}  // namespace
+}  // namespace pulse
