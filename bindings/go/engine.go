@@ -66,6 +66,10 @@ type EngineParams struct {
 	// drawn at random so that about this share of the picks stays picked the next step; 0: picks
 	// by score.
 	OffloadSyntheticReuse float64
+	// MicroBatches is how many micro-batches a decode step runs as, their layers interleaved so
+	// that one's recall lands while another computes: 0 (the library's default) chosen each
+	// step, 1 to 8 fixed.
+	MicroBatches int32
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -146,6 +150,7 @@ func DefaultEngineParams() EngineParams {
 		OffloadSummaryPrecision: SummaryPrecision(params.offload_summary_precision),
 		OffloadAdmission:        Admission(params.offload_admission),
 		OffloadSyntheticReuse:   float64(params.offload_synthetic_reuse),
+		MicroBatches:            int32(params.micro_batches),
 	}
 }
 
@@ -175,6 +180,7 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	params.offload_summary_precision = C.int32_t(p.OffloadSummaryPrecision)
 	params.offload_admission = C.int32_t(p.OffloadAdmission)
 	params.offload_synthetic_reuse = C.double(p.OffloadSyntheticReuse)
+	params.micro_batches = C.int32_t(p.MicroBatches)
 	return params
 }
 
@@ -314,6 +320,12 @@ type EngineStats struct {
 	PredictedRecallTime time.Duration
 	RunningOffloaded    int32
 	KVMemoryBytes       int64 // device bytes of the KV: cache blocks, slots and summaries
+	// Layer-wise scheduling (EngineParams.MicroBatches): decode steps run as several
+	// micro-batches, steps the adaptive choice ran as one to measure compute, and the last
+	// step's micro-batches.
+	SplitSteps   int64
+	ProbeSteps   int64
+	MicroBatches int32
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -364,5 +376,8 @@ func (e *Engine) Stats() (EngineStats, error) {
 		PredictedRecallTime:   milliseconds(stats.predicted_recall_ms),
 		RunningOffloaded:      int32(stats.running_offloaded),
 		KVMemoryBytes:         int64(stats.kv_memory_bytes),
+		SplitSteps:            int64(stats.split_steps),
+		ProbeSteps:            int64(stats.probe_steps),
+		MicroBatches:          int32(stats.micro_batches),
 	}, nil
 }

@@ -344,13 +344,9 @@ func generate150(t *testing.T, tiny *pulseinfer.Model,
 		t.Fatal(err)
 	}
 	defer e.Close()
-	prompt := make([]int32, 150)
-	for i := range prompt {
-		prompt[i] = int32(3 + (i*37)%297)
-	}
 	sampling := greedy(12)
 	sampling.IgnoreEOS = true
-	request, err := e.Generate(context.Background(), prompt, sampling)
+	request, err := e.Generate(context.Background(), prompt150(0), sampling)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,6 +359,65 @@ func generate150(t *testing.T, tiny *pulseinfer.Model,
 		t.Fatal(err)
 	}
 	return s.result.Tokens, stats
+}
+
+// prompt150 is 150 ids of the tiny vocabulary, from the `shift`-th on.
+func prompt150(shift int) []int32 {
+	prompt := make([]int32, 150)
+	for i := range prompt {
+		prompt[i] = int32(3 + ((i+shift)*37)%297)
+	}
+	return prompt
+}
+
+// Two offloaded requests at once at a budget that selects, their decode steps split into two
+// micro-batches: the ids of one micro-batch, and the stats count the split steps.
+func TestMicroBatchesGiveTheIdsOfOne(t *testing.T) {
+	tiny := loadTinyModel(t)
+	defer tiny.Close()
+	run := func(count int32) ([][]int32, pulseinfer.EngineStats) {
+		params := offloadedParams()
+		params.OffloadBudgetTokens = 48
+		params.MicroBatches = count
+		e, err := pulseinfer.NewEngine(tiny, &params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		sampling := greedy(12)
+		sampling.IgnoreEOS = true
+		var requests []*pulseinfer.Request
+		for shift := 0; shift < 2; shift++ {
+			request, err := e.Generate(context.Background(), prompt150(shift), sampling)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requests = append(requests, request)
+		}
+		var ids [][]int32
+		for _, request := range requests {
+			s, err := readAll(request)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, s.result.Tokens)
+		}
+		stats, err := e.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids, stats
+	}
+	one, oneStats := run(1)
+	two, twoStats := run(2)
+	for i := range one {
+		if !equal(two[i], one[i]) {
+			t.Errorf("request %d: %v with two micro-batches, %v with one", i, two[i], one[i])
+		}
+	}
+	if oneStats.SplitSteps != 0 || twoStats.SplitSteps == 0 || twoStats.SparseAttendedTokens >= twoStats.SparseContextTokens {
+		t.Errorf("stats: one %+v, two %+v", oneStats, twoStats)
+	}
 }
 
 // Offloaded KV in a cache smaller than the request, with a budget covering the context, gives the

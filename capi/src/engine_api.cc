@@ -121,6 +121,9 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.predicted_recall_ms = totals.admission.predicted_recall_ms;
     value.running_offloaded = totals.admission.offloaded_running;
     value.kv_memory_bytes = totals.kv_memory_bytes;
+    value.split_steps = totals.micro_batches.split_steps;
+    value.probe_steps = totals.micro_batches.probe_steps;
+    value.micro_batches = totals.micro_batches.last;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

@@ -69,6 +69,7 @@ pulse_engine_params DefaultEngineParams() {
   params.offload_admission = options.admission == AdmissionKind::kOffloadEvery
                                  ? PULSE_ADMIT_OFFLOAD_EVERY
                                  : PULSE_ADMIT_IO_ADAPTIVE;
+  params.micro_batches = options.micro_batches;
   return params;
 }
 
@@ -81,6 +82,7 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   options.max_context = params.max_context;
   options.kv_capacity_tokens = params.kv_capacity_tokens;
   options.kv_memory_bytes = params.kv_memory_bytes;
+  options.micro_batches = params.micro_batches;
   if (params.decode_graphs != 0 && params.decode_graphs != 1) {
     return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.decode_graphs is ",
                                                    params.decode_graphs, "; expected 0 or 1"));

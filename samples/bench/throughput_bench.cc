@@ -3,7 +3,8 @@
 //
 //   pulseinfer-throughput --model PATH [--random-weights] [--backend auto|cpu|cuda]
 //       [--kv-mib 16384,32768] [--contexts 16384,32768] [--concurrency 4,8,16,32]
-//       [--modes dense,offload-headwise,pulse,pulse-offload-every,pulse-headwise,pulse-per-chunk]
+//       [--modes dense,offload-headwise,pulse,pulse-offload-every,pulse-headwise,pulse-per-chunk,
+//        pulse-no-interrupt]
 //       [--picks scores,synthetic:0.85] [--budget 2048] [--decode-steps 16]
 //       [--prefill-chunk 8192] [--device NAME] [--commit SHA] [--out FILE.jsonl]
 //
@@ -16,10 +17,12 @@
 // median and 99th percentile of their times. Prefill is not part of the figure.
 //
 // Modes: dense (offloading off: the batch the cap allows); offload-headwise, the baseline of
-// head-wise offloading systems (head-wise selection, a copy a chunk, every request offloaded);
-// pulse (SoloHead, the gather engine, adaptive admission: the library's defaults); and one
-// ablation each: pulse-offload-every (no admission), pulse-headwise (head-wise selection),
-// pulse-per-chunk (a copy a chunk instead of the gather engine). An offloaded engine gives each
+// head-wise offloading systems (head-wise selection, a copy a chunk, every request offloaded,
+// each layer's recall waited for in the layer); pulse (SoloHead, the gather engine, adaptive
+// admission, adaptive micro-batches: the library's defaults); and one ablation each:
+// pulse-offload-every (no admission), pulse-headwise (head-wise selection), pulse-per-chunk (a
+// copy a chunk instead of the gather engine), pulse-no-interrupt (one micro-batch a step: each
+// layer's recall exposed). An offloaded engine gives each
 // of the N requests a budget's slots and a host tier for its context; a cap those leave no KV
 // cache in is recorded as {"fits": false} with the library's message. --picks: how offloaded
 // steps pick, by the summaries' scores, or drawn at a stated step-to-step reuse
@@ -51,9 +54,9 @@ using pulse_bench::RoundUp;
 
 using Clock = std::chrono::steady_clock;
 
-const std::vector<std::string> kModes = {"dense",          "offload-headwise",
-                                         "pulse",          "pulse-offload-every",
-                                         "pulse-headwise", "pulse-per-chunk"};
+const std::vector<std::string> kModes = {
+    "dense",           "offload-headwise",  "pulse", "pulse-offload-every", "pulse-headwise",
+    "pulse-per-chunk", "pulse-no-interrupt"};
 
 // The offload_synthetic_reuse of a --picks item: 0 for "scores" (and "dense"), R for
 // "synthetic:R" with R in (0, 1); Fail otherwise.
@@ -168,6 +171,8 @@ pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& po
         point.mode == "offload-headwise" || point.mode == "pulse-offload-every"
             ? PULSE_ADMIT_OFFLOAD_EVERY
             : PULSE_ADMIT_IO_ADAPTIVE;
+    params.micro_batches =
+        point.mode == "offload-headwise" || point.mode == "pulse-no-interrupt" ? 1 : 0;
     const int32_t block = params.block_tokens;
     params.offload_slot_tokens = int64_t{point.concurrency} * RoundUp(args.budget, block);
     params.offload_host_tokens =
@@ -278,7 +283,9 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
                        : std::string("null")) +
           ", \"kv_memory_bytes\": " + std::to_string(state.kv_memory_bytes) +
           ", \"kv_blocks\": " + std::to_string(state.kv_blocks) +
-          ", \"micro_batches\": 1, \"timed_steps\": " + std::to_string(step_ms.size()));
+          ", \"micro_batches\": " + std::to_string(state.micro_batches) +
+          ", \"split_steps\": " + std::to_string(state.split_steps - first.split_steps) +
+          ", \"timed_steps\": " + std::to_string(step_ms.size()));
   table.Row({point.mode, point.picks, std::to_string(point.kv_bytes >> 20),
              std::to_string(point.context), std::to_string(point.concurrency),
              pulse_bench::Fixed(tokens / seconds, 1),

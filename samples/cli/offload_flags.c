@@ -41,6 +41,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   }
   flags->block_tokens = defaults.block_tokens;
   flags->admission = defaults.offload_admission == PULSE_ADMIT_OFFLOAD_EVERY ? "every" : "adaptive";
+  flags->micro_batches = defaults.micro_batches;
   const flag_spec own[kOffloadFlagCount] = {
       {"--offload", kFlagString, &flags->mode, 0, 0},
       {"--budget", kFlagInt32, &flags->budget, 1, 1 << 30},
@@ -55,6 +56,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
       {"--summary-precision", kFlagString, &flags->summary_precision, 0, 0},
       {"--block-tokens", kFlagInt32, &flags->block_tokens, 1, 4096},
       {"--admission", kFlagString, &flags->admission, 0, 0},
+      {"--micro-batches", kFlagInt32, &flags->micro_batches, 0, 8},
   };
   for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
 }
@@ -108,6 +110,7 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
   params->offload_summary_radius = flags->summary_radius;
   params->offload_summary_boxes = flags->summary_boxes;
   params->block_tokens = flags->block_tokens;
+  params->micro_batches = flags->micro_batches;
   return 1;
 }
 
@@ -122,6 +125,12 @@ void print_offload_stats(pulse_engine* engine) {
             (long long)stats.admitted_resident, (long long)stats.admitted_offloaded,
             (long long)stats.admission_io_waits, stats.recall_mb_per_row, stats.link_gb_s,
             stats.step_compute_ms);
+  }
+  if (stats.split_steps > 0) {
+    fprintf(stderr,
+            "layer-wise scheduling: %lld decode steps split into micro-batches (%lld run whole to "
+            "measure compute)\n",
+            (long long)stats.split_steps, (long long)stats.probe_steps);
   }
   if (stats.sparse_selections == 0) return;
   const double attended =

@@ -22,9 +22,10 @@ typedef struct offload_flags {
   const char* summary_precision; /* "f32", "bf16", "int8" or "int4" */
   int32_t block_tokens;
   const char* admission; /* "adaptive" or "every" */
+  int32_t micro_batches; /* 0: chosen each step */
 } offload_flags;
 
-enum { kOffloadFlagCount = 13 };
+enum { kOffloadFlagCount = 14 };
 
 /* A printf format of the library's defaults, as offload_flags_init sets them: pass
  * OFFLOAD_FLAGS_HELP_ARGS(flags). */
@@ -49,7 +50,9 @@ enum { kOffloadFlagCount = 13 };
   "  --block-tokens N      tokens of one KV block, the unit a selection picks and a recall\n"   \
   "                        moves (default %d)\n"                                                \
   "  --admission A         which requests are offloaded: adaptive (default: those that do\n"    \
-  "                        not fit the KV cache, while recall keeps up) or every\n"
+  "                        not fit the KV cache, while recall keeps up) or every\n"             \
+  "  --micro-batches N     micro-batches a decode step runs as, one's recall landing while\n"   \
+  "                        another computes: 0 (default) chosen each step, 1 to 8 fixed\n"
 #define OFFLOAD_FLAGS_HELP_ARGS(flags)                                                         \
   (int)(flags).budget, (int)(flags).sink, (int)(flags).window, (double)(flags).summary_radius, \
       (int)(flags).summary_boxes, (flags).summary_precision, (int)(flags).block_tokens

@@ -32,8 +32,8 @@ def test_at_equal_kv_memory_offloading_runs_what_dense_cannot(tool, tmp_path):
     # 2 MiB of KV: a 1536-token request and its generated tokens take about 0.8 MB of fp32 KV,
     # so two run densely; offloaded, each keeps its sinks, window, summaries and a budget's slots.
     records, stderr = run(tool, tmp_path, "--kv-mib", "2", "--contexts", "1536", "--concurrency",
-                          "4", "--modes", "dense,pulse-offload-every")
-    dense, offloaded = records
+                          "4", "--modes", "dense,pulse-offload-every,pulse-no-interrupt")
+    dense, offloaded, unsplit = records
     for record in records:
         assert record["bench"] == "throughput" and record["fits"] is True, record
         assert record["kv_memory_bytes"] <= 2 << 20, record
@@ -43,8 +43,12 @@ def test_at_equal_kv_memory_offloading_runs_what_dense_cannot(tool, tmp_path):
     assert (dense["picks"], offloaded["picks"]) == ("dense", "scores")
     assert (offloaded["running"], offloaded["running_offloaded"], offloaded["waiting"]) == (4, 4, 0)
     assert offloaded["admitted_offloaded"] == 4 and offloaded["recall_bytes_per_step"] > 0
-    # The live table's rows, then the final table: the last line is the offloaded run's.
-    assert stderr.splitlines()[-1].split()[:5] == ["pulse-offload-every", "scores", "2", "1536", "4"]
+    # Without interruption every step runs as one micro-batch; the others choose (on this CPU
+    # the recall of a tiny model is seldom long enough to split for).
+    assert (unsplit["micro_batches"], unsplit["split_steps"]) == (1, 0)
+    assert 0 <= offloaded["split_steps"] <= offloaded["timed_steps"]
+    # The live table's rows, then the final table: the last line is the last run's.
+    assert stderr.splitlines()[-1].split()[:5] == ["pulse-no-interrupt", "scores", "2", "1536", "4"]
 
 
 def test_synthetic_picks_are_labelled_and_keep_about_their_reuse(tool, tmp_path):

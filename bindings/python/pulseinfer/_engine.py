@@ -66,6 +66,9 @@ class EngineStats:
     predicted_recall_ms: float
     running_offloaded: int
     kv_memory_bytes: int
+    split_steps: int
+    probe_steps: int
+    micro_batches: int
 
 
 class Engine:

@@ -70,6 +70,9 @@ class EngineParams:
     # For benchmarks of recall: in (0, 1), offloaded steps pick blocks drawn at random so that
     # about this share of the picks stays picked the next step (0: picks by score).
     offload_synthetic_reuse: float = _ENGINE.offload_synthetic_reuse
+    # The micro-batches a decode step runs as, their layers interleaved so that one's recall
+    # lands while another computes: 0 (the default) chosen each step, 1 to 8 fixed.
+    micro_batches: int = _ENGINE.micro_batches
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

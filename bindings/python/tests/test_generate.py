@@ -226,6 +226,23 @@ def test_adaptive_admission_runs_what_fits_resident_and_says_so(tiny_model):
     assert stats.link_gb_s > 0 and stats.step_compute_ms > 0 and stats.recall_mb_per_row > 0
 
 
+def test_micro_batches_give_the_ids_of_one(tiny_model):
+    def run(count):
+        params = dataclasses.replace(OFFLOADED, offload_budget_tokens=48, micro_batches=count)
+        with Engine(tiny_model, params) as engine:
+            generations = [engine.generate(TINY_PROMPT[shift:] + TINY_PROMPT[:shift],
+                                           greedy(12, ignore_eos=True)) for shift in (0, 1)]
+            engine.run()
+            return [g.token_ids() for g in generations], engine.stats()
+
+    assert EngineParams().micro_batches == 0
+    one, one_stats = run(1)
+    two, two_stats = run(2)
+    assert two == one
+    assert one_stats.split_steps == 0 and two_stats.split_steps > 0
+    assert two_stats.sparse_attended_tokens < two_stats.sparse_context_tokens
+
+
 def test_a_request_chooses_its_offloading_within_its_engine_s(tiny_model):
     with Engine(tiny_model, EngineParams(block_tokens=8)) as dense:
         expected = dense.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids()

@@ -275,6 +275,13 @@ typedef struct pulse_engine_params {
    * and recall run as they would. A trained model keeps 0.82 to 0.92 of its picks, random
    * weights far fewer. Tokens are then not the model's. 0 (default): picks by score. */
   double offload_synthetic_reuse;
+  /* Fields appended after version 6. */
+  /* The micro-batches a decode step runs as, their layers interleaved so that one's recall
+   * lands while another computes: 0 (default) chosen each step, one unless an offloading
+   * engine's recall would take at least the step's compute time, then two; 1 to 8: every decode
+   * step of at least that many requests. The CPU backend gives the same tokens for any count;
+   * on CUDA a split step's GEMMs may round differently. */
+  int32_t micro_batches;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {
@@ -405,6 +412,10 @@ typedef struct pulse_engine_stats {
   /* Device bytes of the KV: the KV cache's blocks and slots and, when offloading, the summaries
    * of the dense and host-tier blocks. */
   int64_t kv_memory_bytes;
+  /* Fields appended after version 6: layer-wise scheduling (pulse_engine_params.micro_batches). */
+  int64_t split_steps; /* decode steps run as several micro-batches */
+  int64_t probe_steps; /* steps the adaptive choice ran as one to measure compute */
+  int32_t micro_batches; /* the last step's */
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

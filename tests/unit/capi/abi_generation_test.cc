@@ -384,6 +384,9 @@ TEST(AbiOffload, AdmissionPlacesRequestsAndSaysSo) {
   EXPECT_EQ(stats.admitted_resident, 0);
   EXPECT_EQ(stats.admitted_offloaded, 1);
   EXPECT_EQ(stats.running_offloaded, 0);
+  // One request: no step splits into micro-batches.
+  EXPECT_EQ(stats.micro_batches, 1);
+  EXPECT_EQ(stats.split_steps, 0);
   EXPECT_GT(stats.sparse_selections, 0);
   EXPECT_GT(stats.link_gb_s, 0.0);
   EXPECT_GT(stats.step_compute_ms, 0.0);

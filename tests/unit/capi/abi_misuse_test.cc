@@ -198,6 +198,10 @@ TEST_F(AbiMisuse, EngineParamsOutOfRange) {
   params.block_tokens = -5;
   EXPECT_FAILS_WITH(pulse_engine_create(model_, &params, &engine), PULSE_INVALID_ARGUMENT,
                     "block_tokens");
+  ASSERT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
+  params.micro_batches = 9;
+  EXPECT_FAILS_WITH(pulse_engine_create(model_, &params, &engine), PULSE_INVALID_ARGUMENT,
+                    "micro_batches");
 }
 
 TEST_F(AbiMisuse, ReleaseWhileQueuedIsAPreconditionFailure) {

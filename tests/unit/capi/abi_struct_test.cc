@@ -136,7 +136,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_admission, 96);
   EXPECT_OFFSET(pulse_engine_params, kv_memory_bytes, 104);
   EXPECT_OFFSET(pulse_engine_params, offload_synthetic_reuse, 112);
-  EXPECT_EQ(sizeof(pulse_engine_params), 120u);
+  EXPECT_OFFSET(pulse_engine_params, micro_batches, 120);
+  EXPECT_EQ(sizeof(pulse_engine_params), 128u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -167,7 +168,10 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, predicted_recall_ms, 256);
   EXPECT_OFFSET(pulse_engine_stats, running_offloaded, 264);
   EXPECT_OFFSET(pulse_engine_stats, kv_memory_bytes, 272);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 280u);
+  EXPECT_OFFSET(pulse_engine_stats, split_steps, 280);
+  EXPECT_OFFSET(pulse_engine_stats, probe_steps, 288);
+  EXPECT_OFFSET(pulse_engine_stats, micro_batches, 296);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 304u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {
@@ -198,6 +202,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_host_tokens, 0);
   EXPECT_EQ(engine.offload_slot_tokens, 0);
   EXPECT_EQ(engine.decode_graphs, 1);
+  EXPECT_EQ(engine.micro_batches, 0);
   EXPECT_EQ(engine.offload_summary_radius, 0.0);
   EXPECT_EQ(engine.offload_summary_boxes, 0);
   EXPECT_EQ(engine.offload_summary_precision, PULSE_SUMMARY_INT4);

@@ -214,6 +214,12 @@ pub struct EngineStats {
     pub running_offloaded: i32,
     /// Device bytes of the KV: cache blocks, slots and summaries.
     pub kv_memory_bytes: i64,
+    /// Decode steps run as several micro-batches (layer-wise scheduling).
+    pub split_steps: i64,
+    /// Steps the adaptive choice ran as one micro-batch to measure compute.
+    pub probe_steps: i64,
+    /// The last step's micro-batches.
+    pub micro_batches: i32,
 }
 
 impl EngineStats {
@@ -257,6 +263,9 @@ impl EngineStats {
             predicted_recall_time: millis(stats.predicted_recall_ms),
             running_offloaded: stats.running_offloaded,
             kv_memory_bytes: stats.kv_memory_bytes,
+            split_steps: stats.split_steps,
+            probe_steps: stats.probe_steps,
+            micro_batches: stats.micro_batches,
         }
     }
 }

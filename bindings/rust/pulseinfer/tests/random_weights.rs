@@ -204,6 +204,36 @@ fn adaptive_admission_runs_what_fits_resident_and_says_so() {
     assert!(stats.link_bytes_per_second > 0 && stats.recall_bytes_per_row > 0, "{stats:?}");
 }
 
+/// Two offloaded requests at once at a budget that selects, their decode steps split into two
+/// micro-batches: the ids of one micro-batch, and the stats count the split steps.
+#[test]
+fn micro_batches_give_the_ids_of_one() {
+    let model = load(7);
+    let run = |count: i32| {
+        let engine =
+            Engine::new(&model, &offloaded().offload_budget_tokens(48).micro_batches(count))
+                .unwrap();
+        let greedy = SamplingParams::default().temperature(0.0).max_tokens(12).ignore_eos(true);
+        let generations: Vec<_> = (0..2)
+            .map(|shift| {
+                let prompt: Vec<i32> = (0..150).map(|i| 3 + ((i + shift) * 37) % 297).collect();
+                engine.submit(&prompt, &greedy).unwrap()
+            })
+            .collect();
+        let ids: Vec<Vec<i32>> = generations
+            .into_iter()
+            .map(|generation| generation.map(|token| token.unwrap().id).collect())
+            .collect();
+        (ids, engine.stats().unwrap())
+    };
+    let (one, one_stats) = run(1);
+    let (two, two_stats) = run(2);
+    assert_eq!(two, one);
+    assert_eq!(one_stats.split_steps, 0, "{one_stats:?}");
+    assert!(two_stats.split_steps > 0, "{two_stats:?}");
+    assert!(two_stats.sparse_attended_tokens < two_stats.sparse_context_tokens, "{two_stats:?}");
+}
+
 #[test]
 fn every_summary_estimator_generates_the_dense_ids_at_a_covering_budget() {
     let model = load(7);
