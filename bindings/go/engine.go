@@ -326,6 +326,10 @@ type EngineStats struct {
 	SplitSteps   int64
 	ProbeSteps   int64
 	MicroBatches int32
+	// Placement changes of running requests (AdmissionIOAdaptive): resident requests offloaded
+	// under memory pressure, and offloaded ones made resident again when memory freed.
+	DemotedRequests  int64
+	PromotedRequests int64
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -379,5 +383,7 @@ func (e *Engine) Stats() (EngineStats, error) {
 		SplitSteps:            int64(stats.split_steps),
 		ProbeSteps:            int64(stats.probe_steps),
 		MicroBatches:          int32(stats.micro_batches),
+		DemotedRequests:       int64(stats.demoted_requests),
+		PromotedRequests:      int64(stats.promoted_requests),
 	}, nil
 }

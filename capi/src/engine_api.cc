@@ -124,6 +124,8 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.split_steps = totals.micro_batches.split_steps;
     value.probe_steps = totals.micro_batches.probe_steps;
     value.micro_batches = totals.micro_batches.last;
+    value.demoted_requests = totals.admission.demoted;
+    value.promoted_requests = totals.admission.promoted;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

@@ -21,6 +21,28 @@ absl::StatusOr<BlockTable> BlockTable::Create(BlockPool* pool, int32_t block_tok
   return BlockTable(pool, block_tokens, max_tokens, blocks);
 }
 
+absl::StatusOr<BlockTable> BlockTable::Adopt(BlockPool* pool, int32_t block_tokens,
+                                             int32_t max_tokens, std::vector<int32_t> blocks,
+                                             int32_t reserved) {
+  if (block_tokens <= 0 || max_tokens < 0 || reserved < 0 ||
+      static_cast<int64_t>(blocks.size()) + reserved < BlocksForTokens(max_tokens, block_tokens)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "a block table of %d tokens in blocks of %d tokens over %d blocks and %d reserved",
+        max_tokens, block_tokens, blocks.size(), reserved));
+  }
+  BlockTable table(pool, block_tokens, max_tokens, reserved);
+  table.blocks_ = std::move(blocks);
+  return table;
+}
+
+std::vector<int32_t> BlockTable::Detach() {
+  std::vector<int32_t> blocks = std::exchange(blocks_, {});
+  if (pool_ != nullptr) pool_->Unreserve(reserved_).IgnoreError();  // the pool gave it
+  reserved_ = 0;
+  pool_ = nullptr;
+  return blocks;
+}
+
 BlockTable::BlockTable(BlockTable&& other) noexcept
     : pool_(std::exchange(other.pool_, nullptr)),
       block_tokens_(other.block_tokens_),

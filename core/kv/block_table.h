@@ -21,6 +21,11 @@ class BlockTable {
   // Reserves the blocks for up to `max_tokens` tokens. ResourceExhausted when the pool cannot.
   static absl::StatusOr<BlockTable> Create(BlockPool* pool, int32_t block_tokens,
                                            int32_t max_tokens);
+  // A table over `blocks`, already allocated from `pool` and now owned by the table, and
+  // `reserved` blocks the caller reserved in the pool for it: they must cover max_tokens
+  // (FailedPrecondition, taking nothing, when they do not).
+  static absl::StatusOr<BlockTable> Adopt(BlockPool* pool, int32_t block_tokens, int32_t max_tokens,
+                                          std::vector<int32_t> blocks, int32_t reserved);
 
   BlockTable(BlockTable&& other) noexcept;
   BlockTable& operator=(BlockTable&& other) noexcept;
@@ -30,6 +35,9 @@ class BlockTable {
 
   // Allocates blocks until `tokens` tokens fit. OutOfRange beyond the reserved max_tokens.
   absl::Status Grow(int32_t tokens);
+  // Hands the allocated blocks to the caller, who owns them from now on (they stay allocated),
+  // gives the rest of the reservation back, and leaves the table empty.
+  std::vector<int32_t> Detach();
 
   std::span<const int32_t> blocks() const { return blocks_; }
   int32_t block_tokens() const { return block_tokens_; }

@@ -285,6 +285,25 @@ absl::Status ModelRunner::ForgetSparse(uint64_t key, std::span<const int32_t> ho
   return sparse_ == nullptr ? absl::OkStatus() : sparse_->Forget(key, host_blocks);
 }
 
+absl::Status ModelRunner::MoveToHost(std::span<const int32_t> device_blocks,
+                                     std::span<const int32_t> host_blocks) {
+  if (step_open_) return absl::FailedPreconditionError("MoveToHost while a step is open");
+  if (sparse_ == nullptr) return absl::FailedPreconditionError("MoveToHost without offload");
+  return sparse_->MoveToHost(device_blocks, host_blocks);
+}
+
+absl::Status ModelRunner::MoveToDevice(std::span<const int32_t> host_blocks,
+                                       std::span<const int32_t> device_blocks) {
+  if (step_open_) return absl::FailedPreconditionError("MoveToDevice while a step is open");
+  if (sparse_ == nullptr) return absl::FailedPreconditionError("MoveToDevice without offload");
+  return sparse_->MoveToDevice(host_blocks, device_blocks);
+}
+
+absl::Status ModelRunner::FreeSlots(std::span<const int32_t> host_blocks) {
+  if (step_open_) return absl::FailedPreconditionError("FreeSlots while a step is open");
+  return sparse_ == nullptr ? absl::OkStatus() : sparse_->FreeSlots(host_blocks);
+}
+
 bool ModelRunner::SparseStepOpen(const StepContext& context) const {
   return context.sparse_planned && sparse_->Attends(*context.sparse);
 }

@@ -87,6 +87,13 @@ class ModelRunner {
   // and the device slots of its host blocks `host_blocks`, which may then serve another. Between
   // steps only.
   absl::Status ForgetSparse(uint64_t key, std::span<const int32_t> host_blocks);
+  // A running sequence moved between the tiers (SparseAttention::MoveToHost, MoveToDevice,
+  // FreeSlots), between steps only (FailedPrecondition while a step is open, or without tiers).
+  absl::Status MoveToHost(std::span<const int32_t> device_blocks,
+                          std::span<const int32_t> host_blocks);
+  absl::Status MoveToDevice(std::span<const int32_t> host_blocks,
+                            std::span<const int32_t> device_blocks);
+  absl::Status FreeSlots(std::span<const int32_t> host_blocks);
 
   // Runs the whole step and writes the wanted rows' logits, [batch.num_logit_rows()][vocab], to
   // the host span `logits` (which must hold exactly that many values). A decode step (one new

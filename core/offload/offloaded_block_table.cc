@@ -23,6 +23,59 @@ absl::StatusOr<OffloadedBlockTable> OffloadedBlockTable::Create(BlockPool* devic
   return OffloadedBlockTable(device_pool, std::move(host), device_peak);
 }
 
+absl::StatusOr<OffloadedBlockTable> OffloadedBlockTable::FromResident(BlockTable& dense,
+                                                                      BlockPool* device_pool,
+                                                                      BlockPool* host_pool,
+                                                                      int32_t device_peak) {
+  const int32_t block_tokens = dense.block_tokens();
+  if (device_peak < 0 || device_peak > BlocksForTokens(dense.max_tokens(), block_tokens)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("an offloaded sequence of %d tokens holding %d device blocks",
+                        dense.max_tokens(), device_peak));
+  }
+  PULSE_ASSIGN_OR_RETURN(BlockTable host,
+                         BlockTable::Create(host_pool, block_tokens, dense.max_tokens()));
+  PULSE_RETURN_IF_ERROR(host.Grow(std::min(dense.capacity_tokens(), dense.max_tokens())));
+  OffloadedBlockTable table(device_pool, std::move(host), 0);
+  table.device_ = dense.Detach();
+  table.resident_ = static_cast<int32_t>(table.device_.size());
+  // The detached table gave back its worst case, which covers what the sequence may still need.
+  const int32_t more = std::max(0, device_peak - table.resident_);
+  PULSE_RETURN_IF_ERROR(device_pool->Reserve(more));
+  table.device_reserved_ = more;
+  return table;
+}
+
+absl::StatusOr<OffloadedBlockTable::Resident> OffloadedBlockTable::ToResident() {
+  const int32_t block_tokens = host_.block_tokens();
+  const int32_t worst = BlocksForTokens(host_.max_tokens(), block_tokens);
+  // The worst case's blocks beyond those resident now.
+  const int32_t needed = worst - resident_;
+  if (needed > device_reserved_) {
+    PULSE_RETURN_IF_ERROR(device_pool_->Reserve(needed - device_reserved_));
+  } else {
+    device_pool_->Unreserve(device_reserved_ - needed).IgnoreError();  // the table reserved them
+  }
+  int32_t reserved = needed;
+  std::vector<int32_t> recall_host;
+  std::vector<int32_t> recall_device;
+  for (size_t j = 0; j < device_.size(); ++j) {
+    if (device_[j] >= 0) continue;
+    // Cannot fail: `needed` covers every block that is not resident.
+    PULSE_ASSIGN_OR_RETURN(device_[j], device_pool_->Allocate());
+    --reserved;
+    recall_host.push_back(host_.blocks()[j]);
+    recall_device.push_back(device_[j]);
+  }
+  PULSE_ASSIGN_OR_RETURN(BlockTable blocks,
+                         BlockTable::Adopt(device_pool_, block_tokens, host_.max_tokens(),
+                                           std::exchange(device_, {}), reserved));
+  resident_ = 0;
+  device_reserved_ = 0;
+  device_pool_ = nullptr;
+  return Resident{std::move(blocks), std::move(recall_host), std::move(recall_device)};
+}
+
 OffloadedBlockTable::OffloadedBlockTable(OffloadedBlockTable&& other) noexcept
     : device_pool_(std::exchange(other.device_pool_, nullptr)),
       host_(std::move(other.host_)),

@@ -29,6 +29,29 @@ class OffloadedBlockTable {
                                                     int32_t block_tokens, int32_t max_tokens,
                                                     int32_t device_peak);
 
+  // Offloads a resident sequence: the blocks of `dense` (allocated from `device_pool`) become
+  // this table's resident blocks, host blocks are reserved for dense's max_tokens and allocated
+  // for as many logical blocks, and the device blocks held at once from now on are at most
+  // `device_peak` (<= dense's worst case, else InvalidArgument). `dense` is left empty on
+  // success, untouched on failure (ResourceExhausted when the host pool cannot reserve). The
+  // caller writes the full blocks to their host blocks before evicting any (KeepResidentSet).
+  static absl::StatusOr<OffloadedBlockTable> FromResident(BlockTable& dense, BlockPool* device_pool,
+                                                          BlockPool* host_pool,
+                                                          int32_t device_peak);
+  // The resident table of the sequence, and what the caller must copy into it: host block
+  // recall_host[i] into device block recall_device[i], for every logical block that was not
+  // resident.
+  struct Resident {
+    BlockTable blocks;
+    std::vector<int32_t> recall_host;
+    std::vector<int32_t> recall_device;
+  };
+  // Makes the sequence resident again: a device block for every logical block that is not, and
+  // a reservation for its worst case. This table is left holding its host blocks only, to be
+  // destroyed once the copies are enqueued. ResourceExhausted, changing nothing, when the device
+  // pool cannot cover the worst case.
+  absl::StatusOr<Resident> ToResident();
+
   OffloadedBlockTable(OffloadedBlockTable&& other) noexcept;
   OffloadedBlockTable& operator=(OffloadedBlockTable&& other) noexcept;
   OffloadedBlockTable(const OffloadedBlockTable&) = delete;

@@ -93,9 +93,13 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
   for (size_t layer = 0; layer < layers.size(); ++layer) {
     layers[layer] = cache.layer(static_cast<int32_t>(layer));
   }
-  return std::unique_ptr<SparseAttention>(
+  auto sparse = std::unique_ptr<SparseAttention>(
       new SparseAttention(backend, std::move(layers), layout, dense_blocks, config, limits,
                           std::move(summaries), std::move(tiers)));
+  if (sparse->tiers_) {
+    PULSE_ASSIGN_OR_RETURN(sparse->move_done_, backend.CreateCopyEvent());
+  }
+  return sparse;
 }
 
 SparseAttention::SparseAttention(Backend& backend, std::vector<void*> layers,
@@ -602,7 +606,85 @@ void SparseAttention::Abandon(SparseStep& step) {
 
 absl::Status SparseAttention::Forget(uint64_t key, std::span<const int32_t> host_blocks) {
   key_stats_.erase(key);
+  return FreeSlots(host_blocks);
+}
+
+absl::Status SparseAttention::FreeSlots(std::span<const int32_t> host_blocks) {
   return tiers_ ? tiers_->directory.Forget(host_blocks) : absl::OkStatus();
+}
+
+absl::Status SparseAttention::CheckMove(std::span<const int32_t> device_blocks,
+                                        std::span<const int32_t> host_blocks) const {
+  if (!tiers_) return absl::FailedPreconditionError("a tier move without a host tier");
+  if (device_blocks.size() != host_blocks.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a tier move of %d device blocks and %d host blocks", device_blocks.size(),
+                        host_blocks.size()));
+  }
+  for (size_t i = 0; i < device_blocks.size(); ++i) {
+    if (device_blocks[i] < 0 || device_blocks[i] >= dense_blocks_ || host_blocks[i] < 0 ||
+        host_blocks[i] >= tiers_->host.capacity()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a tier move between device block %d (of %d) and host block %d (of %d pinned)",
+          device_blocks[i], dense_blocks_, host_blocks[i], tiers_->host.capacity()));
+    }
+  }
+  if (move_done_ == nullptr) {
+    return absl::InternalError("the tier move's event was not made");  // Create makes it
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseAttention::MoveToHost(std::span<const int32_t> device_blocks,
+                                         std::span<const int32_t> host_blocks) {
+  PULSE_RETURN_IF_ERROR(CheckMove(device_blocks, host_blocks));
+  if (device_blocks.empty()) return absl::OkStatus();
+  const auto count = static_cast<int32_t>(device_blocks.size());
+  std::vector<int32_t> lists(device_blocks.begin(), device_blocks.end());
+  for (const int32_t block : host_blocks) lists.push_back(summaries_.host_id(block));
+  for (size_t i = 0; i < device_blocks.size(); ++i) {
+    lists.push_back(device_blocks[i]);
+    lists.push_back(host_blocks[i]);
+  }
+  const size_t bytes = lists.size() * sizeof(int32_t);
+  if (move_lists_.bytes() < bytes) {
+    PULSE_ASSIGN_OR_RETURN(move_lists_, backend_.Allocate(bytes));
+  }
+  backend_.CopyToDevice(move_lists_.data(), lists.data(), bytes);
+  const int32_t* device = move_lists_.as<const int32_t>();
+  for (int32_t layer = 0; layer < static_cast<int32_t>(layers_.size()); ++layer) {
+    void* blocks = layers_[static_cast<size_t>(layer)];
+    summaries_.Summarize(layer, blocks, device, device + count, count);
+    PULSE_RETURN_IF_ERROR(
+        backend_.EnqueueWriteBack(reinterpret_cast<const WriteBackEntry*>(device + 2 * count),
+                                  count, tiers_->host.view(), layer, blocks, layout_, *move_done_));
+  }
+  offload_stats_.writeback_blocks += int64_t{count} * static_cast<int64_t>(layers_.size());
+  offload_stats_.writeback_bytes +=
+      int64_t{count} * static_cast<int64_t>(layers_.size()) * layout_.block_bytes();
+  return backend_.WaitForCopy(*move_done_);
+}
+
+absl::Status SparseAttention::MoveToDevice(std::span<const int32_t> host_blocks,
+                                           std::span<const int32_t> device_blocks) {
+  PULSE_RETURN_IF_ERROR(CheckMove(device_blocks, host_blocks));
+  if (device_blocks.empty()) return absl::OkStatus();
+  const int64_t block_bytes = layout_.block_bytes();
+  std::vector<CopyChunk> chunks;
+  for (int32_t layer = 0; layer < static_cast<int32_t>(layers_.size()); ++layer) {
+    chunks.clear();
+    for (size_t i = 0; i < host_blocks.size(); ++i) {
+      chunks.push_back(
+          {tiers_->host.block(layer, host_blocks[i]),
+           static_cast<char*>(layers_[static_cast<size_t>(layer)]) + device_blocks[i] * block_bytes,
+           static_cast<size_t>(block_bytes)});
+    }
+    // After compute: the last step's write-backs of these blocks were enqueued before.
+    PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy(
+        {.direction = CopyDirection::kHostToDevice, .chunks = chunks, .after_compute = true},
+        *move_done_));
+  }
+  return backend_.WaitForCopy(*move_done_);
 }
 
 SparseAttentionStats SparseAttention::stats(uint64_t key) const {

@@ -152,6 +152,20 @@ class SparseAttention {
   // Frees the device slots of a finished sequence's host blocks (before they serve another) and
   // drops its statistics. Between steps.
   absl::Status Forget(uint64_t key, std::span<const int32_t> host_blocks);
+  // Frees the device slots that hold any of `host_blocks`, in every layer and set. Between steps.
+  absl::Status FreeSlots(std::span<const int32_t> host_blocks);
+
+  // Moving a running sequence between the tiers, between steps; compute waits (on the device) for
+  // the copies, so the blocks copied from may be reused once these return. FailedPrecondition
+  // without tiers, InvalidArgument for lists of unequal lengths or blocks out of range.
+  // MoveToHost (a resident sequence offloaded): in every layer, summarizes device block
+  // device_blocks[i] as host block host_blocks[i] and writes it back there.
+  absl::Status MoveToHost(std::span<const int32_t> device_blocks,
+                          std::span<const int32_t> host_blocks);
+  // MoveToDevice (an offloaded sequence made resident): in every layer, copies host block
+  // host_blocks[i] into device block device_blocks[i].
+  absl::Status MoveToDevice(std::span<const int32_t> host_blocks,
+                            std::span<const int32_t> device_blocks);
 
   // The host tier (null without tiers): the scheduler grows it as it admits.
   HostTier* host_tier() { return tiers_ ? &tiers_->host : nullptr; }
@@ -177,6 +191,9 @@ class SparseAttention {
   absl::Status Recall(int32_t layer, SparseStep& step);
   // The baseline executors: the recall list to the host, then DMA planned there.
   absl::Status RecallPlannedOnHost(int32_t layer, SparseStep& step);
+  // Checks a move's lists (MoveToHost, MoveToDevice).
+  absl::Status CheckMove(std::span<const int32_t> device_blocks,
+                         std::span<const int32_t> host_blocks) const;
 
   Backend& backend_;
   const std::vector<void*> layers_;  // the cache's memory, a layer each
@@ -192,6 +209,8 @@ class SparseAttention {
   SparseAttentionStats stats_;
   absl::flat_hash_map<uint64_t, SparseAttentionStats> key_stats_;
   OffloadStats offload_stats_;
+  DeviceBuffer move_lists_;               // MoveToHost's uploaded lists, grown as needed
+  std::unique_ptr<CopyEvent> move_done_;  // the end of the last move's copies
 };
 
 }  // namespace pulse

@@ -42,11 +42,13 @@ double StepCosts::PredictedRecallSeconds(int32_t offloaded_rows) const {
 Placement AdmissionPolicy::Place(const AdmissionView& view) const {
   if (kind_ == AdmissionKind::kOffloadEvery) return Placement::kOffloaded;
   if (view.fits_resident) return Placement::kResident;
-  if (view.offloaded_running == 0 || view.costs == nullptr || !view.costs->measured()) {
-    return Placement::kOffloaded;
-  }
-  const double recall = view.costs->PredictedRecallSeconds(view.offloaded_running + 1);
-  return recall <= view.costs->compute_seconds() ? Placement::kOffloaded : Placement::kWait;
+  if (view.offloaded_running == 0 || view.costs == nullptr) return Placement::kOffloaded;
+  return RecallKeepsUp(view.offloaded_running + 1, *view.costs) ? Placement::kOffloaded
+                                                                : Placement::kWait;
+}
+
+bool AdmissionPolicy::RecallKeepsUp(int32_t offloaded, const StepCosts& costs) {
+  return !costs.measured() || costs.PredictedRecallSeconds(offloaded) <= costs.compute_seconds();
 }
 
 }  // namespace pulse

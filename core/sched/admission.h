@@ -69,6 +69,9 @@ class AdmissionPolicy {
   // it fits; else offloaded while the predicted recall time of a step with it stays within the
   // measured compute time (or nothing offloaded runs, or nothing is measured yet); else kWait.
   Placement Place(const AdmissionView& view) const;
+  // Whether `offloaded` offloaded requests may run at once as the rates stand: while nothing is
+  // measured, or their predicted recall time a step stays within the measured compute time.
+  static bool RecallKeepsUp(int32_t offloaded, const StepCosts& costs);
 
   AdmissionKind kind() const { return kind_; }
 

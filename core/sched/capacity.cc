@@ -75,12 +75,13 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
                          .prefill_chunk = resolved.prefill_chunk,
                          .max_step_tokens = resolved.max_step_tokens,
                          .block_tokens = resolved.block_tokens,
+                         .block_bytes = token_bytes * resolved.block_tokens,
                          .admission = resolved.admission};
   if (resolved.offload) {
     PULSE_RETURN_IF_ERROR(
         SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));
   }
-  const int64_t block_bytes = token_bytes * resolved.block_tokens;
+  const int64_t block_bytes = limits.block_bytes;
   // Device bytes of the offload tiers: the slots' KV and the host tier's summaries.
   const int64_t tier_bytes =
       int64_t{limits.slot_blocks} * block_bytes + int64_t{limits.host_blocks} * summary_block_bytes;

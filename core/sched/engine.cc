@@ -54,9 +54,13 @@ class EngineImpl final : public Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(Request& request, absl::Status error, Clock::time_point now,
             std::vector<Delivery>& deliveries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Admits, builds the step's inputs into step_builder_ and marks its requests in_step.
-  std::vector<ScheduledSequence> Schedule(Clock::time_point now, std::vector<Delivery>& deliveries)
+  // Admits, builds the step's inputs into step_builder_ and marks its requests in_step; `moves`
+  // gets the placement changes the runner must carry out before the step.
+  std::vector<ScheduledSequence> Schedule(Clock::time_point now, std::vector<Delivery>& deliveries,
+                                          std::vector<TierMove>& moves)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, step_mu_);
+  // Carries out the placement changes on the runner, in order.
+  absl::Status Move(const std::vector<TierMove>& moves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   // The micro-batches the step of `work` runs as (MicroBatchPolicy).
   int32_t MicroBatches(const std::vector<ScheduledSequence>& work)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -144,6 +148,7 @@ absl::StatusOr<RequestId> EngineImpl::Submit(std::vector<int32_t> prompt,
                                            options_.max_context, tokenizer_.get(), Clock::now());
   request->offload = selection;
   request->placed_by_engine = TakesEngineOffload(offload);
+  if (request->placed_by_engine) request->engine_selection = selection;
   PULSE_RETURN_IF_ERROR(scheduler_.CanEverFit(*request));
   const RequestId id = next_id_++;
   requests_.emplace(id, request);
@@ -249,8 +254,10 @@ void EngineImpl::Fail(Request& request, absl::Status error, Clock::time_point no
 }
 
 std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
-                                                    std::vector<Delivery>& deliveries) {
+                                                    std::vector<Delivery>& deliveries,
+                                                    std::vector<TierMove>& moves) {
   Scheduler::Admitted admitted = scheduler_.Admit();
+  moves = std::move(admitted.moves);
   for (const std::shared_ptr<Request>& request : admitted.running) {
     request->state = RequestState::kRunning;
     request->scheduled = now;
@@ -273,6 +280,18 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
     scheduled.push_back(std::move(sequence));
   }
   return scheduled;
+}
+
+absl::Status EngineImpl::Move(const std::vector<TierMove>& moves) {
+  for (const TierMove& move : moves) {
+    if (move.to_host) {
+      PULSE_RETURN_IF_ERROR(runner_.MoveToHost(move.device_blocks, move.host_blocks));
+    } else {
+      PULSE_RETURN_IF_ERROR(runner_.FreeSlots(move.released_host_blocks));
+      PULSE_RETURN_IF_ERROR(runner_.MoveToDevice(move.host_blocks, move.device_blocks));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const ForwardResult& forward,
@@ -357,11 +376,12 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   std::vector<Delivery> deliveries;
   std::vector<ScheduledSequence> work;
   std::vector<SparseEnd> finished;
+  std::vector<TierMove> moves;
   int32_t micro_batches = 1;
   {
     absl::MutexLock lock(&mu_);
     finished.swap(sparse_finished_);
-    work = Schedule(Clock::now(), deliveries);
+    work = Schedule(Clock::now(), deliveries, moves);
     if (!work.empty()) micro_batches = MicroBatches(work);
   }
   // Between steps: enqueued before the step, so no block of theirs is looked up again before
@@ -371,14 +391,17 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   }
   const Clock::time_point start = Clock::now();
   ForwardResult forward{.logits_to_host = options_.logits_to_host};
-  if (!work.empty() && options_.logits_to_host) {
+  // A move that fails leaves its request's KV incomplete: the step fails as a forward pass would.
+  forward.status = Move(moves);
+  const bool run = forward.status.ok() && !work.empty();
+  if (run && options_.logits_to_host) {
     const size_t values = static_cast<size_t>(step_builder_.batch().num_logit_rows()) *
                           static_cast<size_t>(model_->config().vocab_size);
     if (logits_.size() < values) logits_.resize(values);
     const std::span<float> logits = std::span<float>(logits_).first(values);
     forward.status = runner_.Forward(step_builder_.batch(), logits, micro_batches);
     forward.logits = logits;
-  } else if (!work.empty()) {
+  } else if (run) {
     tokens_.resize(step_builder_.sampling().size());
     forward.status =
         runner_.ForwardAndSample(step_builder_.batch(), step_builder_.sampling(),
@@ -390,7 +413,7 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
     absl::MutexLock lock(&mu_);
     const Clock::time_point end = Clock::now();
     Complete(work, forward, end, report, deliveries);
-    if (!work.empty()) totals_.host_waits += runner_.step_host_waits();
+    if (run) totals_.host_waits += runner_.step_host_waits();
     const OffloadStats offload = runner_.offload_stats();
     if (forward.status.ok()) {
       RecordCosts(work, end - start, offload, runner_.step_micro_batches());

@@ -46,7 +46,9 @@ enum class AdmissionKind : uint8_t {
   // otherwise offloaded, while the
   // predicted recall time of a decode step with it stays within the step's measured compute
   // time (core/sched/admission.h), and otherwise it waits. So at a load that fits the KV cache
-  // nothing is offloaded.
+  // nothing is offloaded. Running requests move too (Scheduler::Admit): a resident one is
+  // demoted when a waiting request's prompt does not fit, an offloaded one promoted back when
+  // memory frees; each at most once.
   kIoAdaptive,
   // Offloaded, whenever its blocks in both tiers and its slots can be reserved.
   kOffloadEvery,
@@ -200,6 +202,8 @@ struct EngineStats {
     int64_t resident = 0;
     int64_t offloaded = 0;
     int64_t io_waits = 0;
+    int64_t demoted = 0;   // running resident requests offloaded under memory pressure
+    int64_t promoted = 0;  // running offloaded requests made resident when memory freed
     int32_t offloaded_running = 0;
     double link_bytes_per_second = 0;
     double recall_bytes_per_row = 0;

@@ -58,6 +58,12 @@ struct Request {
   // The engine chooses whether it runs offloaded (with `offload`) or resident (admission.h); set
   // at Submit, and `offload` is cleared when it is admitted resident.
   bool placed_by_engine = false;
+  // Of a request the engine places: the selection it decodes with while offloaded (`offload`
+  // holds it only then), and whether it was demoted and promoted yet (once each at most, so
+  // that placement never thrashes).
+  std::optional<SelectionOptions> engine_selection;
+  bool demoted = false;
+  bool promoted = false;
   std::optional<OffloadedBlockTable> offloaded_blocks;
   int32_t slot_blocks = 0;
   // In the batch of the step in flight: its blocks stay with it until the step ends, even when

@@ -55,15 +55,105 @@ absl::Status Scheduler::CanEverFit(const Request& request) const {
 
 void Scheduler::Enqueue(std::shared_ptr<Request> request) { queue_.push_back(std::move(request)); }
 
-bool Scheduler::FitsResident(const Request& request) const {
-  int32_t needed = BlocksForTokens(request.max_kv_tokens(), limits_.block_tokens);
+bool Scheduler::FitsResident(const Request& request, int32_t held) const {
+  int32_t needed = BlocksForTokens(request.max_kv_tokens(), limits_.block_tokens) - held;
   // Room for another request only when the batch would have room for it.
   if (request.offload && running() + 1 < limits_.max_batch) needed += BlocksNeeded(request);
   return needed <= pool_.available();
 }
 
+absl::Status Scheduler::PinHostBlocks(int32_t more) {
+  // The host tier is pinned as far as the pool may hand out blocks: it reuses freed ids first,
+  // so the blocks allocated or reserved bound the ids it gives.
+  if (host_tier_ == nullptr) return absl::OkStatus();
+  return host_tier_->Reserve(host_pool_.allocated() + host_pool_.reserved() + more);
+}
+
+bool Scheduler::DemoteOne(Admitted& admitted) {
+  const int32_t block_tokens = limits_.block_tokens;
+  if (limits_.admission != AdmissionKind::kIoAdaptive ||
+      !AdmissionPolicy::RecallKeepsUp(offloaded_running_ + 2, costs_)) {
+    return false;
+  }
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Request& request = **it;
+    if (!request.engine_selection || request.offload || request.demoted || !request.decoding()) {
+      continue;
+    }
+    const SelectionOptions& selection = *request.engine_selection;
+    const int32_t slots = SlotsNeeded(selection, block_tokens, request.max_kv_tokens());
+    const int32_t host_blocks = BlocksForTokens(request.max_kv_tokens(), block_tokens);
+    if (slots_reserved_ + slots > limits_.slot_blocks || host_blocks > host_pool_.available() ||
+        !PinHostBlocks(host_blocks).ok()) {
+      continue;
+    }
+    const std::vector<int32_t> device(request.blocks->blocks().begin(),
+                                      request.blocks->blocks().end());
+    absl::StatusOr<OffloadedBlockTable> table = OffloadedBlockTable::FromResident(
+        *request.blocks, &pool_, &host_pool_,
+        PeakDeviceBlocks(selection, block_tokens, 0, request.max_kv_tokens()));
+    if (!table.ok()) continue;
+    // Its full blocks go to the host tier before the blocks that left its window are freed.
+    TierMove& move = admitted.moves.emplace_back(TierMove{.request = *it, .to_host = true});
+    const auto full = static_cast<size_t>(request.computed / block_tokens);
+    move.device_blocks.assign(device.begin(), device.begin() + static_cast<ptrdiff_t>(full));
+    move.host_blocks.assign(table->host_blocks().begin(),
+                            table->host_blocks().begin() + static_cast<ptrdiff_t>(full));
+    KeepResidentSet(*table, selection, block_tokens, request.computed);
+    request.blocks.reset();
+    request.offloaded_blocks = *std::move(table);
+    request.offload = selection;
+    request.slot_blocks = slots;
+    request.demoted = true;
+    slots_reserved_ += slots;
+    ++offloaded_running_;
+    ++admission_.demoted;
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::PromoteOne(Admitted& admitted) {
+  if (limits_.admission != AdmissionKind::kIoAdaptive || !queue_.empty() || !costs_.measured()) {
+    return;
+  }
+  for (const std::shared_ptr<Request>& running : running_) {
+    Request& request = *running;
+    if (!request.engine_selection || !request.offloaded_blocks || request.promoted ||
+        !request.decoding()) {
+      continue;
+    }
+    OffloadedBlockTable& table = *request.offloaded_blocks;
+    if (!FitsResident(request, table.device_held())) continue;
+    // The recall it would still cost against the copy of its context back.
+    const int64_t remaining =
+        request.max_total_tokens - static_cast<int64_t>(request.tokens.size());
+    const double context_bytes =
+        static_cast<double>(table.host_blocks().size()) * static_cast<double>(limits_.block_bytes);
+    if (static_cast<double>(remaining) * costs_.recall_bytes_per_row() < context_bytes) continue;
+    const std::vector<int32_t> host(table.host_blocks().begin(), table.host_blocks().end());
+    absl::StatusOr<OffloadedBlockTable::Resident> resident = table.ToResident();
+    if (!resident.ok()) continue;
+    admitted.moves.push_back({.request = running,
+                              .to_host = false,
+                              .device_blocks = std::move(resident->recall_device),
+                              .host_blocks = std::move(resident->recall_host),
+                              .released_host_blocks = host});
+    request.blocks = std::move(resident->blocks);
+    request.offloaded_blocks.reset();
+    request.offload.reset();
+    slots_reserved_ -= request.slot_blocks;
+    request.slot_blocks = 0;
+    request.promoted = true;
+    --offloaded_running_;
+    ++admission_.promoted;
+    return;
+  }
+}
+
 Scheduler::Admitted Scheduler::Admit() {
   Admitted admitted;
+  PromoteOne(admitted);
   while (!queue_.empty() && running() < limits_.max_batch) {
     Request& request = *queue_.front();
     // The head waits for running requests to finish; the ones behind it wait their turn.
@@ -84,20 +174,21 @@ Scheduler::Admitted Scheduler::Admit() {
       absl::StatusOr<OffloadedBlockTable> blocks =
           OffloadedBlockTable::Create(&pool_, &host_pool_, limits_.block_tokens,
                                       request.max_kv_tokens(), BlocksNeeded(request));
-      if (!blocks.ok()) break;
-      // The host tier is pinned as far as the pool may hand out blocks: it reuses freed ids
-      // first, so the blocks allocated or reserved bound the ids it gives.
-      if (host_tier_ != nullptr) {
-        const absl::Status grown =
-            host_tier_->Reserve(host_pool_.allocated() + host_pool_.reserved());
-        if (!grown.ok()) {
-          // With nothing running, no pinned memory will come free for it: it can never run.
-          if (running_.empty()) {
-            admitted.rejected.push_back({std::move(queue_.front()), grown});
-            queue_.pop_front();
-          }
-          break;
+      if (!blocks.ok()) {
+        // The dense pool cannot hold its prompt: demoting a resident request may make room.
+        if (request.placed_by_engine && pool_.available() < BlocksNeeded(request) &&
+            DemoteOne(admitted)) {
+          continue;
         }
+        break;
+      }
+      if (const absl::Status grown = PinHostBlocks(0); !grown.ok()) {
+        // With nothing running, no pinned memory will come free for it: it can never run.
+        if (running_.empty()) {
+          admitted.rejected.push_back({std::move(queue_.front()), grown});
+          queue_.pop_front();
+        }
+        break;
       }
       request.offloaded_blocks = *std::move(blocks);
       request.slot_blocks = slots;

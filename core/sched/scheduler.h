@@ -19,9 +19,24 @@ struct SchedulerLimits {
   int32_t prefill_chunk = 0;
   int32_t max_step_tokens = 0;
   int32_t block_tokens = 0;
+  int64_t block_bytes = 0;  // KV bytes of one block in every layer
   int32_t host_blocks = 0;  // the host tier of offloaded requests (0: none)
   int32_t slot_blocks = 0;  // the device tier's slots (0: none)
   AdmissionKind admission = AdmissionKind::kIoAdaptive;
+};
+
+// A running request's KV moved between the tiers by a change of placement, for the model runner
+// to carry out before the next step (ModelRunner::MoveToHost, MoveToDevice).
+struct TierMove {
+  std::shared_ptr<Request> request;
+  bool to_host = false;  // demoted (else promoted)
+  // Pairwise: the device blocks written to the host blocks (demoted), or the host blocks
+  // recalled into the device blocks (promoted).
+  std::vector<int32_t> device_blocks;
+  std::vector<int32_t> host_blocks;
+  // Promoted: every host block it held, whose device slots must be freed before they serve
+  // another request.
+  std::vector<int32_t> released_host_blocks;
 };
 
 // One request's share of a step: its tokens [begin, begin + count) are fed to the model.
@@ -60,11 +75,23 @@ class Scheduler {
     };
     std::vector<std::shared_ptr<Request>> running;
     std::vector<Rejection> rejected;
+    // Placement changes of running requests, in the order the runner must carry them out.
+    std::vector<TierMove> moves;
   };
   // Admits queued requests in order while the batch has room, the admission policy places them
   // (a request the engine places runs resident or offloaded as AdmissionPolicy::Place says) and
   // their KV can be reserved (for an offloaded request: host blocks for its worst case, pinned in
   // the host tier, device blocks for BlocksNeeded, and slots for its budget's picks).
+  //
+  // Under the I/O-adaptive policy placement also changes while requests run. When the head of
+  // the queue is to run offloaded but the dense pool cannot hold its prompt, the decoding
+  // resident requests the engine placed are demoted, the most recently admitted first, while
+  // recall keeps up with one more offloaded request: each keeps its sinks and window on the
+  // device and its other blocks in the host tier. When nothing waits, one decoding offloaded
+  // request the engine placed is promoted a step, the first admitted first, when its whole worst
+  // case fits the dense pool with room left as at admission and the recall it would still cost
+  // (its remaining tokens at the measured recall a row) outweighs copying its context back. Each
+  // request moves at most once each way. Between steps only.
   Admitted Admit();
   // This step's work: one token for every decoding request, then prompt chunks of the
   // prefilling requests in admission order within the step's token budget.
@@ -82,8 +109,14 @@ class Scheduler {
 
  private:
   // Whether the request's whole worst case fits the dense pool now with room left for it
-  // offloaded (AdmissionView::fits_resident).
-  bool FitsResident(const Request& request) const;
+  // offloaded (AdmissionView::fits_resident); `held` device blocks it holds already count.
+  bool FitsResident(const Request& request, int32_t held = 0) const;
+  // Demotes the most recently admitted request that may be demoted; false when none may.
+  bool DemoteOne(Admitted& admitted);
+  // Promotes the first admitted request that may be promoted, if any.
+  void PromoteOne(Admitted& admitted);
+  // Host tier blocks made addressable for the host pool's blocks plus `more`.
+  absl::Status PinHostBlocks(int32_t more);
 
   const SchedulerLimits limits_;
   BlockPool pool_;

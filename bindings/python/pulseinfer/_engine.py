@@ -69,6 +69,8 @@ class EngineStats:
     split_steps: int
     probe_steps: int
     micro_batches: int
+    demoted_requests: int
+    promoted_requests: int
 
 
 class Engine:

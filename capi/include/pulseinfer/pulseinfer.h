@@ -261,8 +261,11 @@ typedef struct pulse_engine_params {
    * offloaded, while the predicted recall time of a decode step with it stays within the step's
    * measured compute time; otherwise it waits. So at a load that fits the KV cache nothing is
    * offloaded.
-   * PULSE_ADMIT_OFFLOAD_EVERY offloads every such request. Placement is decided at admission:
-   * a running request keeps its placement. */
+   * PULSE_ADMIT_OFFLOAD_EVERY offloads every such request. Under PULSE_ADMIT_IO_ADAPTIVE a running
+   * request may change placement: a decoding resident request is demoted (its sinks and window
+   * stay, the rest moves to the host tier) when a waiting request's prompt does not fit, and an
+   * offloaded one promoted back when nothing waits, its worst case fits and the recall it would
+   * still cost outweighs copying its context back; each at most once. */
   int32_t offload_admission;
   /* The device memory the KV may use in all, in bytes, when kv_capacity_tokens is 0: with
    * offloading, the device slots and the summaries of the host tier's blocks come first, and the
@@ -413,9 +416,14 @@ typedef struct pulse_engine_stats {
    * of the dense and host-tier blocks. */
   int64_t kv_memory_bytes;
   /* Fields appended after version 6: layer-wise scheduling (pulse_engine_params.micro_batches). */
-  int64_t split_steps; /* decode steps run as several micro-batches */
-  int64_t probe_steps; /* steps the adaptive choice ran as one to measure compute */
+  int64_t split_steps;   /* decode steps run as several micro-batches */
+  int64_t probe_steps;   /* steps the adaptive choice ran as one to measure compute */
   int32_t micro_batches; /* the last step's */
+  /* Placement changes of running requests under PULSE_ADMIT_IO_ADAPTIVE: resident requests
+   * offloaded when the KV cache could not hold a waiting request's prompt, and offloaded ones
+   * made resident again when memory freed (each request moves at most once each way). */
+  int64_t demoted_requests;
+  int64_t promoted_requests;
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

@@ -387,6 +387,7 @@ TEST(AbiOffload, AdmissionPlacesRequestsAndSaysSo) {
   // One request: no step splits into micro-batches.
   EXPECT_EQ(stats.micro_batches, 1);
   EXPECT_EQ(stats.split_steps, 0);
+  EXPECT_EQ(stats.demoted_requests + stats.promoted_requests, 0);
   EXPECT_GT(stats.sparse_selections, 0);
   EXPECT_GT(stats.link_gb_s, 0.0);
   EXPECT_GT(stats.step_compute_ms, 0.0);

@@ -171,7 +171,9 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, split_steps, 280);
   EXPECT_OFFSET(pulse_engine_stats, probe_steps, 288);
   EXPECT_OFFSET(pulse_engine_stats, micro_batches, 296);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 304u);
+  EXPECT_OFFSET(pulse_engine_stats, demoted_requests, 304);
+  EXPECT_OFFSET(pulse_engine_stats, promoted_requests, 312);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 320u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {

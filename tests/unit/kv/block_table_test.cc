@@ -99,5 +99,31 @@ TEST(BlockTableTest, TablesNeverShareABlock) {
   EXPECT_EQ(seen.size(), 12u);
 }
 
+TEST(BlockTableTest, DetachHandsOverTheBlocksAndAdoptTakesThemBack) {
+  BlockPool pool(10);
+  absl::StatusOr<BlockTable> table = BlockTable::Create(&pool, 4, 20);
+  ASSERT_TRUE(table.ok());
+  ASSERT_TRUE(table->Grow(9).ok());
+  std::vector<int32_t> blocks = table->Detach();
+  EXPECT_EQ(blocks.size(), 3u);
+  EXPECT_TRUE(table->blocks().empty());
+  // The blocks stay allocated; the rest of the reservation went back.
+  EXPECT_EQ(pool.allocated(), 3);
+  EXPECT_EQ(pool.reserved(), 0);
+  // Adopted with too little reserved for the worst case: refused, nothing taken.
+  ASSERT_TRUE(pool.Reserve(1).ok());
+  EXPECT_EQ(BlockTable::Adopt(&pool, 4, 20, blocks, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(pool.Reserve(1).ok());
+  absl::StatusOr<BlockTable> adopted = BlockTable::Adopt(&pool, 4, 20, blocks, 2);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_THAT(adopted->blocks(), ::testing::ElementsAreArray(blocks));
+  ASSERT_TRUE(adopted->Grow(20).ok());
+  EXPECT_EQ(pool.allocated(), 5);
+  adopted = absl::InternalError("dropped");  // destroys the table
+  EXPECT_EQ(pool.allocated(), 0);
+  EXPECT_EQ(pool.reserved(), 0);
+}
+
 }  // namespace
 }  // namespace pulse

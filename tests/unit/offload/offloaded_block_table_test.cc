@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace pulse {
@@ -122,6 +123,70 @@ TEST(OffloadedBlockTableTest, RandomOperationsKeepThePoolsExact) {
     EXPECT_EQ(device.available(), 24);
     EXPECT_EQ(host.available(), 64);
   }
+}
+
+// A resident sequence offloaded and made resident again: the pools count exactly at each stage,
+// the host blocks cover every logical block, and the blocks that were not resident come back as
+// the recall list.
+TEST(OffloadedBlockTableTest, FromResidentAndBackKeepThePoolsExact) {
+  BlockPool device(40);
+  BlockPool host(40);
+  absl::StatusOr<BlockTable> dense = BlockTable::Create(&device, 4, 60);  // 15 blocks
+  ASSERT_TRUE(dense.ok());
+  ASSERT_TRUE(dense->Grow(30).ok());  // 8 blocks
+  const std::vector<int32_t> blocks(dense->blocks().begin(), dense->blocks().end());
+  EXPECT_EQ(OffloadedBlockTable::FromResident(*dense, &device, &host, 16).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<OffloadedBlockTable> offloaded =
+      OffloadedBlockTable::FromResident(*dense, &device, &host, 5);
+  ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+  EXPECT_TRUE(dense->blocks().empty());
+  EXPECT_THAT(offloaded->device_blocks(), ::testing::ElementsAreArray(blocks));
+  EXPECT_EQ(offloaded->host_blocks().size(), 8u);
+  EXPECT_EQ(host.allocated(), 8);
+  EXPECT_EQ(host.allocated() + host.reserved(), 15);
+  // All 8 blocks held; the peak of 5 needs no more reserved.
+  EXPECT_EQ(device.allocated(), 8);
+  EXPECT_EQ(device.reserved(), 0);
+  offloaded->Evict(1, 6);
+  offloaded->LimitDevice(5);
+  EXPECT_EQ(offloaded->resident(), 3);
+  EXPECT_EQ(device.allocated() + device.reserved(), 5);
+
+  absl::StatusOr<OffloadedBlockTable::Resident> resident = offloaded->ToResident();
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  EXPECT_EQ(resident->recall_host.size(), 5u);
+  EXPECT_EQ(resident->recall_device.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(resident->recall_host[i], offloaded->host_blocks()[i + 1]);
+    EXPECT_EQ(resident->blocks.blocks()[i + 1], resident->recall_device[i]);
+  }
+  // The worst case is reserved again; the host blocks go back with the offloaded table.
+  EXPECT_EQ(device.allocated() + device.reserved(), 15);
+  ASSERT_TRUE(resident->blocks.Grow(60).ok());
+  offloaded = absl::InternalError("dropped");
+  EXPECT_EQ(host.allocated() + host.reserved(), 0);
+  EXPECT_EQ(device.allocated(), 15);
+}
+
+TEST(OffloadedBlockTableTest, ToResidentWithoutRoomChangesNothing) {
+  BlockPool device(10);
+  BlockPool host(10);
+  absl::StatusOr<BlockTable> dense = BlockTable::Create(&device, 4, 36);  // 9 blocks
+  ASSERT_TRUE(dense.ok());
+  ASSERT_TRUE(dense->Grow(24).ok());
+  absl::StatusOr<OffloadedBlockTable> offloaded =
+      OffloadedBlockTable::FromResident(*dense, &device, &host, 3);
+  ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+  offloaded->Evict(0, 4);
+  offloaded->LimitDevice(3);
+  ASSERT_TRUE(device.Reserve(device.available()).ok());  // someone else takes the rest
+  const int32_t allocated = device.allocated();
+  const int32_t reserved = device.reserved();
+  EXPECT_EQ(offloaded->ToResident().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(device.allocated(), allocated);
+  EXPECT_EQ(device.reserved(), reserved);
+  EXPECT_EQ(offloaded->resident(), 2);
 }
 
 }  // namespace

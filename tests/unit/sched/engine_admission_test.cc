@@ -124,5 +124,55 @@ TEST(EngineAdmissionTest, ARequestWithItsOwnBudgetOrModeRunsAsItAsks) {
   EXPECT_EQ(engine->stats().admission.offloaded, 4);
 }
 
+// Placement changes while requests run, with a budget covering every context so that the tokens
+// are the dense ones wherever a request's KV lives. A (a short prompt, a long generation) runs
+// resident; B and C arrive while it decodes: B is offloaded into the room left, C's prompt does
+// not fit, so A is demoted (its sinks and window stay, the rest goes to the host tier), which
+// leaves room for C resident. Once B decodes, its prompt's blocks free up, nothing waits, and an
+// offloaded request is promoted back: its blocks are recalled and it attends densely again.
+TEST(EngineAdmissionTest, ARunningRequestIsDemotedUnderPressureAndPromotedWhenMemoryFrees) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const std::vector<int32_t> a = Prompt(20, TinyConfig().vocab_size, 61);
+  const std::vector<int32_t> b = Prompt(40, TinyConfig().vocab_size, 62);
+  const std::vector<int32_t> c = Prompt(40, TinyConfig().vocab_size, 63);
+  const auto generate = [&](Engine& engine, bool staged) {
+    const RequestId first = *engine.Submit(a, Greedy(120, true), nullptr);
+    while (staged && SnapshotOf(engine, first).tokens.size() < 2) {
+      EXPECT_TRUE(engine.Step().ok());
+    }
+    const RequestId second = *engine.Submit(b, Greedy(8, true), nullptr);
+    const RequestId third = *engine.Submit(c, Greedy(8, true), nullptr);
+    RunToIdle(engine);
+    std::vector<std::vector<int32_t>> tokens;
+    for (const RequestId id : {first, second, third}) {
+      const RequestSnapshot snapshot = SnapshotOf(engine, id);
+      EXPECT_TRUE(snapshot.error.ok()) << snapshot.error;
+      tokens.push_back(snapshot.tokens);
+    }
+    return tokens;
+  };
+  const auto expected = generate(*MakeEngine(model, Options(4 * 160, std::nullopt)), false);
+  // 50 blocks: A's worst case is 35 (139 tokens), B's and C's prompts 10 each.
+  std::unique_ptr<Engine> engine = MakeEngine(model, Options(200, AdmissionKind::kIoAdaptive));
+  EXPECT_EQ(generate(*engine, true), expected);
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.admission.resident, 2);
+  EXPECT_EQ(stats.admission.offloaded, 1);
+  EXPECT_EQ(stats.admission.demoted, 1);
+  EXPECT_GE(stats.admission.promoted, 1);
+  EXPECT_EQ(stats.admission.offloaded_running, 0);
+  EXPECT_EQ(stats.kv_blocks_in_use, 0);
+  EXPECT_EQ(stats.host_blocks_in_use, 0);
+  EXPECT_EQ(stats.slot_blocks_in_use, 0);
+
+  // The same with late recall and every decode step in two micro-batches.
+  EngineOptions split = Options(200, AdmissionKind::kIoAdaptive);
+  split.micro_batches = 2;
+  std::unique_ptr<Engine> late =
+      MakeEngine(TinyModel(TinyConfig(), 0, 0, absl::Milliseconds(1)), split);
+  EXPECT_EQ(generate(*late, true), expected);
+  EXPECT_EQ(late->stats().admission.demoted, 1);
+}
+
 }  // namespace
 }  // namespace pulse

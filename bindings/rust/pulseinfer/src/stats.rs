@@ -220,6 +220,10 @@ pub struct EngineStats {
     pub probe_steps: i64,
     /// The last step's micro-batches.
     pub micro_batches: i32,
+    /// Resident requests offloaded while running, under memory pressure (adaptive admission).
+    pub demoted_requests: i64,
+    /// Offloaded requests made resident again while running, when memory freed.
+    pub promoted_requests: i64,
 }
 
 impl EngineStats {
@@ -266,6 +270,8 @@ impl EngineStats {
             split_steps: stats.split_steps,
             probe_steps: stats.probe_steps,
             micro_batches: stats.micro_batches,
+            demoted_requests: stats.demoted_requests,
+            promoted_requests: stats.promoted_requests,
         }
     }
 }
