@@ -45,6 +45,7 @@ void Add(SparseAttentionStats& total, const SparseAttentionStats& more) {
   total.reused_blocks += more.reused_blocks;
   total.attended_tokens += more.attended_tokens;
   total.context_tokens += more.context_tokens;
+  total.recall_bytes += more.recall_bytes;
 }
 
 }  // namespace
@@ -155,6 +156,7 @@ absl::StatusOr<std::unique_ptr<SparseStep>> SparseAttention::NewStep(int32_t max
     SparseStep::LayerEvents events;
     PULSE_ASSIGN_OR_RETURN(events.recall_start, backend_.CreateCopyEvent());
     PULSE_ASSIGN_OR_RETURN(events.recall_end, backend_.CreateCopyEvent());
+    PULSE_ASSIGN_OR_RETURN(events.writeback_start, backend_.CreateCopyEvent());
     PULSE_ASSIGN_OR_RETURN(events.writeback, backend_.CreateCopyEvent());
     step->events.push_back(std::move(events));
   }
@@ -405,6 +407,9 @@ absl::Status SparseAttention::AfterAppend(int32_t layer, SparseStep& step) {
   }
   if (step.num_writebacks == 0) return absl::OkStatus();
   SparseStep::LayerEvents& events = step.events[static_cast<size_t>(layer)];
+  // A marker before it on the copy stream times it (it starts after compute, as it does).
+  PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy(
+      {.direction = CopyDirection::kDeviceToHost, .after_compute = true}, *events.writeback_start));
   PULSE_RETURN_IF_ERROR(backend_.EnqueueWriteBack(
       reinterpret_cast<const WriteBackEntry*>(plan + step.at.writebacks), step.num_writebacks,
       tiers_->host.view(), layer, blocks, layout_, *events.writeback));
@@ -558,6 +563,10 @@ absl::Status SparseAttention::FinishStep(SparseStep& step) {
 }
 
 absl::Status SparseAttention::Collect(SparseStep& step, std::span<const int64_t> counters) {
+  const int64_t chunks_a_miss = step.num_sets == 1 ? 1 : 2;
+  const int64_t bytes_a_miss = step.num_sets == 1
+                                   ? layout_.block_bytes()
+                                   : 2 * layout_.head_elems() * DTypeBytes(layout_.type);
   CacheStats cache;
   int64_t overflow = 0;
   for (int32_t r = 0; r < step.num_rows; ++r) {
@@ -566,25 +575,32 @@ absl::Status SparseAttention::Collect(SparseStep& step, std::span<const int64_t>
     cache.misses += row[kSparseMisses];
     cache.evictions += row[kSparseEvictions];
     overflow += row[kSparseOverflow];
+    SparseAttentionStats& key = key_stats_[step.row_keys[static_cast<size_t>(r)]];
     stats_.reused_blocks += row[kSparseReused];
-    key_stats_[step.row_keys[static_cast<size_t>(r)]].reused_blocks += row[kSparseReused];
+    key.reused_blocks += row[kSparseReused];
+    stats_.recall_bytes += row[kSparseMisses] * bytes_a_miss;
+    key.recall_bytes += row[kSparseMisses] * bytes_a_miss;
   }
   offload_stats_.cache.hits += cache.hits;
   offload_stats_.cache.misses += cache.misses;
   offload_stats_.cache.evictions += cache.evictions;
-  const int64_t chunks_a_miss = step.num_sets == 1 ? 1 : 2;
-  const int64_t bytes_a_miss = step.num_sets == 1
-                                   ? layout_.block_bytes()
-                                   : 2 * layout_.head_elems() * DTypeBytes(layout_.type);
   offload_stats_.recall_chunks += cache.misses * chunks_a_miss;
   offload_stats_.recall_bytes += cache.misses * bytes_a_miss;
   absl::Status status;
   for (SparseStep::LayerEvents& events : step.events) {
-    if (!events.recalled) continue;
-    absl::StatusOr<double> seconds = backend_.CopySeconds(*events.recall_start, *events.recall_end);
-    if (seconds.ok()) offload_stats_.recall_seconds += *seconds;
-    status.Update(seconds.status());
-    events.recalled = false;
+    if (events.recalled) {
+      absl::StatusOr<double> seconds =
+          backend_.CopySeconds(*events.recall_start, *events.recall_end);
+      if (seconds.ok()) offload_stats_.recall_seconds += *seconds;
+      status.Update(seconds.status());
+      events.recalled = false;
+    }
+    if (events.wrote_back) {
+      absl::StatusOr<double> seconds =
+          backend_.CopySeconds(*events.writeback_start, *events.writeback);
+      if (seconds.ok()) offload_stats_.writeback_seconds += *seconds;
+      status.Update(seconds.status());
+    }
   }
   if (overflow > 0) {
     Abandon(step);

@@ -57,6 +57,7 @@ struct SparseAttentionStats {
   int64_t reused_blocks = 0;     // picked blocks the same set picked the step before
   int64_t attended_tokens = 0;   // tokens the sparse rows attended to
   int64_t context_tokens = 0;    // tokens they would have attended to densely
+  int64_t recall_bytes = 0;      // moved host -> device for their picks that missed the slots
   // Host time planning the steps' selections (Plan); the device does not wait for it. Totals
   // only (0 for a sequence).
   double planning_seconds = 0;
@@ -77,6 +78,7 @@ struct OffloadStats {
   double recall_seconds = 0;     // the copy engine's time on the recalls
   int64_t writeback_blocks = 0;  // (layer, block) written device -> host
   int64_t writeback_bytes = 0;
+  double writeback_seconds = 0;  // the copy engine's time on the steps' write-backs
   CacheStats cache;
 };
 

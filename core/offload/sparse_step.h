@@ -51,6 +51,7 @@ class SparseStep {
   struct LayerEvents {
     std::unique_ptr<CopyEvent> recall_start;
     std::unique_ptr<CopyEvent> recall_end;
+    std::unique_ptr<CopyEvent> writeback_start;
     std::unique_ptr<CopyEvent> writeback;
     bool recalled = false;    // this step
     bool wrote_back = false;  // this step

@@ -15,40 +15,52 @@ double Average(double average, double sample, int64_t count) {
 
 }  // namespace
 
-void StepCosts::Record(double step_seconds, int32_t offloaded_rows, int64_t recall_bytes,
-                       double recall_seconds, bool overlapped) {
-  if (offloaded_rows <= 0) return;
-  if (!overlapped) {
+void StepCosts::Record(const StepSample& step) {
+  if (step.offloaded_rows <= 0) return;
+  if (!step.overlapped) {
+    const double copies = step.recall_seconds + step.writeback_seconds;
     compute_seconds_ =
-        Average(compute_seconds_, std::max(0.0, step_seconds - recall_seconds), compute_steps_);
+        Average(compute_seconds_, std::max(0.0, step.seconds - copies), compute_steps_);
     ++compute_steps_;
   }
-  recall_bytes_per_row_ =
-      Average(recall_bytes_per_row_,
-              static_cast<double>(recall_bytes) / static_cast<double>(offloaded_rows), steps_);
+  recall_bytes_per_row_ = Average(
+      recall_bytes_per_row_,
+      static_cast<double>(step.recall_bytes) / static_cast<double>(step.offloaded_rows), steps_);
   ++steps_;
-  if (recall_bytes > 0 && recall_seconds > 0) {
-    link_bytes_per_second_ = Average(
-        link_bytes_per_second_, static_cast<double>(recall_bytes) / recall_seconds, link_steps_);
+  if (step.recall_bytes > 0 && step.recall_seconds > 0) {
+    link_bytes_per_second_ =
+        Average(link_bytes_per_second_,
+                static_cast<double>(step.recall_bytes) / step.recall_seconds, link_steps_);
     ++link_steps_;
   }
 }
 
 double StepCosts::PredictedRecallSeconds(int32_t offloaded_rows) const {
-  if (!measured()) return 0;
-  return recall_bytes_per_row_ * offloaded_rows / link_bytes_per_second_;
+  return RecallSeconds(recall_bytes_per_row_ * offloaded_rows);
+}
+
+double StepCosts::RecallSeconds(double bytes) const {
+  return measured() ? bytes / link_bytes_per_second_ : 0.0;
+}
+
+void RequestRecall::Record(int64_t total_bytes) {
+  bytes_per_step_ =
+      Average(bytes_per_step_, static_cast<double>(total_bytes - total_bytes_), steps_);
+  total_bytes_ = total_bytes;
+  ++steps_;
 }
 
 Placement AdmissionPolicy::Place(const AdmissionView& view) const {
   if (kind_ == AdmissionKind::kOffloadEvery) return Placement::kOffloaded;
   if (view.fits_resident) return Placement::kResident;
   if (view.offloaded_running == 0 || view.costs == nullptr) return Placement::kOffloaded;
-  return RecallKeepsUp(view.offloaded_running + 1, *view.costs) ? Placement::kOffloaded
-                                                                : Placement::kWait;
+  return RecallKeepsUp(view.running_recall_bytes + view.costs->recall_bytes_per_row(), *view.costs)
+             ? Placement::kOffloaded
+             : Placement::kWait;
 }
 
-bool AdmissionPolicy::RecallKeepsUp(int32_t offloaded, const StepCosts& costs) {
-  return !costs.measured() || costs.PredictedRecallSeconds(offloaded) <= costs.compute_seconds();
+bool AdmissionPolicy::RecallKeepsUp(double recall_bytes, const StepCosts& costs) {
+  return !costs.measured() || costs.RecallSeconds(recall_bytes) <= costs.compute_seconds();
 }
 
 }  // namespace pulse

@@ -10,17 +10,24 @@
 
 namespace pulse {
 
+// One finished decode-only step as StepCosts averages it.
+struct StepSample {
+  double seconds = 0;  // its wall time
+  int32_t offloaded_rows = 0;
+  int64_t recall_bytes = 0;
+  double recall_seconds = 0;     // the copy engine's time on its recalls
+  double writeback_seconds = 0;  // and on its write-backs, which share the link
+  // It ran as several micro-batches, so its copies ran beside its compute and its wall time
+  // less their time says nothing of its compute, which then keeps its average.
+  bool overlapped = false;
+};
+
 // The rates of the engine's recent decode steps, as exponential moving averages. A step
 // contributes when it decoded only (a prompt chunk would count prefill as decode compute) and
 // when one of its rows was offloaded.
 class StepCosts {
  public:
-  // A finished decode-only step: its wall time, its offloaded rows, and the recall bytes and
-  // copy-engine seconds it added. `overlapped`: it ran as several micro-batches, so its recall
-  // ran beside its compute and its wall time less its recall time says nothing of its compute,
-  // which then keeps its average.
-  void Record(double step_seconds, int32_t offloaded_rows, int64_t recall_bytes,
-              double recall_seconds, bool overlapped = false);
+  void Record(const StepSample& step);
 
   // Whether a step with recall has been measured: before that nothing is predicted.
   bool measured() const { return link_steps_ > 0; }
@@ -28,12 +35,15 @@ class StepCosts {
   double link_bytes_per_second() const { return link_bytes_per_second_; }
   // Recall bytes an offloaded row costs a step.
   double recall_bytes_per_row() const { return recall_bytes_per_row_; }
-  // A step's time beside its recall: its wall time less the copy engine's time on its recalls,
-  // over the steps that ran as one micro-batch. Exact when recall is exposed, a lower bound when
-  // the copies overlap compute all the same (so the prediction errs towards offloading less).
+  // A step's time beside its copies: its wall time less the copy engine's time on its recalls
+  // and write-backs, over the steps that ran as one micro-batch. Exact when the copies are
+  // exposed, a lower bound when they overlap compute all the same (so the prediction errs
+  // towards offloading less).
   double compute_seconds() const { return compute_seconds_; }
   // The recall time of a step with `offloaded_rows` offloaded rows, at the measured rates.
   double PredictedRecallSeconds(int32_t offloaded_rows) const;
+  // The time the link takes for `bytes` at its measured rate (0 before it is measured).
+  double RecallSeconds(double bytes) const;
 
  private:
   double link_bytes_per_second_ = 0;
@@ -42,6 +52,21 @@ class StepCosts {
   int64_t steps_ = 0;          // steps averaged
   int64_t compute_steps_ = 0;  // of them, those that ran as one micro-batch
   int64_t link_steps_ = 0;     // of them, those that recalled
+};
+
+// One offloaded request's recall a decode step, as an exponential moving average (the weight of
+// StepCosts' averages), fed with the runner's running total of its recall bytes
+// (SparseAttentionStats::recall_bytes of its key) after each step it decoded in.
+class RequestRecall {
+ public:
+  void Record(int64_t total_bytes);
+  bool measured() const { return steps_ > 0; }
+  double bytes_per_step() const { return bytes_per_step_; }
+
+ private:
+  int64_t total_bytes_ = 0;  // the last total recorded
+  double bytes_per_step_ = 0;
+  int64_t steps_ = 0;
 };
 
 enum class Placement : uint8_t {
@@ -57,6 +82,8 @@ struct AdmissionView {
   // so that resident requests alone never close the pool to offloaded ones.
   bool fits_resident = false;
   int32_t offloaded_running = 0;  // offloaded requests running now (admitted this round included)
+  // Their recall bytes a step: each one's own average, or the engine's a row before it has one.
+  double running_recall_bytes = 0;
   const StepCosts* costs = nullptr;
 };
 
@@ -66,12 +93,13 @@ class AdmissionPolicy {
 
   // Where a request that the engine places (it asked for the engine's offloading, not its own
   // mode or budget) runs if admitted now. kOffloadEvery: offloaded. kIoAdaptive: resident when
-  // it fits; else offloaded while the predicted recall time of a step with it stays within the
-  // measured compute time (or nothing offloaded runs, or nothing is measured yet); else kWait.
+  // it fits; else offloaded while the predicted recall time of a step with it (the running
+  // requests' recall and the engine's average a row for it) stays within the measured compute
+  // time (or nothing offloaded runs, or nothing is measured yet); else kWait.
   Placement Place(const AdmissionView& view) const;
-  // Whether `offloaded` offloaded requests may run at once as the rates stand: while nothing is
-  // measured, or their predicted recall time a step stays within the measured compute time.
-  static bool RecallKeepsUp(int32_t offloaded, const StepCosts& costs);
+  // Whether a step that recalls `recall_bytes` keeps up as the rates stand: while nothing is
+  // measured, or its recall time stays within the measured compute time.
+  static bool RecallKeepsUp(double recall_bytes, const StepCosts& costs);
 
   AdmissionKind kind() const { return kind_; }
 

@@ -69,11 +69,12 @@ class EngineImpl final : public Engine {
   void Complete(const std::vector<ScheduledSequence>& work, const ForwardResult& forward,
                 Clock::time_point now, StepReport& report, std::vector<Delivery>& deliveries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives the scheduler's StepCosts a decode-only step's time and recalls (`offload`: the runner's
-  // totals after it; totals_.offload still holds those before), run as `micro_batches`.
+  // Gives each offloaded request that decoded its recall, and the scheduler's StepCosts a
+  // decode-only step's time and recalls (`offload`: the runner's totals after it;
+  // totals_.offload still holds those before), run as `micro_batches`.
   void RecordCosts(const std::vector<ScheduledSequence>& work, Clock::duration time,
                    const OffloadStats& offload, int32_t micro_batches)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, step_mu_);
   // Calls the sinks, one delivery at a time, skipping the events of requests released or
   // cancelled since they were produced.
   void Deliver(const std::vector<Delivery>& deliveries) ABSL_LOCKS_EXCLUDED(mu_);
@@ -331,15 +332,24 @@ int32_t EngineImpl::MicroBatches(const std::vector<ScheduledSequence>& work) {
 void EngineImpl::RecordCosts(const std::vector<ScheduledSequence>& work, Clock::duration time,
                              const OffloadStats& offload, int32_t micro_batches) {
   if (work.empty()) return;
+  for (const ScheduledSequence& sequence : work) {
+    Request& request = *sequence.request;
+    if (sequence.decode && request.offloaded_blocks) {
+      request.recall.Record(runner_.sparse_stats(request.id).recall_bytes);
+    }
+  }
   int32_t offloaded_rows = 0;
   for (const ScheduledSequence& sequence : work) {
     if (!sequence.decode) return;
     if (sequence.request->offload) ++offloaded_rows;
   }
-  scheduler_.costs().Record(std::chrono::duration<double>(time).count(), offloaded_rows,
-                            offload.recall_bytes - totals_.offload.recall_bytes,
-                            offload.recall_seconds - totals_.offload.recall_seconds,
-                            micro_batches > 1);
+  scheduler_.costs().Record(
+      {.seconds = std::chrono::duration<double>(time).count(),
+       .offloaded_rows = offloaded_rows,
+       .recall_bytes = offload.recall_bytes - totals_.offload.recall_bytes,
+       .recall_seconds = offload.recall_seconds - totals_.offload.recall_seconds,
+       .writeback_seconds = offload.writeback_seconds - totals_.offload.writeback_seconds,
+       .overlapped = micro_batches > 1});
 }
 
 void EngineImpl::Deliver(const std::vector<Delivery>& deliveries) {

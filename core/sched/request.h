@@ -14,6 +14,7 @@
 #include "core/offload/selection.h"
 #include "core/sample/sampler.h"
 #include "core/sample/sampling_params.h"
+#include "core/sched/admission.h"
 #include "core/sched/engine.h"
 #include "core/text/text_stream.h"
 
@@ -64,6 +65,8 @@ struct Request {
   std::optional<SelectionOptions> engine_selection;
   bool demoted = false;
   bool promoted = false;
+  // Its recall a step while offloaded.
+  RequestRecall recall;
   std::optional<OffloadedBlockTable> offloaded_blocks;
   int32_t slot_blocks = 0;
   // In the batch of the step in flight: its blocks stay with it until the step ends, even when

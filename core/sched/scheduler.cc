@@ -71,8 +71,10 @@ absl::Status Scheduler::PinHostBlocks(int32_t more) {
 
 bool Scheduler::DemoteOne(Admitted& admitted) {
   const int32_t block_tokens = limits_.block_tokens;
+  // It and the head of the queue, each at the engine's average a row.
   if (limits_.admission != AdmissionKind::kIoAdaptive ||
-      !AdmissionPolicy::RecallKeepsUp(offloaded_running_ + 2, costs_)) {
+      !AdmissionPolicy::RecallKeepsUp(RunningRecallBytes() + 2 * costs_.recall_bytes_per_row(),
+                                      costs_)) {
     return false;
   }
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
@@ -120,17 +122,17 @@ void Scheduler::PromoteOne(Admitted& admitted) {
   for (const std::shared_ptr<Request>& running : running_) {
     Request& request = *running;
     if (!request.engine_selection || !request.offloaded_blocks || request.promoted ||
-        !request.decoding()) {
+        !request.decoding() || !request.recall.measured()) {
       continue;
     }
     OffloadedBlockTable& table = *request.offloaded_blocks;
     if (!FitsResident(request, table.device_held())) continue;
-    // The recall it would still cost against the copy of its context back.
+    // The recall it would still cost, at its own rate, against the copy of its context back.
     const int64_t remaining =
         request.max_total_tokens - static_cast<int64_t>(request.tokens.size());
     const double context_bytes =
         static_cast<double>(table.host_blocks().size()) * static_cast<double>(limits_.block_bytes);
-    if (static_cast<double>(remaining) * costs_.recall_bytes_per_row() < context_bytes) continue;
+    if (static_cast<double>(remaining) * request.recall.bytes_per_step() < context_bytes) continue;
     const std::vector<int32_t> host(table.host_blocks().begin(), table.host_blocks().end());
     absl::StatusOr<OffloadedBlockTable::Resident> resident = table.ToResident();
     if (!resident.ok()) continue;
@@ -160,6 +162,7 @@ Scheduler::Admitted Scheduler::Admit() {
     if (request.placed_by_engine && request.offload) {
       const Placement placement = policy_.Place({.fits_resident = FitsResident(request),
                                                  .offloaded_running = offloaded_running_,
+                                                 .running_recall_bytes = RunningRecallBytes(),
                                                  .costs = &costs_});
       if (placement == Placement::kWait) {
         ++admission_.io_waits;
@@ -239,13 +242,23 @@ void Scheduler::Remove(Request& request) {
   request.slot_blocks = 0;
 }
 
+double Scheduler::RunningRecallBytes() const {
+  double bytes = 0;
+  for (const std::shared_ptr<Request>& request : running_) {
+    if (!request->offloaded_blocks) continue;
+    bytes += request->recall.measured() ? request->recall.bytes_per_step()
+                                        : costs_.recall_bytes_per_row();
+  }
+  return bytes;
+}
+
 EngineStats::Admission Scheduler::admission_stats() const {
   EngineStats::Admission stats = admission_;
   stats.offloaded_running = offloaded_running_;
   stats.link_bytes_per_second = costs_.link_bytes_per_second();
   stats.recall_bytes_per_row = costs_.recall_bytes_per_row();
   stats.compute_ms = costs_.compute_seconds() * 1e3;
-  stats.predicted_recall_ms = costs_.PredictedRecallSeconds(offloaded_running_) * 1e3;
+  stats.predicted_recall_ms = costs_.RecallSeconds(RunningRecallBytes()) * 1e3;
   return stats;
 }
 

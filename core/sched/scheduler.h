@@ -90,8 +90,8 @@ class Scheduler {
   // device and its other blocks in the host tier. When nothing waits, one decoding offloaded
   // request the engine placed is promoted a step, the first admitted first, when its whole worst
   // case fits the dense pool with room left as at admission and the recall it would still cost
-  // (its remaining tokens at the measured recall a row) outweighs copying its context back. Each
-  // request moves at most once each way. Between steps only.
+  // (its remaining tokens at its own average recall a step) outweighs copying its context back.
+  // Each request moves at most once each way. Between steps only.
   Admitted Admit();
   // This step's work: one token for every decoding request, then prompt chunks of the
   // prefilling requests in admission order within the step's token budget.
@@ -117,6 +117,8 @@ class Scheduler {
   void PromoteOne(Admitted& admitted);
   // Host tier blocks made addressable for the host pool's blocks plus `more`.
   absl::Status PinHostBlocks(int32_t more);
+  // The running offloaded requests' recall bytes a step (AdmissionView::running_recall_bytes).
+  double RunningRecallBytes() const;
 
   const SchedulerLimits limits_;
   BlockPool pool_;

@@ -11,7 +11,10 @@ namespace {
 StepCosts Costs(double recall_ms, double compute_ms) {
   StepCosts costs;
   const double recall = recall_ms * 1e-3;
-  costs.Record(compute_ms * 1e-3 + recall, 1, static_cast<int64_t>(recall * 1e9), recall);
+  costs.Record({.seconds = compute_ms * 1e-3 + recall,
+                .offloaded_rows = 1,
+                .recall_bytes = static_cast<int64_t>(recall * 1e9),
+                .recall_seconds = recall});
   return costs;
 }
 
@@ -63,10 +66,15 @@ TEST(MicroBatchPolicyTest, EverySixteenthSplitStepRunsAsOneToMeasureCompute) {
 
 TEST(StepCostsTest, AStepOfSeveralMicroBatchesLeavesComputeAlone) {
   StepCosts costs;
-  costs.Record(0.010, 2, 2'000'000, 0.002);
+  costs.Record(
+      {.seconds = 0.010, .offloaded_rows = 2, .recall_bytes = 2'000'000, .recall_seconds = 0.002});
   // Split: its recall overlapped compute, so 12 - 6 says nothing of compute; bytes and link
   // still count.
-  costs.Record(0.012, 2, 6'000'000, 0.006, /*overlapped=*/true);
+  costs.Record({.seconds = 0.012,
+                .offloaded_rows = 2,
+                .recall_bytes = 6'000'000,
+                .recall_seconds = 0.006,
+                .overlapped = true});
   EXPECT_DOUBLE_EQ(costs.compute_seconds(), 0.008);
   EXPECT_DOUBLE_EQ(costs.recall_bytes_per_row(), 1e6 + 0.2 * 2e6);
   EXPECT_DOUBLE_EQ(costs.link_bytes_per_second(), 1e9);
