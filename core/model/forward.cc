@@ -304,6 +304,12 @@ absl::Status ModelRunner::FreeSlots(std::span<const int32_t> host_blocks) {
   return sparse_ == nullptr ? absl::OkStatus() : sparse_->FreeSlots(host_blocks);
 }
 
+absl::StatusOr<double> ModelRunner::CalibrateLink(int64_t bytes) {
+  if (step_open_) return absl::FailedPreconditionError("CalibrateLink while a step is open");
+  if (sparse_ == nullptr) return absl::FailedPreconditionError("CalibrateLink without offload");
+  return sparse_->CalibrateLink(bytes);
+}
+
 bool ModelRunner::SparseStepOpen(const StepContext& context) const {
   return context.sparse_planned && sparse_->Attends(*context.sparse);
 }

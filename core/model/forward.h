@@ -94,6 +94,9 @@ class ModelRunner {
   absl::Status MoveToDevice(std::span<const int32_t> host_blocks,
                             std::span<const int32_t> device_blocks);
   absl::Status FreeSlots(std::span<const int32_t> host_blocks);
+  // The host -> device link's rate in bytes a second (SparseAttention::CalibrateLink);
+  // FailedPrecondition without offloaded KV or while a step is open.
+  absl::StatusOr<double> CalibrateLink(int64_t bytes);
 
   // Runs the whole step and writes the wanted rows' logits, [batch.num_logit_rows()][vocab], to
   // the host span `logits` (which must hold exactly that many values). A decode step (one new

@@ -629,6 +629,21 @@ absl::Status SparseAttention::FreeSlots(std::span<const int32_t> host_blocks) {
   return tiers_ ? tiers_->directory.Forget(host_blocks) : absl::OkStatus();
 }
 
+absl::StatusOr<double> SparseAttention::CalibrateLink(int64_t bytes) {
+  if (!tiers_) return absl::FailedPreconditionError("calibrating the link without a host tier");
+  const size_t size = static_cast<size_t>(bytes);
+  PULSE_ASSIGN_OR_RETURN(HostBuffer host, backend_.AllocateHost(size));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer device, backend_.Allocate(size));
+  std::memset(host.data(), 1, size);  // first touch, so that the copy does not fault pages in
+  PULSE_ASSIGN_OR_RETURN(std::unique_ptr<CopyEvent> start, backend_.CreateCopyEvent());
+  const CopyChunk chunk{host.data(), device.data(), size};
+  PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy({}, *start));
+  PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy({.chunks = {&chunk, 1}}, *move_done_));
+  PULSE_RETURN_IF_ERROR(backend_.SynchronizeCopy(*move_done_));
+  PULSE_ASSIGN_OR_RETURN(const double seconds, backend_.CopySeconds(*start, *move_done_));
+  return seconds > 0 ? static_cast<double>(bytes) / seconds : 0.0;
+}
+
 absl::Status SparseAttention::CheckMove(std::span<const int32_t> device_blocks,
                                         std::span<const int32_t> host_blocks) const {
   if (!tiers_) return absl::FailedPreconditionError("a tier move without a host tier");

@@ -157,6 +157,11 @@ class SparseAttention {
   // Frees the device slots that hold any of `host_blocks`, in every layer and set. Between steps.
   absl::Status FreeSlots(std::span<const int32_t> host_blocks);
 
+  // The link's rate host -> device in bytes a second: one copy of `bytes` from pinned host memory
+  // into device memory, timed on the copy stream. Waits for it (at engine start, not in a step).
+  // FailedPrecondition without tiers; ResourceExhausted when the memory cannot be had.
+  absl::StatusOr<double> CalibrateLink(int64_t bytes);
+
   // Moving a running sequence between the tiers, between steps; compute waits (on the device) for
   // the copies, so the blocks copied from may be reused once these return. FailedPrecondition
   // without tiers, InvalidArgument for lists of unequal lengths or blocks out of range.

@@ -35,6 +35,10 @@ void StepCosts::Record(const StepSample& step) {
   }
 }
 
+void StepCosts::Calibrate(double link_bytes_per_second) {
+  if (link_steps_ == 0) link_bytes_per_second_ = link_bytes_per_second;
+}
+
 double StepCosts::PredictedRecallSeconds(int32_t offloaded_rows) const {
   return RecallSeconds(recall_bytes_per_row_ * offloaded_rows);
 }

@@ -28,6 +28,8 @@ struct StepSample {
 class StepCosts {
  public:
   void Record(const StepSample& step);
+  // The link's rate as calibrated at start: shown until recalls are measured, which replace it.
+  void Calibrate(double link_bytes_per_second);
 
   // Whether a step with recall has been measured: before that nothing is predicted.
   bool measured() const { return link_steps_ > 0; }

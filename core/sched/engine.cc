@@ -21,6 +21,9 @@
 namespace pulse {
 namespace {
 
+// The copy that calibrates the link at start: long enough to dwarf a copy's fixed cost.
+constexpr int64_t kCalibrationBytes = int64_t{8} << 20;
+
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
@@ -32,7 +35,14 @@ class EngineImpl final : public Engine {
         runner_(std::move(capacity.runner)),
         step_builder_(options_.block_tokens, /*sample_on_backend=*/!options_.logits_to_host),
         scheduler_(capacity.limits, capacity.dense_blocks, runner_.host_tier()),
-        micro_batches_(options_.micro_batches) {}
+        micro_batches_(options_.micro_batches) {
+    // The link's rate from the start (engine stats); without it (no pinned memory to spare),
+    // the first recalls measure it.
+    if (options_.offload) {
+      const absl::StatusOr<double> link = runner_.CalibrateLink(kCalibrationBytes);
+      if (link.ok()) scheduler_.costs().Calibrate(*link);
+    }
+  }
 
   using Engine::Submit;
   absl::StatusOr<RequestId> Submit(std::vector<int32_t> prompt, const SamplingParams& params,

@@ -68,6 +68,20 @@ std::vector<std::vector<int32_t>> Generate(Engine& engine, const RequestOffload&
   return tokens;
 }
 
+// The link is calibrated when an offloading engine is made (one timed copy), so its rate shows
+// before any step; the recalls' measured rates replace it.
+TEST(EngineAdmissionTest, TheLinkIsCalibratedAtStart) {
+  std::shared_ptr<const Model> model = TinyModel();
+  EXPECT_EQ(MakeEngine(model, Options(160, std::nullopt))->stats().admission.link_bytes_per_second,
+            0.0);
+  std::unique_ptr<Engine> engine = MakeEngine(model, Options(160, AdmissionKind::kIoAdaptive));
+  const EngineStats::Admission calibrated = engine->stats().admission;
+  EXPECT_GT(calibrated.link_bytes_per_second, 0.0);
+  // Nothing predicted from it alone: no recall a row is known yet.
+  EXPECT_EQ(calibrated.recall_bytes_per_row, 0.0);
+  EXPECT_EQ(calibrated.predicted_recall_ms, 0.0);
+}
+
 TEST(EngineAdmissionTest, AtALoadThatFitsTheKvCacheNothingIsOffloaded) {
   std::shared_ptr<const Model> model = TinyModel();
   const auto expected = Generate(*MakeEngine(model, Options(4 * 160, std::nullopt)));
