@@ -7,7 +7,8 @@
 //       [--slot-tokens TOKENS] [--block-tokens TOKENS]
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--summary-boxes N]
 //       [--summary-precision f32|bf16|int8|int4] [--admission every|adaptive] [--graphs on,off]
-//       [--link-gb-s GB_S] [--device NAME] [--commit SHA] [--out FILE.jsonl]
+//       [--micro-batches 0,1,2] [--link-gb-s GB_S] [--device NAME] [--commit SHA]
+//       [--out FILE.jsonl]
 //
 // Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
 // then generate --decode-steps tokens each (greedy, end of sequence ignored); every engine step
@@ -31,7 +32,11 @@
 // pinned copy measured in the same run (--link-gb-s: scripts/gpu-bench measures it with
 // pulse-recall-bench first; null when not given). And each in every setting of --graphs (default
 // on): decode steps replayed as graphs (where the backend has them:
-// pulse_engine_params.decode_graphs) or launched op by op; the record says which. Prefill: one
+// pulse_engine_params.decode_graphs) or launched op by op; the record says which. And in every
+// setting of --micro-batches (pulse_engine_params.micro_batches, default 0: the library chooses
+// each step; 1: one micro-batch, each layer's recall exposed; 2: two, interleaved so that one's
+// recall lands while the other computes): the record has the setting and the share of timed steps
+// that ran split (split_step_share). Prefill: one
 // random CONTEXT-token prompt, submit to first token; FLOPs are the GEMMs' 2 * m * n
 // * k of every layer plus causal attention (QK^T and PV over the keys each position sees).
 #include <algorithm>
@@ -96,6 +101,7 @@ struct Args {
   std::string summary_precision;  // empty (as parsed): the library's default
   std::string admission = "every";
   std::vector<bool> graphs = {true};
+  std::vector<int32_t> micro_batches = {0};
   double link_gb_s = 0;  // 0: not measured
   std::string device = "unknown";
   std::string commit = "unknown";
@@ -205,6 +211,16 @@ Args ParseArgs(int argc, char** argv) {
         }
         args.graphs.push_back(setting == "on");
       }
+    } else if (flag == "--micro-batches") {
+      args.micro_batches.clear();
+      for (const std::string& item : pulse_bench::SplitList(value)) {
+        char* end = nullptr;
+        const long count = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || count < 0 || count > 8) {
+          Fail("--micro-batches expects counts from 0 to 8, got '" + item + "'");
+        }
+        args.micro_batches.push_back(static_cast<int32_t>(count));
+      }
     } else if (flag == "--link-gb-s") {
       args.link_gb_s = std::atof(value.c_str());
       if (!(args.link_gb_s > 0)) Fail("--link-gb-s expects a positive rate");
@@ -237,11 +253,19 @@ Args ParseArgs(int argc, char** argv) {
 }
 
 // `mode`: "dense", "solohead" or "headwise" (then offloaded with args' budget, sink and window).
+// How a decode run is set up besides its shape and mode.
+struct Setting {
+  bool graphs = true;
+  int32_t micro_batches = 0;
+};
+
 pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, int32_t extra,
-                           int32_t chunk, const std::string& mode, bool graphs, const Args& args) {
+                           int32_t chunk, const std::string& mode, Setting setting,
+                           const Args& args) {
   pulse_engine_params params;
   Check(pulse_engine_params_init(&params, sizeof(params)), "pulse_engine_params_init");
-  params.decode_graphs = graphs ? 1 : 0;
+  params.decode_graphs = setting.graphs ? 1 : 0;
+  params.micro_batches = setting.micro_batches;
   params.max_batch = batch;
   params.prefill_chunk = chunk;
   params.max_step_tokens = std::max(chunk, batch);
@@ -302,7 +326,7 @@ void RequireGenerated(pulse_engine* engine, uint64_t id, int32_t tokens) {
 }
 
 void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, Shape shape,
-                 const std::string& mode, bool graphs, Records& records, LiveTable& table) {
+                 const std::string& mode, Setting setting, Records& records, LiveTable& table) {
   // Prompts are prefilled a chunk a step while earlier requests decode (which take a token each
   // from the step's max(chunk, batch) tokens); offloaded, one prompt after another, each waiting
   // a step for the KV cache the previous one frees. Enough tokens for every request to still
@@ -312,7 +336,7 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
       shape.batch * ((shape.context + chunk - 1) / chunk + 2) + shape.batch;
   const int32_t max_tokens = prefill_steps + args.decode_steps + 1;
   pulse_engine* engine = CreateEngine(model, shape.batch, shape.context, max_tokens,
-                                      args.prefill_chunk, mode, graphs, args);
+                                      args.prefill_chunk, mode, setting, args);
   const pulse_sampling_params sampling = Greedy(max_tokens);
   std::vector<uint64_t> ids;
   for (int32_t r = 0; r < shape.batch; ++r) {
@@ -396,19 +420,22 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
     if (ms > 0) recall_gb_s = pulse_bench::Fixed(bytes / ms / 1e6, 1);
     if (lookups > 0) hit_rate = pulse_bench::Fixed(hits / lookups, 2);
   }
-  table.Row({mode, graphs ? "on" : "off",
+  table.Row({mode, setting.graphs ? "on" : "off", std::to_string(setting.micro_batches),
              std::to_string(shape.batch) + "x" + std::to_string(shape.context), budget,
              pulse_bench::Fixed(p50, 2), pulse_bench::Fixed(p99, 2),
              pulse_bench::Fixed(shape.batch / p50 * 1e3, 1), recall_gb_s, hit_rate,
              pulse_bench::Fixed(floor_ms / p50, 2)});
   records.Write(
       "decode",
-      "\"mode\": " + JsonString(mode == "dense" ? mode : "offload-" + mode) + ", \"graphs\": " +
-          (graphs ? "true" : "false") + ", \"model\": " + JsonString(facts.name) +
-          ", \"backend\": " + JsonString(facts.info.backend) + ", \"batch\": " +
-          std::to_string(shape.batch) + ", \"context\": " + std::to_string(shape.context) +
-          ", \"budget\": " + budget + ", \"gpu_kv_cap_gib\": " + Number(kv_gib) +
-          ", \"tpot_ms_p50\": " + Number(p50) + ", \"tpot_ms_p99\": " + Number(p99) +
+      "\"mode\": " + JsonString(mode == "dense" ? mode : "offload-" + mode) +
+          ", \"graphs\": " + (setting.graphs ? "true" : "false") + ", \"micro_batches\": " +
+          std::to_string(setting.micro_batches) + ", \"split_step_share\": " +
+          Number(double(after.split_steps - before.split_steps) / double(decode_ms.size())) +
+          ", \"model\": " + JsonString(facts.name) + ", \"backend\": " +
+          JsonString(facts.info.backend) + ", \"batch\": " + std::to_string(shape.batch) +
+          ", \"context\": " + std::to_string(shape.context) + ", \"budget\": " + budget +
+          ", \"gpu_kv_cap_gib\": " + Number(kv_gib) + ", \"tpot_ms_p50\": " + Number(p50) +
+          ", \"tpot_ms_p99\": " + Number(p99) +
           ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) + offload +
           ", \"weight_bytes_read\": " + Number(facts.weight_bytes_read) +
           ", \"kv_bytes_read\": " + Number(kv_read) + ", \"hbm_gb_s\": " + Number(args.hbm_gb_s) +
@@ -422,7 +449,7 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
 void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args, Records& records) {
   const int32_t context = args.prefill_context;
   pulse_engine* engine =
-      CreateEngine(model, 1, context, 1, args.prefill_chunk, "dense", true, args);
+      CreateEngine(model, 1, context, 1, args.prefill_chunk, "dense", Setting{}, args);
   const pulse_sampling_params sampling = Greedy(1);
   const std::vector<int32_t> prompt = RandomPrompt(context, facts.info.vocab_size, 7);
   // A short request first, so that one-time costs (cuBLASLt plans, first launches) are paid.
@@ -464,12 +491,15 @@ int main(int argc, char** argv) {
   pulse_model* model = pulse_bench::LoadModel(args.model, args.backend, args.random_weights);
   const ModelFacts facts = Describe(model, args.model);
   Records records(args.out, args.device, args.commit, args.command);
-  LiveTable table({"mode", "graphs", "shape", "budget", "TPOT p50 ms", "p99 ms", "tokens/s",
+  LiveTable table({"mode", "graphs", "mb", "shape", "budget", "TPOT p50 ms", "p99 ms", "tokens/s",
                    "recall GB/s", "hit rate", "of floor"});
   for (const Shape shape : args.decode) {
     for (const std::string& mode : args.modes) {
       for (const bool graphs : args.graphs) {
-        BenchDecode(model, facts, args, shape, mode, graphs, records, table);
+        for (const int32_t micro_batches : args.micro_batches) {
+          BenchDecode(model, facts, args, shape, mode,
+                      {.graphs = graphs, .micro_batches = micro_batches}, records, table);
+        }
       }
     }
   }
