@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
+#include "core/format/json_text.h"
 
 namespace pulse {
 namespace {
@@ -242,8 +242,9 @@ absl::StatusOr<ModelConfig> ParseConfigObject(const Json& root) {
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text) {
+  PULSE_ASSIGN_OR_RETURN(const Json root, ParseJsonText(json_text, "config.json"));
   try {
-    return ParseConfigObject(Json::parse(json_text));
+    return ParseConfigObject(root);
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(absl::StrFormat("config.json: %s", e.what()));
   }

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
+#include "core/format/json_text.h"
 
 namespace pulse {
 namespace {
@@ -21,12 +21,8 @@ absl::Status ShardError(const std::string& path, std::string_view message) {
 }
 
 absl::StatusOr<Json> ParseJson(std::span<const std::byte> bytes, const std::string& path) {
-  try {
-    return Json::parse(reinterpret_cast<const char*>(bytes.data()),
-                       reinterpret_cast<const char*>(bytes.data() + bytes.size()));
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrFormat("'%s': bad JSON: %s", path, e.what()));
-  }
+  return ParseJsonText(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                       absl::StrFormat("'%s'", path));
 }
 
 absl::StatusOr<std::pair<GgmlType, std::string>> ParseDtype(const Json& dtype) {

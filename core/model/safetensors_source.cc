@@ -7,9 +7,9 @@
 #include "core/base/mapped_file.h"
 #include "core/format/dequant.h"
 #include "core/format/hf_config.h"
+#include "core/format/json_text.h"
 #include "core/format/safetensors_reader.h"
 #include "core/model/file_sources.h"
-#include "nlohmann/json.hpp"
 
 namespace pulse {
 namespace {
@@ -23,15 +23,6 @@ struct StoredTensor {
   const SafetensorsFile* file = nullptr;
   const SafetensorsTensorInfo* info = nullptr;
 };
-
-absl::StatusOr<Json> ParseJson(std::span<const std::byte> bytes, const std::string& path) {
-  try {
-    return Json::parse(reinterpret_cast<const char*>(bytes.data()),
-                       reinterpret_cast<const char*>(bytes.data() + bytes.size()));
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrFormat("'%s': bad JSON: %s", path, e.what()));
-  }
-}
 
 class SafetensorsSource final : public TensorSource {
  public:
@@ -76,7 +67,7 @@ absl::Status SafetensorsSource::ReadConfig(const std::filesystem::path& dir) {
                         absl::StrFormat("'%s': %s", path, config.status().message()));
   }
   config_ = *std::move(config);
-  PULSE_ASSIGN_OR_RETURN(const Json json, ParseJson(file.bytes(), path));
+  PULSE_ASSIGN_OR_RETURN(const Json json, ParseJsonText(text, absl::StrFormat("'%s'", path)));
   for (const auto& [key, value] : json.items()) {
     metadata_.emplace(key, value.is_string() ? value.get<std::string>() : value.dump());
   }

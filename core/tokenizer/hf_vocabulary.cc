@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/format/json_text.h"
 #include "core/tokenizer/pre_tokenizer.h"
 #include "core/tokenizer/vocabulary.h"
-#include "nlohmann/json.hpp"
 
 namespace pulse {
 namespace {
@@ -31,8 +31,8 @@ absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
 
 absl::StatusOr<Json> ReadJsonObject(const std::filesystem::path& path) {
   PULSE_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
-  Json json = Json::parse(text, nullptr, false);
-  if (json.is_discarded() || !json.is_object()) {
+  PULSE_ASSIGN_OR_RETURN(Json json, ParseJsonText(text, path.string()));
+  if (!json.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path.string(), " is not a JSON object"));
   }
   return json;
@@ -277,11 +277,19 @@ absl::Status ReadTokens(const Json& root, const Json& model, bool byte_fallback,
   }
   std::vector<std::optional<std::string>> tokens;
   std::vector<TokenKind> kinds;
+  // Every id below the largest must name a token, so no id reaches the number of entries: a
+  // larger one is refused before it sizes the tables.
+  const Json* added_tokens = Member(root, "added_tokens");
+  const int64_t entries =
+      static_cast<int64_t>(vocab->size()) + (added_tokens != nullptr && added_tokens->is_array()
+                                                 ? static_cast<int64_t>(added_tokens->size())
+                                                 : 0);
   const auto place = [&](int64_t id, const std::string& text, TokenKind kind,
                          bool added) -> absl::Status {
-    if (id < 0 || id >= INT32_MAX) {
+    if (id < 0 || id >= std::min<int64_t>(entries, INT32_MAX)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(AbslView(where), ": token '", text, "' has the invalid id ", id));
+          absl::StrCat(AbslView(where), ": token '", text, "' has the id ", id, ", outside the ",
+                       entries, " entries of the vocabulary and its added tokens"));
     }
     if (static_cast<size_t>(id) >= tokens.size()) {
       tokens.resize(id + 1);

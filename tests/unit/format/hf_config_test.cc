@@ -168,6 +168,9 @@ TEST(HfConfigTest, ErrorsNameTheProblem) {
   EXPECT_THAT(Error(R"({"hidden_size": 1})"), HasSubstr("names the architecture"));
   EXPECT_THAT(Error(R"({"model_type": "llama", )"), HasSubstr("config.json"));
   EXPECT_THAT(Error("[1, 2]"), HasSubstr("not a JSON object"));
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  EXPECT_THAT(Error(R"({"model_type": "llama", "extra": )" + deep + "}"),
+              HasSubstr("config.json: JSON nested more than"));
 
   const std::string base = R"({"model_type": "llama", "intermediate_size": 128,
       "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, )";

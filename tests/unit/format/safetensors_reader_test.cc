@@ -94,5 +94,24 @@ TEST(SafetensorsIndexTest, RejectsAShardOutsideTheDirectory) {
               HasSubstr("weight_map['x'] = \"../one.safetensors\" is not a file"));
 }
 
+// A header nested far deeper than any real one (here in a tensor's dtype) is refused before it
+// is parsed: walking, printing or freeing such a value would exhaust the stack.
+TEST(SafetensorsFileTest, RefusesAHeaderNestedTooDeep) {
+  const std::string deep = std::string(500'000, '[') + std::string(500'000, ']');
+  const std::string text =
+      R"({"a": {"dtype": )" + deep + R"(, "shape": [1], "data_offsets": [0, 4]}})";
+  ByteWriter out;
+  out.Put<uint64_t>(text.size());
+  out.PutBytes(Bytes(text));
+  out.Put(1.0f);
+  const absl::Status status =
+      SafetensorsFile::Open(WriteTempFile("deep.safetensors", out.bytes())).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("JSON nested more than"));
+  const std::string index =
+      WriteTempFile("deep.index.json", Bytes(R"({"weight_map": {"x": )" + deep + "}}"));
+  EXPECT_EQ(ReadSafetensorsIndex(index).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pulse

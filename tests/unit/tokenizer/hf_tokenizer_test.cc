@@ -85,7 +85,35 @@ TEST(HfTokenizer, NotJson) {
   std::ofstream(directory + "/tokenizer.json") << "{\"model\": [";
   const auto loaded = Tokenizer::FromHfDirectory(directory);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(loaded.status().message(), HasSubstr("is not a JSON object"));
+  EXPECT_THAT(loaded.status().message(), HasSubstr("tokenizer.json: bad JSON"));
+}
+
+// A pre-tokenizer (or normalizer) nested far deeper than any real one is refused before it is
+// parsed, not walked until the stack runs out.
+TEST(HfTokenizer, NestingTooDeepIsRefused) {
+  std::string nested;
+  for (int i = 0; i < 100'000; ++i) nested += R"({"type": "Sequence", "pretokenizers": [)";
+  nested += R"({"type": "ByteLevel", "add_prefix_space": false})";
+  for (int i = 0; i < 100'000; ++i) nested += "]}";
+  const std::string directory = TempPath("deep");
+  std::filesystem::remove_all(directory);
+  std::filesystem::create_directories(directory);
+  std::string text = TinyTokenizerJson().dump();
+  text.replace(text.find(R"("pre_tokenizer":)"), 0, R"("deep": )" + nested + ", ");
+  std::ofstream(directory + "/tokenizer.json") << text;
+  const auto loaded = Tokenizer::FromHfDirectory(directory);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(loaded.status().message(), HasSubstr("JSON nested more than"));
+}
+
+// One huge id in a 1 KB file would size tables of that many entries: it is refused first.
+TEST(HfTokenizer, AnIdPastTheEntriesIsRefusedBeforeItSizesATable) {
+  Json huge = TinyTokenizerJson();
+  huge["added_tokens"][1]["id"] = 2'000'000'000;
+  ExpectError(huge, absl::StatusCode::kInvalidArgument, "has the id 2000000000, outside the");
+  Json vocab_id = TinyTokenizerJson();
+  vocab_id["model"]["vocab"]["h"] = 1'500'000'000;
+  ExpectError(vocab_id, absl::StatusCode::kInvalidArgument, "has the id 1500000000, outside the");
 }
 
 TEST(HfTokenizer, UnsupportedShapes) {
@@ -127,15 +155,21 @@ TEST(HfTokenizer, BrokenVocabularies) {
   Json unknown = TinyTokenizerJson();
   unknown["model"]["merges"].push_back("x y");
   ExpectError(unknown, absl::StatusCode::kInvalidArgument, "'xy' is not in the vocabulary");
+  Json far = TinyTokenizerJson();
+  far["added_tokens"][1]["id"] = 300;
+  ExpectError(far, absl::StatusCode::kInvalidArgument,
+              "token '<user>' has the id 300, outside the 263 entries");
+  // An added token that repeats a vocabulary entry leaves room for a hole below the entries.
   Json hole = TinyTokenizerJson();
-  hole["added_tokens"][1]["id"] = 300;
+  hole["added_tokens"].push_back({{"id", 0}, {"content", TinyByteLevel().tokens[0]}});
+  hole["added_tokens"][1]["id"] = 263;
   ExpectError(hole, absl::StatusCode::kInvalidArgument, "token id 262 is in neither");
   Json clash = TinyTokenizerJson();
   clash["added_tokens"][1]["id"] = 5;
   ExpectError(clash, absl::StatusCode::kInvalidArgument, "id 5 is both");
   Json negative = TinyTokenizerJson();
   negative["model"]["vocab"]["he"] = -3;
-  ExpectError(negative, absl::StatusCode::kInvalidArgument, "invalid id -3");
+  ExpectError(negative, absl::StatusCode::kInvalidArgument, "has the id -3, outside the");
   Json no_vocab = TinyTokenizerJson();
   no_vocab["model"].erase("vocab");
   ExpectError(no_vocab, absl::StatusCode::kInvalidArgument, "no \"vocab\" object");
