@@ -14,9 +14,14 @@
 namespace pulse {
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: opening a FIFO without a writer returns at once (it is then refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
+    if (err == ELOOP) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot open '", path, "': a loop of symbolic links"));
+    }
     return absl::ErrnoToStatus(err, absl::StrCat("cannot open '", path, "'"));
   }
   struct stat st {};
@@ -41,6 +46,16 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
     return absl::ErrnoToStatus(err, absl::StrCat("cannot map '", path, "'"));
   }
   return MappedFile(path, static_cast<const std::byte*>(data), size);
+}
+
+absl::StatusOr<std::string> ReadFileText(const std::string& path, size_t max_bytes) {
+  PULSE_ASSIGN_OR_RETURN(const MappedFile file, MappedFile::Open(path));
+  if (file.bytes().size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' holds ", file.bytes().size(),
+                                                   " bytes, more than the ", max_bytes,
+                                                   " such a file may"));
+  }
+  return std::string(reinterpret_cast<const char*>(file.bytes().data()), file.bytes().size());
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept

@@ -1,4 +1,6 @@
-// A read-only memory mapping of a whole file, released on destruction.
+// A read-only memory mapping of a whole file, released on destruction; and the bounded read of a
+// small file's text. Both take regular files only: a FIFO, a device or a directory is refused
+// before anything is read (a FIFO without a writer would block, a device never end).
 #pragma once
 
 #include <cstddef>
@@ -11,6 +13,8 @@ namespace pulse {
 
 class MappedFile {
  public:
+  // NotFound for a missing file (other errno values map as absl::ErrnoToStatus does, a symlink
+  // loop as InvalidArgument), InvalidArgument for a file that is not a regular file.
   static absl::StatusOr<MappedFile> Open(const std::string& path);
 
   MappedFile(MappedFile&& other) noexcept;
@@ -31,5 +35,9 @@ class MappedFile {
   const std::byte* data_ = nullptr;
   size_t size_ = 0;
 };
+
+// The contents of the regular file at `path`, as MappedFile::Open takes it; InvalidArgument when
+// it holds more than `max_bytes`.
+absl::StatusOr<std::string> ReadFileText(const std::string& path, size_t max_bytes);
 
 }  // namespace pulse

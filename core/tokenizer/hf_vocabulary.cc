@@ -2,11 +2,10 @@
 // pre-tokenizer, post-processor and added tokens), tokenizer_config.json (special tokens,
 // add_bos_token, chat_template) and generation_config.json (end-of-generation ids).
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/mapped_file.h"
 #include "core/format/json_text.h"
 #include "core/tokenizer/pre_tokenizer.h"
 #include "core/tokenizer/vocabulary.h"
@@ -20,13 +19,11 @@ constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // U+2581
 
 absl::string_view AbslView(std::string_view text) { return {text.data(), text.size()}; }
 
+// Tokenizer files run to tens of MB for the largest vocabularies.
+constexpr size_t kMaxFileBytes = size_t{512} << 20;
+
 absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path.string()));
-  return contents.str();
+  return ReadFileText(path.string(), kMaxFileBytes);
 }
 
 absl::StatusOr<Json> ReadJsonObject(const std::filesystem::path& path) {

@@ -1,5 +1,7 @@
 // Tokenizers from Hugging Face directories written by the test: a tiny byte-level BPE, and
 // every kind of broken or unsupported tokenizer.json.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -77,6 +79,21 @@ TEST(HfTokenizer, NoTokenizerJsonIsNotFound) {
   const std::string directory = TempPath("empty");
   std::filesystem::create_directories(directory);
   EXPECT_EQ(Tokenizer::FromHfDirectory(directory).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A side file that is a FIFO (which would block) or a device (which would never end) is refused.
+TEST(HfTokenizer, ATokenizerFileThatIsNoRegularFileIsRefused) {
+  const std::string directory = TempPath("special");
+  std::filesystem::remove_all(directory);
+  std::filesystem::create_directories(directory);
+  std::filesystem::create_symlink("/dev/zero", directory + "/tokenizer.json");
+  EXPECT_EQ(Tokenizer::FromHfDirectory(directory).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove(directory + "/tokenizer.json");
+  ASSERT_EQ(::mkfifo((directory + "/tokenizer.json").c_str(), 0600), 0);
+  const auto loaded = Tokenizer::FromHfDirectory(directory);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(loaded.status().message(), HasSubstr("is not a regular file"));
 }
 
 TEST(HfTokenizer, NotJson) {
