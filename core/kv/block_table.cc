@@ -7,7 +7,7 @@
 namespace pulse {
 
 int32_t BlocksForTokens(int64_t tokens, int32_t block_tokens) {
-  return static_cast<int32_t>((tokens + block_tokens - 1) / block_tokens);
+  return static_cast<int32_t>(tokens / block_tokens + (tokens % block_tokens != 0 ? 1 : 0));
 }
 
 absl::StatusOr<BlockTable> BlockTable::Create(BlockPool* pool, int32_t block_tokens,

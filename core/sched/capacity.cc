@@ -106,13 +106,17 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
         resolved.block_tokens, std::min(kDefaultKvContexts * resolved.max_context,
                                         kv_bytes / (token_bytes + summary_token_bytes)));
   }
-  const int64_t num_blocks =
-      (resolved.kv_capacity_tokens + resolved.block_tokens - 1) / resolved.block_tokens;
+  // Rounded up without the sum that overflows near INT64_MAX.
+  const int64_t num_blocks = resolved.kv_capacity_tokens / resolved.block_tokens +
+                             (resolved.kv_capacity_tokens % resolved.block_tokens != 0 ? 1 : 0);
   if (num_blocks + limits.slot_blocks > std::numeric_limits<int32_t>::max() ||
       limits.host_blocks < 0 || limits.slot_blocks < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "kv_capacity_tokens = %d and the offload tiers (%d host blocks, %d slots) are too many "
+        "%skv_capacity_tokens = %d and the offload tiers (%d host blocks, %d slots) are too many "
         "blocks of %d tokens",
+        options.kv_capacity_tokens == 0 && options.kv_memory_bytes > 0
+            ? absl::StrFormat("kv_memory_bytes = %d makes ", options.kv_memory_bytes)
+            : "",
         resolved.kv_capacity_tokens, limits.host_blocks, limits.slot_blocks,
         resolved.block_tokens));
   }

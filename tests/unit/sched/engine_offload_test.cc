@@ -3,6 +3,7 @@
 // tokens, capacities are admitted and refused with statuses that name them, and cancelling one
 // offloaded request leaves the others' tokens alone.
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -154,6 +155,18 @@ TEST(EngineOffloadTest, ASmallBudgetAttendsToLessAndDecodesMoreContextThanTheKvC
   EXPECT_LT(stats.sparse.attended_tokens, stats.sparse.context_tokens / 2);
   EXPECT_GT(stats.offload.cache.misses, 0);
   EXPECT_GT(stats.sparse.reused_blocks, 0);
+}
+
+// Sizes near INT64_MAX are refused by name, not overflowed into a cache of some other size.
+TEST(EngineOffloadTest, KvSizesNearTheLimitOfInt64AreRefused) {
+  for (const int64_t tokens : {std::numeric_limits<int64_t>::max(),
+                               std::numeric_limits<int64_t>::max() - 1, int64_t{1} << 40}) {
+    const absl::Status status =
+        Engine::Create(TinyModel(), {.block_tokens = kBlockTokens, .kv_capacity_tokens = tokens})
+            .status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << tokens;
+    EXPECT_THAT(status.message(), ::testing::HasSubstr("too many blocks")) << status;
+  }
 }
 
 TEST(EngineOffloadTest, CapacitiesARequestCanNeverFitAreRefusedAtSubmitByName) {
