@@ -392,6 +392,14 @@ void EngineImpl::EndDelivery(RequestId id, bool keep) {
 }
 
 absl::StatusOr<StepReport> EngineImpl::Step() {
+  {
+    // A sink runs inside a step, holding step_mu_: stepping from it would wait for itself.
+    absl::MutexLock lock(&mu_);
+    if (delivering_ && delivery_thread_ == std::this_thread::get_id()) {
+      return absl::FailedPreconditionError(
+          "Step called from within a token sink (callback): return from it and step after");
+    }
+  }
   absl::MutexLock step_lock(&step_mu_);
   std::vector<Delivery> deliveries;
   std::vector<ScheduledSequence> work;

@@ -267,6 +267,7 @@ class Engine {
   // forward pass over the batch, samples, then calls the sinks. A failing forward pass fails the
   // requests of that batch (kError with its status) and the step still returns OK; an error
   // status means the engine itself could not step. With nothing pending it does nothing.
+  // FailedPrecondition, changing nothing, when called from within a sink.
   virtual absl::StatusOr<StepReport> Step() = 0;
   virtual absl::StatusOr<RequestSnapshot> Snapshot(RequestId id) const = 0;
   // Forgets a finished request (its events not delivered yet are dropped). FailedPrecondition

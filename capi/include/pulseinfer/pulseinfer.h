@@ -349,8 +349,9 @@ typedef struct pulse_step_report {
 /* Runs one step on the calling thread: admits queued requests whose KV fits, then one forward
  * pass over the batch, then delivers the new tokens to the callbacks (on this thread, no lock
  * held). A concurrent second call waits for the first. `report` may be NULL; when given, the
- * caller sets report->struct_size and the step's figures are written. Must not be called from
- * a token callback. A step with nothing pending does nothing and reports pending = 0. */
+ * caller sets report->struct_size and the step's figures are written. Called from a token
+ * callback it returns PULSE_FAILED_PRECONDITION and changes nothing. A step with nothing pending
+ * does nothing and reports pending = 0. */
 PULSE_API pulse_status pulse_engine_step(pulse_engine* engine, pulse_step_report* report);
 
 /* Steps until no request is queued or running. Same rules as pulse_engine_step; stops at the
@@ -521,8 +522,9 @@ typedef struct pulse_token_event {
 /* Receives each generated token. Runs on the thread calling pulse_engine_step, one callback at a
  * time, with no library lock held: it may call pulse_request_cancel, pulse_request_release,
  * pulse_request_submit, pulse_request_poll and the other request functions on the same engine,
- * for its own request or another, but not pulse_engine_step, pulse_engine_run or
- * pulse_engine_free. `event` is valid only during the call. A nonzero return cancels the
+ * for its own request or another, but not pulse_engine_free (pulse_engine_step and
+ * pulse_engine_run return PULSE_FAILED_PRECONDITION there). `event` is valid only during the
+ * call. A nonzero return cancels the
  * request (no further events). It must not throw or longjmp across the library.
  *
  * Lifetime: pulse_request_cancel and pulse_request_release called on another thread do not

@@ -213,6 +213,35 @@ TEST_F(AbiMisuse, ReleaseWhileQueuedIsAPreconditionFailure) {
   EXPECT_EQ(pulse_request_release(engine_, id), PULSE_NOT_FOUND);
 }
 
+// Stepping from a token callback would wait for the step the callback runs in: both calls are
+// refused with a status, and the request finishes.
+TEST_F(AbiMisuse, SteppingFromATokenCallbackIsAPreconditionFailure) {
+  struct Calls {
+    pulse_engine* engine;
+    std::vector<pulse_status> statuses;
+  } calls{engine_, {}};
+  const pulse_token_callback callback = [](void* user, const pulse_token_event*) {
+    auto* calls = static_cast<Calls*>(user);
+    pulse_step_report report;
+    report.struct_size = sizeof(report);
+    calls->statuses.push_back(pulse_engine_step(calls->engine, &report));
+    calls->statuses.push_back(pulse_engine_run(calls->engine));
+    return 0;
+  };
+  const std::vector<int32_t> prompt = TinyPrompt(4);
+  const pulse_sampling_params sampling = GreedySampling(2);
+  uint64_t id = 0;
+  ASSERT_EQ(
+      pulse_request_submit(engine_, prompt.data(), prompt.size(), &sampling, callback, &calls, &id),
+      PULSE_OK)
+      << LastError();
+  ASSERT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+  EXPECT_EQ(calls.statuses, std::vector<pulse_status>(4, PULSE_FAILED_PRECONDITION));
+  size_t count = 0;
+  EXPECT_EQ(pulse_request_result(engine_, id, nullptr, 0, &count), PULSE_OK);
+  EXPECT_EQ(count, 2u);
+}
+
 pulse_status LoadWith(const std::string& path, const char* backend, const char* weight_type,
                       int random_weights, pulse_model** model) {
   pulse_model_params params;

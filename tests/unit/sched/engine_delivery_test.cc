@@ -179,6 +179,20 @@ TEST_F(EngineDeliveryTest, SinkCancelsItsOwnRequest) {
   EXPECT_EQ(snapshot.tokens.size(), 2u);
 }
 
+// Stepping from a sink would wait for the step the sink runs in: it is refused, and the request
+// still generates all its tokens.
+TEST_F(EngineDeliveryTest, SinkThatStepsIsRefusedAndChangesNothing) {
+  int32_t events = 0;
+  const RequestId id = Submit(3, [&](const TokenEvent&) {
+    ++events;
+    EXPECT_EQ(engine_->Step().status().code(), absl::StatusCode::kFailedPrecondition);
+    return true;
+  });
+  RunToIdle(*engine_);
+  EXPECT_EQ(events, 3);
+  EXPECT_EQ(SnapshotOf(*engine_, id).reason, FinishReason::kMaxTokens);
+}
+
 TEST_F(EngineDeliveryTest, SinkReleasesItsOwnRequestOnItsLastEvent) {
   RequestId id = 0;
   int32_t events = 0;
