@@ -416,8 +416,9 @@ absl::StatusOr<const GgufMetadataEntry*> FindTyped(const GgufFile& file, std::st
                                                    std::string_view expected,
                                                    bool (*matches)(const GgufMetadataEntry&)) {
   const GgufMetadataEntry* entry = file.FindMetadata(key);
+  // A key read without asking Has() first is one the model needs: the file is incomplete.
   if (entry == nullptr) {
-    return absl::NotFoundError(
+    return absl::InvalidArgumentError(
         absl::StrFormat("GGUF '%s' has no metadata key '%s'", file.path(), key));
   }
   if (!matches(*entry)) {

@@ -77,7 +77,8 @@ class GgufFile {
   const GgufMetadataEntry* FindMetadata(std::string_view key) const;
   bool Has(std::string_view key) const { return FindMetadata(key) != nullptr; }
 
-  // Each getter gives NotFound naming the key when it is absent and InvalidArgument naming the
+  // Each getter gives InvalidArgument naming the key when it is absent (ask Has() first for an
+  // optional key: a missing one the model needs makes the file an invalid model), and naming the
   // key and both types when the stored type does not fit.
   absl::StatusOr<std::string> GetString(std::string_view key) const;
   // Any integer type; uint64 values above INT64_MAX are rejected.

@@ -40,13 +40,14 @@ absl::StatusOr<int32_t> Sampler::Sample(std::span<const float> logits,
 double Sampler::Uniform() { return static_cast<double>(generator_() >> 11) * 0x1.0p-53; }
 
 absl::Status UnsampleableLogits(std::span<const float> logits) {
+  // The model computed numbers that are no distribution: its weights or this input overflow.
   for (size_t i = 0; i < logits.size(); ++i) {
     if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("logit %d is %g: cannot sample", i, logits[i]));
+      return absl::DataLossError(
+          absl::StrFormat("the model computed logit %d = %g: cannot sample", i, logits[i]));
     }
   }
-  return absl::InvalidArgumentError("no finite logit: cannot sample");
+  return absl::DataLossError("the model computed no finite logit: cannot sample");
 }
 
 }  // namespace pulse

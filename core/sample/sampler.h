@@ -40,7 +40,8 @@ class Sampler {
   reference::SampleScratch scratch_;
 };
 
-// Why a row of logits cannot be sampled (the first NaN or +inf logit, or no finite one).
+// Why a row of logits cannot be sampled (the first NaN or +inf logit, or no finite one): DataLoss,
+// since the model computed them (the ABI reports an invalid model).
 absl::Status UnsampleableLogits(std::span<const float> logits);
 
 }  // namespace pulse

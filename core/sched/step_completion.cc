@@ -10,9 +10,9 @@ namespace {
 // A token the backend drew, or why it could not draw one.
 absl::StatusOr<int32_t> BackendToken(int32_t token) {
   if (token >= 0) return token;
-  return absl::InvalidArgumentError(
-      "cannot sample: a logit is nan or +inf, or none is finite (the logits stayed on the backend; "
-      "EngineOptions::logits_to_host names the logit)");
+  // As UnsampleableLogits, without the logit's index: the logits stayed on the backend.
+  return absl::DataLossError(
+      "the model computed a logit that is nan or +inf, or none that is finite: cannot sample");
 }
 
 // Streams the request's new token into its text: returns the piece the token's event carries,

@@ -198,9 +198,13 @@ TEST(GgufSourceTest, MetadataErrorsAreNamed) {
   EXPECT_THAT(OpenError(string_heads),
               HasSubstr("'llama.attention.head_count' is string, expected an integer"));
 
+  // A key the model needs is missing: an invalid model (not "not found", which the ABI reports
+  // for a path with no model at all).
   GgufWriter missing;
   missing.AddString("general.architecture", "llama");
   EXPECT_THAT(OpenError(missing), HasSubstr("no metadata key 'llama.embedding_length'"));
+  EXPECT_EQ(OpenTensorSource(WriteTempFile("missing.gguf", missing.Bytes())).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   GgufWriter unknown;
   unknown.AddString("general.architecture", "gemma2");

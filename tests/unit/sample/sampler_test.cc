@@ -223,12 +223,12 @@ TEST(SamplerTest, NonFiniteLogitsAreAnError) {
   Sampler sampler({});
   const std::vector<float> nan = {0.0f, std::numeric_limits<float>::quiet_NaN()};
   const absl::StatusOr<int32_t> token = sampler.Sample(nan, {});
-  EXPECT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(token.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(token.status().message(), ::testing::HasSubstr("logit 1"));
   const std::vector<float> inf = {std::numeric_limits<float>::infinity(), 0.0f};
-  EXPECT_EQ(sampler.Sample(inf, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sampler.Sample(inf, {}).status().code(), absl::StatusCode::kDataLoss);
   const std::vector<float> masked = {kNegInf, kNegInf};
-  EXPECT_EQ(sampler.Sample(masked, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sampler.Sample(masked, {}).status().code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -70,8 +70,9 @@ TEST(EngineFailureTest, NanLogitsFailOnlyThatRequest) {
   const RequestSnapshot failed = SnapshotOf(*engine, poisoned);
   EXPECT_EQ(failed.state, RequestState::kFinished);
   EXPECT_EQ(failed.reason, FinishReason::kError);
-  EXPECT_EQ(failed.error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(failed.error.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(failed.error.message(), HasSubstr("nan"));
+  EXPECT_THAT(failed.error.message(), ::testing::Not(HasSubstr("EngineOptions")));
   EXPECT_TRUE(failed.tokens.empty());
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].token, -1);
