@@ -80,10 +80,52 @@ char* copy_chat_prompt(const pulse_model* model, const pulse_chat_message* messa
   return NULL;
 }
 
+/* The length of the valid UTF-8 sequence at s (left bytes remain), or 0 when it is none: a lone
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF or cut short. */
+static size_t utf8_sequence(const unsigned char* s, size_t left) {
+  size_t length = 0;
+  unsigned min = 0;
+  if (s[0] < 0x80) return 1;
+  if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+    length = 2;
+    min = 0x80;
+  } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+    length = 3;
+    min = 0x800;
+  } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+    length = 4;
+    min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (left < length) return 0;
+  unsigned code = s[0] & (0x7F >> length);
+  for (size_t i = 1; i < length; ++i) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    code = (code << 6) | (s[i] & 0x3F);
+  }
+  if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return 0;
+  return length;
+}
+
 void print_json_string(const char* text, size_t len) {
+  const unsigned char* bytes = (const unsigned char*)text;
   putchar('"');
-  for (size_t i = 0; i < len; ++i) {
-    const unsigned char c = (unsigned char)text[i];
+  for (size_t i = 0; i < len;) {
+    const unsigned char c = bytes[i];
+    const size_t length = utf8_sequence(bytes + i, len - i);
+    if (length == 0) {
+      /* Text cut inside a character (generation stopped there) or bytes that are no UTF-8: JSON
+       * holds Unicode only. */
+      fputs("\\ufffd", stdout);
+      i += 1;
+      continue;
+    }
+    if (length > 1) {
+      fwrite(bytes + i, 1, length, stdout);
+      i += length;
+      continue;
+    }
     switch (c) {
       case '"':
         fputs("\\\"", stdout);
@@ -107,6 +149,7 @@ void print_json_string(const char* text, size_t len) {
           putchar(c);
         }
     }
+    i += 1;
   }
   putchar('"');
 }

@@ -27,7 +27,8 @@ char* copy_request_text(pulse_engine* engine, uint64_t id, size_t* len);
 char* copy_chat_prompt(const pulse_model* model, const pulse_chat_message* messages, size_t count,
                        size_t* len, const char* command);
 
-/* Writes text[len] to stdout as a JSON string literal. */
+/* Writes text[len] to stdout as a JSON string literal; a byte that begins no valid UTF-8 sequence
+ * (text cut inside a character) is written as U+FFFD. */
 void print_json_string(const char* text, size_t len);
 
 #endif /* PULSEINFER_CLI_ENGINE_RUN_H_ */

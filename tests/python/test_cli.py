@@ -113,6 +113,17 @@ def test_generate_json_matches_ids(cli, smollm2_path, smollm2_greedy_ids):
     assert result["ttft_ms"] > 0 and result["total_ms"] >= result["ttft_ms"]
 
 
+def test_generate_json_stays_valid_when_generation_stops_inside_a_character(cli, smollm2_path):
+    # SmolLM2's second token here is the first two bytes of a three-byte character.
+    proc = subprocess.run([str(cli), "generate", "--model", str(smollm2_path), "--prompt",
+                           "用中文回答：你好", "--max-tokens", "2", "--format", "json", "--quiet"],
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.decode("utf-8"))  # strict: JSON text is Unicode
+    assert result["generated_tokens"] == 2
+    assert result["text"].endswith("\ufffd"), result["text"]
+
+
 def test_generate_answers_and_stops_at_end_of_sequence(cli, smollm2_path, smollm2_greedy_ids):
     proc = run(cli, "generate", "--model", smollm2_path, "--prompt-ids",
                ",".join(map(str, CHAT_PROMPT)), "--max-tokens", 48, "--format", "json",
