@@ -1,6 +1,8 @@
 #include "core/offload/block_summaries.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace pulse {
 
@@ -12,14 +14,20 @@ absl::StatusOr<BlockSummaries> BlockSummaries::Create(Backend& backend, const Pa
   BlockSummaries summaries(backend, layout, num_dense, num_host,
                            ForBlocks(estimator, layout.block_tokens));
   const auto count = static_cast<size_t>(summaries.count());
-  const std::vector<int32_t> never(static_cast<size_t>(num_sets) * count, -1);
+  const size_t stamps_count = static_cast<size_t>(num_sets) * count;
+  // "Never picked", uploaded a chunk at a time: the backend's memory bounds the stamps, and a
+  // host copy of them all would not be (a host tier of many blocks asks for gigabytes).
+  const std::vector<int32_t> never(std::min<size_t>(stamps_count, size_t{1} << 16), -1);
   for (int32_t layer = 0; layer < num_layers; ++layer) {
     PULSE_ASSIGN_OR_RETURN(
         DeviceBuffer buffer,
         backend.Allocate(count * static_cast<size_t>(SummaryBytes(layout, estimator))));
     summaries.summaries_.push_back(std::move(buffer));
-    PULSE_ASSIGN_OR_RETURN(DeviceBuffer stamps, backend.Allocate(never.size() * sizeof(int32_t)));
-    backend.CopyToDevice(stamps.data(), never.data(), never.size() * sizeof(int32_t));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer stamps, backend.Allocate(stamps_count * sizeof(int32_t)));
+    for (size_t done = 0; done < stamps_count; done += never.size()) {
+      const size_t chunk = std::min(never.size(), stamps_count - done);
+      backend.CopyToDevice(stamps.as<int32_t>() + done, never.data(), chunk * sizeof(int32_t));
+    }
     summaries.pick_stamps_.push_back(std::move(stamps));
   }
   return summaries;

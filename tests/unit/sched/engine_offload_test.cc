@@ -169,6 +169,17 @@ TEST(EngineOffloadTest, KvSizesNearTheLimitOfInt64AreRefused) {
   }
 }
 
+// A host tier of a billion tokens on a backend with 4 MiB: the engine is refused by the backend's
+// memory, before any host copy of per-block state that size is made (its summaries' pick stamps
+// were staged on the host whole, gigabytes, before the backend was asked).
+TEST(EngineOffloadTest, AHugeHostTierIsRefusedByTheBackendsMemory) {
+  EngineOptions options = Offloaded(SelectionMode::kSoloHead, 32, 96);
+  options.offload->host_tokens = int64_t{1} << 30;
+  const absl::Status status =
+      Engine::Create(TinyModel(TinyConfig(), /*memory_limit=*/4 << 20), options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+}
+
 TEST(EngineOffloadTest, CapacitiesARequestCanNeverFitAreRefusedAtSubmitByName) {
   std::shared_ptr<const Model> model = TinyModel();
   EngineOptions options = Offloaded(SelectionMode::kSoloHead, 64, 32);
