@@ -71,6 +71,9 @@ class EngineImpl final : public Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, step_mu_);
   // Carries out the placement changes on the runner, in order.
   absl::Status Move(const std::vector<TierMove>& moves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
+  // The forward pass of the step built in step_builder_, into `forward`.
+  void RunForward(int32_t micro_batches, ForwardResult& forward)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   // The micro-batches the step of `work` runs as (MicroBatchPolicy).
   int32_t MicroBatches(const std::vector<ScheduledSequence>& work)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -293,6 +296,22 @@ std::vector<ScheduledSequence> EngineImpl::Schedule(Clock::time_point now,
   return scheduled;
 }
 
+void EngineImpl::RunForward(int32_t micro_batches, ForwardResult& forward) {
+  if (options_.logits_to_host) {
+    const size_t values = static_cast<size_t>(step_builder_.batch().num_logit_rows()) *
+                          static_cast<size_t>(model_->config().vocab_size);
+    if (logits_.size() < values) logits_.resize(values);
+    const std::span<float> logits = std::span<float>(logits_).first(values);
+    forward.status = runner_.Forward(step_builder_.batch(), logits, micro_batches);
+    forward.logits = logits;
+    return;
+  }
+  tokens_.resize(step_builder_.sampling().size());
+  forward.status = runner_.ForwardAndSample(step_builder_.batch(), step_builder_.sampling(),
+                                            step_builder_.penalised_ids(), tokens_, micro_batches);
+  forward.tokens = tokens_;
+}
+
 absl::Status EngineImpl::Move(const std::vector<TierMove>& moves) {
   for (const TierMove& move : moves) {
     if (move.to_host) {
@@ -422,19 +441,16 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   // A move that fails leaves its request's KV incomplete: the step fails as a forward pass would.
   forward.status = Move(moves);
   const bool run = forward.status.ok() && !work.empty();
-  if (run && options_.logits_to_host) {
-    const size_t values = static_cast<size_t>(step_builder_.batch().num_logit_rows()) *
-                          static_cast<size_t>(model_->config().vocab_size);
-    if (logits_.size() < values) logits_.resize(values);
-    const std::span<float> logits = std::span<float>(logits_).first(values);
-    forward.status = runner_.Forward(step_builder_.batch(), logits, micro_batches);
-    forward.logits = logits;
-  } else if (run) {
-    tokens_.resize(step_builder_.sampling().size());
-    forward.status =
-        runner_.ForwardAndSample(step_builder_.batch(), step_builder_.sampling(),
-                                 step_builder_.penalised_ids(), tokens_, micro_batches);
-    forward.tokens = tokens_;
+  bool retried = false;
+  if (run) {
+    RunForward(micro_batches, forward);
+    if (!forward.status.ok()) {
+      // A fault of the step as a whole (a copy that failed, say): the runner abandoned it and
+      // its inputs stand, so it runs once more (the KV it wrote is written again, the same) and
+      // fails its requests only if it fails again.
+      retried = true;
+      RunForward(micro_batches, forward);
+    }
   }
   StepReport report;
   {
@@ -442,6 +458,7 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
     const Clock::time_point end = Clock::now();
     Complete(work, forward, end, report, deliveries);
     if (run) totals_.host_waits += runner_.step_host_waits();
+    if (retried) ++totals_.retried_steps;
     const OffloadStats offload = runner_.offload_stats();
     if (forward.status.ok()) {
       RecordCosts(work, end - start, offload, runner_.step_micro_batches());

@@ -187,6 +187,9 @@ struct EngineStats {
   // Host waits for the device inside steps besides reading their outputs
   // (ModelRunner::step_host_waits).
   int64_t host_waits = 0;
+  // Steps whose forward pass failed and ran once more (a fault of the step as a whole, such as a
+  // copy that failed); a step that fails again fails its requests.
+  int64_t retried_steps = 0;
   int32_t queued = 0;
   int32_t running = 0;
   int32_t kv_blocks = 0;         // blocks of the KV cache
@@ -264,8 +267,9 @@ class Engine {
   // running on another thread; after OK, the sink is never called again (see TokenSink).
   virtual absl::Status Cancel(RequestId id) = 0;
   // Runs one step: finishes cancelled requests, admits queued requests whose KV fits, runs one
-  // forward pass over the batch, samples, then calls the sinks. A failing forward pass fails the
-  // requests of that batch (kError with its status) and the step still returns OK; an error
+  // forward pass over the batch, samples, then calls the sinks. A forward pass that fails runs
+  // once more (EngineStats::retried_steps); failing again, it fails the requests of that batch
+  // (kError with its status) and the step still returns OK; an error
   // status means the engine itself could not step. With nothing pending it does nothing.
   // FailedPrecondition, changing nothing, when called from within a sink.
   virtual absl::StatusOr<StepReport> Step() = 0;

@@ -7,16 +7,20 @@
 namespace pulse::cpu {
 
 struct CopyThread::Completion {
-  std::optional<Clock::time_point> completed_at;  // guarded by the CopyThread's mu_
+  // Guarded by the CopyThread's mu_.
+  std::optional<Clock::time_point> completed_at;
+  bool failed = false;
 };
 
 struct CopyThread::Plan {
   std::vector<CopyChunk> chunks;
   std::shared_ptr<Completion> completion;
+  bool fail = false;
+  int64_t index = -1;  // among the plans that move data
 };
 
-CopyThread::CopyThread(absl::Duration delay_per_plan)
-    : delay_(delay_per_plan), thread_([this] { Main(); }) {}
+CopyThread::CopyThread(absl::Duration delay_per_plan, Fault fault)
+    : delay_(delay_per_plan), fault_(std::move(fault)), thread_([this] { Main(); }) {}
 
 CopyThread::~CopyThread() {
   {
@@ -30,7 +34,12 @@ std::shared_ptr<const CopyThread::Completion> CopyThread::Enqueue(
     std::span<const CopyChunk> chunks) {
   auto completion = std::make_shared<Completion>();
   absl::MutexLock lock(&mu_);
-  queue_.push_back(Plan{{chunks.begin(), chunks.end()}, completion});
+  Plan plan{{chunks.begin(), chunks.end()}, completion};
+  if (!chunks.empty()) {
+    plan.index = data_plans_++;
+    plan.fail = fault_ && fault_(plan.index);
+  }
+  queue_.push_back(std::move(plan));
   return completion;
 }
 
@@ -40,10 +49,12 @@ std::optional<CopyThread::Clock::time_point> CopyThread::CompletedAt(
   return completion.completed_at;
 }
 
-void CopyThread::Wait(const Completion& completion) const {
+absl::Status CopyThread::Wait(const Completion& completion) const {
   absl::MutexLock lock(&mu_);
   const auto done = [&completion]() { return completion.completed_at.has_value(); };
   mu_.Await(absl::Condition(&done));
+  if (completion.failed) return absl::InternalError("CPU backend: a copy plan failed (injected)");
+  return absl::OkStatus();
 }
 
 void CopyThread::Main() {
@@ -61,8 +72,11 @@ void CopyThread::Main() {
     }
     // A marker (a plan that moves nothing) costs a real copy engine nothing: only copies land late.
     if (!plan.chunks.empty()) absl::SleepFor(delay_);
-    for (const CopyChunk& chunk : plan.chunks) std::memcpy(chunk.dst, chunk.src, chunk.bytes);
+    if (!plan.fail) {
+      for (const CopyChunk& chunk : plan.chunks) std::memcpy(chunk.dst, chunk.src, chunk.bytes);
+    }
     absl::MutexLock lock(&mu_);
+    plan.completion->failed = plan.fail;
     plan.completion->completed_at = Clock::now();
   }
 }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -14,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/backend/copy_plan.h"
+#include "core/base/status.h"
 
 namespace pulse::cpu {
 
@@ -23,7 +25,12 @@ class CopyThread {
   // A plan's completion, shared by the queue and whoever waits for the plan.
   struct Completion;
 
-  explicit CopyThread(absl::Duration delay_per_plan);
+  // For tests: `fault`, when set, is asked with each data-moving plan's index (0, 1, ... in
+  // enqueue order) and a true answer fails that plan: nothing of it is copied, and waiting for
+  // it reports the failure.
+  using Fault = std::function<bool(int64_t plan)>;
+
+  CopyThread(absl::Duration delay_per_plan, Fault fault);
   CopyThread(const CopyThread&) = delete;
   CopyThread& operator=(const CopyThread&) = delete;
   // Runs the plans still queued, then stops.
@@ -33,8 +40,8 @@ class CopyThread {
   std::shared_ptr<const Completion> Enqueue(std::span<const CopyChunk> chunks);
   // When the plan of `completion` completed; nullopt while it has not.
   std::optional<Clock::time_point> CompletedAt(const Completion& completion) const;
-  // Blocks until it has completed.
-  void Wait(const Completion& completion) const;
+  // Blocks until it has completed; Internal when the plan failed.
+  absl::Status Wait(const Completion& completion) const;
 
  private:
   struct Plan;
@@ -42,6 +49,8 @@ class CopyThread {
   void Main();
 
   const absl::Duration delay_;
+  const Fault fault_;
+  int64_t data_plans_ ABSL_GUARDED_BY(mu_) = 0;  // enqueued so far, for fault_
   mutable absl::Mutex mu_;
   std::deque<Plan> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

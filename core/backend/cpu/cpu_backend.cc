@@ -78,7 +78,7 @@ class CpuBackend final : public Backend {
       : pool_(options.threads),
         device_{.limit = options.memory_limit_bytes},
         host_{.limit = options.host_memory_limit_bytes},
-        copy_thread_(options.copy_delay) {}
+        copy_thread_(options.copy_delay, options.copy_fault) {}
 
   std::string_view name() const override { return "cpu"; }
   DType activation_type() const override { return DType::kF32; }
@@ -397,8 +397,7 @@ class CpuBackend final : public Backend {
 
   absl::Status WaitForCopyThread(const CopyEvent& event) {
     PULSE_ASSIGN_OR_RETURN(const CpuCopyEvent* own, OwnEvent<const CpuCopyEvent>(event));
-    if (own->completion != nullptr) copy_thread_.Wait(*own->completion);
-    return absl::OkStatus();
+    return own->completion == nullptr ? absl::OkStatus() : copy_thread_.Wait(*own->completion);
   }
 
   // Keeps the first failure of an op for the next Synchronize or CopyToHost.

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/time/time.h"
@@ -27,6 +28,10 @@ struct CpuBackendOptions {
   // it, so that recall is late and compute waits for it (markers, plans without chunks, are not
   // delayed). Finite and >= 0.
   absl::Duration copy_delay = absl::ZeroDuration();
+  // For tests: called with each copy plan that moves data, numbered 0, 1, ... in enqueue order;
+  // true fails that plan (nothing of it is copied; waiting for it returns Internal), as a copy
+  // engine fault would. Empty: no faults.
+  std::function<bool(int64_t plan)> copy_fault;
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);
