@@ -143,7 +143,10 @@ PULSE_API pulse_status pulse_model_params_init(pulse_model_params* params, size_
  * PULSE_IO, PULSE_INVALID_MODEL (not a model, corrupt, inconsistent shapes), PULSE_UNSUPPORTED
  * (an architecture, tensor type or backend this build lacks), PULSE_OUT_OF_MEMORY,
  * PULSE_INVALID_ARGUMENT; *out_model is then NULL. Loading may take seconds; it runs on the
- * calling thread. */
+ * calling thread. Files are read while the call runs and not after it returns (truncating or
+ * replacing them then changes nothing); they are mapped into memory meanwhile, so a file that
+ * shrinks during the load ends the process with SIGBUS, as with any reader that maps files.
+ * Files that are not regular files (FIFOs, devices) are refused before anything is read. */
 PULSE_API pulse_status pulse_model_load(const char* path, const pulse_model_params* params,
                                         pulse_model** out_model);
 

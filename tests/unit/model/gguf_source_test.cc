@@ -1,13 +1,18 @@
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "core/backend/cpu/cpu_backend.h"
 #include "core/format/dequant.h"
 #include "core/format/gguf_reader.h"
 #include "core/model/expected_tensors.h"
+#include "core/model/model.h"
 #include "core/model/tensor_source.h"
+#include "core/sched/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/format/gguf_writer.h"
@@ -274,6 +279,41 @@ TEST(SmolLm2Test, OpensWithTheKnownConfig) {
   EXPECT_EQ(tokens->size(), 49152u);
   EXPECT_EQ(file->GetStringArray("tokenizer.ggml.merges")->size(), 48900u);
   EXPECT_EQ(file->GetIntArray("tokenizer.ggml.token_type")->size(), 49152u);
+}
+
+// The loader maps the file while it loads and reads it no more once the model is loaded: a file
+// truncated afterwards (or replaced) changes nothing, and the model still generates.
+TEST(SmolLm2Test, AFileTruncatedAfterTheLoadIsNotReadAgain) {
+  const std::string path = SmolLm2Path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
+  const auto generate = [](const std::string& file, bool truncate_after_load) {
+    absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend({.threads = 1});
+    std::shared_ptr<const Model> model;
+    {
+      absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(file);
+      EXPECT_TRUE(source.ok()) << source.status();
+      absl::StatusOr<std::shared_ptr<const Model>> loaded =
+          Model::Load(*backend, **source, {.weight_type = DType::kF32});
+      EXPECT_TRUE(loaded.ok()) << loaded.status();
+      model = *loaded;
+    }
+    if (truncate_after_load) std::filesystem::resize_file(file, 0);
+    std::unique_ptr<Engine> engine = *Engine::Create(model, {.max_context = 64});
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    greedy.max_tokens = 4;
+    const RequestId id = *engine->Submit({1, 504, 3458, 282}, greedy, nullptr);
+    while (engine->pending() > 0) EXPECT_TRUE(engine->Step().ok());
+    return engine->Snapshot(id)->tokens;
+  };
+  const std::string copy = (std::filesystem::temp_directory_path() /
+                            ("pulse-truncated-" + std::to_string(::getpid()) + ".gguf"))
+                               .string();
+  std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
+  const std::vector<int32_t> truncated = generate(copy, true);
+  std::filesystem::remove(copy);
+  EXPECT_EQ(truncated.size(), 4u);
+  EXPECT_EQ(truncated, generate(path, false));
 }
 
 TEST(SmolLm2Test, QkUnpermutationRoundTrips) {
