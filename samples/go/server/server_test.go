@@ -187,6 +187,99 @@ func TestClientDisconnectCancels(t *testing.T) {
 	}
 }
 
+// stream posts one greedy completion and returns its token ids and whether a done event ended
+// it; with leaveAfter > 0 the client disconnects after that many tokens.
+func stream(ctx context.Context, prompt string, maxTokens, leaveAfter int) ([]int32, bool, error) {
+	ctx, disconnect := context.WithCancel(ctx)
+	defer disconnect()
+	body := fmt.Sprintf(`{"prompt": %q, "max_tokens": %d, "temperature": 0, "ignore_eos": true}`, prompt, maxTokens)
+	response, err := post(ctx, body)
+	if err != nil {
+		return nil, false, err
+	}
+	defer response.Body.Close()
+	events := make(chan event)
+	go readEvents(response.Body, events)
+	var ids []int32
+	for e := range events {
+		switch e.name {
+		case "token":
+			var token tokenEvent
+			if err := json.Unmarshal([]byte(e.data), &token); err != nil {
+				return ids, false, err
+			}
+			ids = append(ids, token.ID)
+			if leaveAfter > 0 && len(ids) == leaveAfter {
+				disconnect()
+				for range events {
+				}
+				return ids, false, nil
+			}
+		case "done":
+			for range events {
+			}
+			return ids, true, nil
+		}
+	}
+	return ids, false, nil
+}
+
+// A bounded loopback load: 16 clients, 4 requests each over a few prompts, a third of them
+// leaving mid-stream. Every stream that completes has the ids its prompt gives alone, every
+// one that leaves has a prefix of them, and the engine drains: each disconnect cancelled its
+// request.
+func TestLoopbackLoadWithClientsThatLeave(t *testing.T) {
+	prompts := []string{"The capital of France is", "Once upon a time", "def fibonacci(n):", "Water boils at"}
+	const maxTokens = 6
+	alone := map[string][]int32{}
+	for _, prompt := range prompts {
+		ids, done, err := stream(context.Background(), prompt, maxTokens, 0)
+		if err != nil || !done || len(ids) != maxTokens {
+			t.Fatalf("%q alone: %v, done %v, %v", prompt, ids, done, err)
+		}
+		alone[prompt] = ids
+	}
+	var wait sync.WaitGroup
+	for client := 0; client < 16; client++ {
+		wait.Add(1)
+		go func(client int) {
+			defer wait.Done()
+			for i := 0; i < 4; i++ {
+				prompt := prompts[(client+i)%len(prompts)]
+				leaveAfter := 0
+				if (client+i)%3 == 0 {
+					leaveAfter = 1 + (client+i)%(maxTokens-1)
+				}
+				ids, done, err := stream(context.Background(), prompt, maxTokens, leaveAfter)
+				if err != nil {
+					t.Errorf("client %d: %v", client, err)
+					return
+				}
+				want := alone[prompt]
+				if len(ids) > len(want) || fmt.Sprint(ids) != fmt.Sprint(want[:len(ids)]) ||
+					(leaveAfter == 0 && (!done || len(ids) != maxTokens)) {
+					t.Errorf("client %d, %q (leaving after %d): %v, done %v; alone %v", client, prompt, leaveAfter, ids, done, want)
+				}
+			}
+		}(client)
+	}
+	wait.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stats, err := engine.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stats.Running == 0 && stats.Queued == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests still pending 10 s after every client left: %+v", stats)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	for _, test := range []struct {
 		body, wantError string
