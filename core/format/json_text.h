@@ -4,6 +4,7 @@
 // is built, and no file can exhaust the stack.
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 
 #include "core/base/status.h"
@@ -13,6 +14,9 @@ namespace pulse {
 
 // Arrays and objects nested deeper than this are refused: real files nest a handful deep.
 inline constexpr int kMaxJsonDepth = 64;
+// JSON files read whole (config.json, safetensors indexes) larger than this are refused before
+// they are read: real ones are kilobytes to a few megabytes.
+inline constexpr size_t kMaxJsonFileBytes = size_t{64} << 20;
 
 // The value of `text`. InvalidArgument, prefixed with `what` (say the file's path), for text that
 // is not JSON or nests deeper than kMaxJsonDepth.

@@ -127,8 +127,9 @@ std::span<const std::byte> SafetensorsFile::TensorData(const SafetensorsTensorIn
 
 absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsIndex(
     const std::string& index_path) {
-  PULSE_ASSIGN_OR_RETURN(const MappedFile index_file, MappedFile::Open(index_path));
-  PULSE_ASSIGN_OR_RETURN(const Json index, ParseJson(index_file.bytes(), index_path));
+  PULSE_ASSIGN_OR_RETURN(const std::string text, ReadFileText(index_path, kMaxJsonFileBytes));
+  PULSE_ASSIGN_OR_RETURN(const Json index,
+                         ParseJsonText(text, absl::StrFormat("'%s'", index_path)));
   const auto weight_map = index.is_object() ? index.find("weight_map") : index.end();
   if (weight_map == index.end() || !weight_map->is_object()) {
     return absl::InvalidArgumentError(

@@ -58,9 +58,7 @@ absl::StatusOr<std::unique_ptr<TensorSource>> SafetensorsSource::Open(
 
 absl::Status SafetensorsSource::ReadConfig(const std::filesystem::path& dir) {
   const std::string path = (dir / "config.json").string();
-  PULSE_ASSIGN_OR_RETURN(const MappedFile file, MappedFile::Open(path));
-  const std::string_view text(reinterpret_cast<const char*>(file.bytes().data()),
-                              file.bytes().size());
+  PULSE_ASSIGN_OR_RETURN(const std::string text, ReadFileText(path, kMaxJsonFileBytes));
   absl::StatusOr<ModelConfig> config = ParseHfConfig(text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
