@@ -9,12 +9,17 @@
 namespace pulse::fuzz {
 namespace {
 
+// PULSE_FUZZ_SCRATCH when set (scripts/fuzz gives each run one and removes it after: libFuzzer
+// ends without running exit handlers); else a folder for this process in /dev/shm.
 const std::filesystem::path& ScratchDirectory() {
   static const std::filesystem::path directory = [] {
+    const char* given = std::getenv("PULSE_FUZZ_SCRATCH");
     const std::filesystem::path root = std::filesystem::exists("/dev/shm")
                                            ? std::filesystem::path("/dev/shm")
                                            : std::filesystem::temp_directory_path();
-    std::filesystem::path path = root / ("pulse-fuzz-" + std::to_string(::getpid()));
+    std::filesystem::path path = given != nullptr
+                                     ? std::filesystem::path(given)
+                                     : root / ("pulse-fuzz-" + std::to_string(::getpid()));
     std::filesystem::create_directories(path);
     return path;
   }();

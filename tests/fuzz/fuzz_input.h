@@ -10,8 +10,9 @@
 
 namespace pulse::fuzz {
 
-// `bytes` written to a file named `name` in this process's scratch directory (in /dev/shm when
-// there is one); returns its path. The same name is overwritten input after input.
+// `bytes` written to a file named `name` in this process's scratch directory (PULSE_FUZZ_SCRATCH,
+// or a folder of its own in /dev/shm); returns its path. The same name is overwritten input
+// after input.
 std::string WriteInput(std::string_view name, std::span<const uint8_t> bytes);
 
 // A file of the repository: PULSE_SOURCE_DIR (the fuzz scripts set it), or the working
