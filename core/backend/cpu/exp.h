@@ -15,7 +15,9 @@ inline float Exp(float x) {
   constexpr float kMaxX = 88.3762626647949f;   // largest x with e^x < 2^127 * 2
   constexpr float kMinX = -87.3365447504019f;  // smallest x with a normal e^x
   constexpr float kRoundMagic = 12582912.0f;   // 1.5 * 2^23: adding it rounds to an integer
-  const float clamped = x > kMaxX ? kMaxX : (x < kMinX ? kMinX : x);
+  // NaN takes the lower bound here (the comparisons are false), so that no NaN reaches the
+  // float-to-int conversions below (undefined behaviour); it is returned as it came at the end.
+  const float clamped = x > kMaxX ? kMaxX : (x >= kMinX ? x : kMinX);
   const float n = MulAdd(clamped, 1.44269504088896341f, kRoundMagic) - kRoundMagic;
   float r = MulAdd(n, -0.693359375f, clamped);  // ln2 in two parts: exact first product
   r = MulAdd(n, 2.12194440e-4f, r);
