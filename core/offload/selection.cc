@@ -40,6 +40,15 @@ absl::StatusOr<BlockSelector> BlockSelector::Create(const PagedKvLayout& layout,
         absl::StrFormat("block selection with a budget of %d tokens, %d sink and %d window tokens",
                         options.budget_tokens, options.sink_tokens, options.window_tokens));
   }
+  // With no sink and no window, a budget below a block picks nothing when the newest token fills
+  // its block (that block is then a candidate): the query would attend to nothing.
+  if (options.sink_tokens == 0 && options.window_tokens == 0 &&
+      options.budget_tokens < layout.block_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "block selection with no sink, no window and a budget of %d tokens, less than a block of "
+        "%d, may attend to nothing",
+        options.budget_tokens, layout.block_tokens));
+  }
   const float logit_scale =
       options.logit_scale.value_or(1.0f / std::sqrt(static_cast<float>(layout.head_dim)));
   if (!(logit_scale > 0.0f) || std::isinf(logit_scale)) {

@@ -223,6 +223,8 @@ typedef struct pulse_engine_params {
   int32_t offload_budget_tokens; /* tokens attended at most, sinks and window included; 2048 */
   int32_t offload_sink_tokens;   /* the first tokens, always attended; default 8 */
   int32_t offload_window_tokens; /* the last tokens, always attended; default 32 */
+  /* (With no sink and no window the budget must reach block_tokens, else a step could attend to
+   * nothing: PULSE_INVALID_ARGUMENT.) */
   /* Fields appended after version 1. */
   int32_t offload_executor; /* PULSE_COPY_AUTO (default), _GATHER, _BATCH_DMA, _PER_CHUNK */
   int32_t offload_eviction; /* PULSE_EVICT_LRU (default) or PULSE_EVICT_SCORE */

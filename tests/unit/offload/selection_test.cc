@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
@@ -80,6 +81,9 @@ TEST(BlockSelectorTest, PartitionMatchesTheTokenModel) {
           for (const int32_t budget : {0, 5, 3 * block_tokens, num_tokens, 1 << 30}) {
             const SelectionOptions options{
                 .budget_tokens = budget, .sink_tokens = sink, .window_tokens = window};
+            if (sink == 0 && window == 0 && budget < block_tokens) {
+              continue;  // refused: it may attend to nothing (NoSinkNoWindow... below)
+            }
             const BlockSelector selector = MakeSelector(options, block_tokens);
             const absl::StatusOr<BlockPartition> partition = selector.Partition(num_tokens);
             ASSERT_TRUE(partition.ok());
@@ -117,10 +121,24 @@ TEST(BlockSelectorTest, SinksAndWindowRoundToWholeBlocks) {
   EXPECT_THAT(SelectOne(MakeSelector(window2), 10, {0.0f, 0.0f}), ElementsAre(2));
   const SelectionOptions sink5{.budget_tokens = 0, .sink_tokens = 5, .window_tokens = 0};
   EXPECT_THAT(SelectOne(MakeSelector(sink5), 10, {}), ElementsAre(0, 1, 2));
-  // A full last block is not forced without a window.
-  const SelectionOptions none{.budget_tokens = 0, .sink_tokens = 0, .window_tokens = 0};
-  EXPECT_THAT(SelectOne(MakeSelector(none), 8, {0.0f, 0.0f}), IsEmpty());
-  EXPECT_THAT(SelectOne(MakeSelector(none), 9, {0.0f, 0.0f}), ElementsAre(2));
+  // A full last block is not forced without a window: it is a candidate, which a budget of a
+  // block may pick.
+  const SelectionOptions one_block{.budget_tokens = 4, .sink_tokens = 0, .window_tokens = 0};
+  EXPECT_THAT(SelectOne(MakeSelector(one_block), 8, {0.0f, 1.0f}), ElementsAre(1));
+  EXPECT_THAT(SelectOne(MakeSelector(one_block), 9, {0.0f, 1.0f}), ElementsAre(2));
+}
+
+// No sink, no window and a budget below a block pick nothing when the newest token fills its
+// block: the query would attend to nothing (the ABI fuzzer found the NaN logits this gave).
+TEST(BlockSelectorTest, NoSinkNoWindowAndLessThanABlockOfBudgetIsRefused) {
+  for (const int32_t budget : {0, 3}) {
+    const absl::Status status =
+        BlockSelector::Create({.block_tokens = 4, .num_kv_heads = 1, .head_dim = 4}, 1,
+                              {.budget_tokens = budget, .sink_tokens = 0, .window_tokens = 0})
+            .status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("may attend to nothing"));
+  }
 }
 
 TEST(BlockSelectorTest, ForcedBlocksBeyondTheBudgetAreStillAllSelected) {
