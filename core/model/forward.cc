@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace pulse {
@@ -280,34 +281,43 @@ OffloadStats ModelRunner::offload_stats() const {
   return sparse_ == nullptr ? OffloadStats{} : sparse_->offload_stats();
 }
 
+absl::Status ModelRunner::CheckBetweenSteps(const char* call) const {
+  if (step_open_) return absl::FailedPreconditionError(absl::StrCat(call, " while a step is open"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SparseAttention*> ModelRunner::OffloadBetweenSteps(const char* call) {
+  PULSE_RETURN_IF_ERROR(CheckBetweenSteps(call));
+  if (sparse_ == nullptr)
+    return absl::FailedPreconditionError(absl::StrCat(call, " without offload"));
+  return sparse_.get();
+}
+
 absl::Status ModelRunner::ForgetSparse(uint64_t key, std::span<const int32_t> host_blocks) {
-  if (step_open_) return absl::FailedPreconditionError("ForgetSparse while a step is open");
+  PULSE_RETURN_IF_ERROR(CheckBetweenSteps("ForgetSparse"));
   return sparse_ == nullptr ? absl::OkStatus() : sparse_->Forget(key, host_blocks);
+}
+
+absl::Status ModelRunner::FreeSlots(std::span<const int32_t> host_blocks) {
+  PULSE_RETURN_IF_ERROR(CheckBetweenSteps("FreeSlots"));
+  return sparse_ == nullptr ? absl::OkStatus() : sparse_->FreeSlots(host_blocks);
 }
 
 absl::Status ModelRunner::MoveToHost(std::span<const int32_t> device_blocks,
                                      std::span<const int32_t> host_blocks) {
-  if (step_open_) return absl::FailedPreconditionError("MoveToHost while a step is open");
-  if (sparse_ == nullptr) return absl::FailedPreconditionError("MoveToHost without offload");
-  return sparse_->MoveToHost(device_blocks, host_blocks);
+  PULSE_ASSIGN_OR_RETURN(SparseAttention * sparse, OffloadBetweenSteps("MoveToHost"));
+  return sparse->MoveToHost(device_blocks, host_blocks);
 }
 
 absl::Status ModelRunner::MoveToDevice(std::span<const int32_t> host_blocks,
                                        std::span<const int32_t> device_blocks) {
-  if (step_open_) return absl::FailedPreconditionError("MoveToDevice while a step is open");
-  if (sparse_ == nullptr) return absl::FailedPreconditionError("MoveToDevice without offload");
-  return sparse_->MoveToDevice(host_blocks, device_blocks);
-}
-
-absl::Status ModelRunner::FreeSlots(std::span<const int32_t> host_blocks) {
-  if (step_open_) return absl::FailedPreconditionError("FreeSlots while a step is open");
-  return sparse_ == nullptr ? absl::OkStatus() : sparse_->FreeSlots(host_blocks);
+  PULSE_ASSIGN_OR_RETURN(SparseAttention * sparse, OffloadBetweenSteps("MoveToDevice"));
+  return sparse->MoveToDevice(host_blocks, device_blocks);
 }
 
 absl::StatusOr<double> ModelRunner::CalibrateLink(int64_t bytes) {
-  if (step_open_) return absl::FailedPreconditionError("CalibrateLink while a step is open");
-  if (sparse_ == nullptr) return absl::FailedPreconditionError("CalibrateLink without offload");
-  return sparse_->CalibrateLink(bytes);
+  PULSE_ASSIGN_OR_RETURN(SparseAttention * sparse, OffloadBetweenSteps("CalibrateLink"));
+  return sparse->CalibrateLink(bytes);
 }
 
 bool ModelRunner::SparseStepOpen(const StepContext& context) const {

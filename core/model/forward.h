@@ -133,6 +133,10 @@ class ModelRunner {
               std::vector<StepContext> contexts, StepOutputs outputs,
               std::unique_ptr<SparseAttention> sparse);
   absl::Status Check(const StepBatch& batch) const;
+  // FailedPrecondition naming `call` while a step is open; OffloadBetweenSteps also without
+  // offload, else the offload layer.
+  absl::Status CheckBetweenSteps(const char* call) const;
+  absl::StatusOr<SparseAttention*> OffloadBetweenSteps(const char* call);
   // Checks the step, splits it into micro-batches and uploads each.
   absl::Status Upload(const StepBatch& batch, int32_t micro_batches);
   // Uploads sequences [first_seq, end_seq) of the batch into `context`.
