@@ -24,6 +24,23 @@ namespace {
 // The copy that calibrates the link at start: long enough to dwarf a copy's fixed cost.
 constexpr int64_t kCalibrationBytes = int64_t{8} << 20;
 
+// A step's rows as the micro-batch choice and the step costs see them: its sequences when it
+// decodes only (0 when it has a prompt chunk), and of them the offloaded ones.
+struct DecodeRows {
+  int32_t decode = 0;
+  int32_t offloaded = 0;
+};
+
+DecodeRows CountDecodeRows(const std::vector<ScheduledSequence>& work) {
+  DecodeRows rows;
+  for (const ScheduledSequence& sequence : work) {
+    if (!sequence.decode) return {};
+    ++rows.decode;
+    if (sequence.request->offloaded_blocks) ++rows.offloaded;
+  }
+  return rows;
+}
+
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
@@ -98,6 +115,10 @@ class EngineImpl final : public Engine {
   // Returns once no sink of request `id` runs on another thread (releasing mu_ while it waits).
   // Returns at once when called from within the sink in progress (the step's thread).
   void AwaitNoDeliveryOf(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the caller is the sink in progress (the step's thread, inside a sink call).
+  bool InSink() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return delivery_thread_ == std::this_thread::get_id();
+  }
 
   const std::shared_ptr<const Model> model_;
   const std::shared_ptr<const Tokenizer> tokenizer_;  // may be null
@@ -189,7 +210,7 @@ absl::Status EngineImpl::CancelLocked(RequestId id) {
 }
 
 void EngineImpl::AwaitNoDeliveryOf(RequestId id) {
-  if (delivery_thread_ == std::this_thread::get_id()) return;  // from within the sink
+  if (InSink()) return;
   const auto delivered = [this, id]()
                              ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return delivering_ != id; };
   mu_.Await(absl::Condition(&delivered));
@@ -346,35 +367,24 @@ void EngineImpl::Complete(const std::vector<ScheduledSequence>& work, const Forw
 }
 
 int32_t EngineImpl::MicroBatches(const std::vector<ScheduledSequence>& work) {
-  MicroBatchView view{.costs = &scheduler_.costs()};
-  for (const ScheduledSequence& sequence : work) {
-    if (!sequence.decode) {
-      view.decode_rows = 0;
-      break;
-    }
-    ++view.decode_rows;
-    if (sequence.request->offloaded_blocks) ++view.offloaded_rows;
-  }
-  return micro_batches_.Choose(view);
+  const DecodeRows rows = CountDecodeRows(work);
+  return micro_batches_.Choose(
+      {.decode_rows = rows.decode, .offloaded_rows = rows.offloaded, .costs = &scheduler_.costs()});
 }
 
 void EngineImpl::RecordCosts(const std::vector<ScheduledSequence>& work, Clock::duration time,
                              const OffloadStats& offload, int32_t micro_batches) {
-  if (work.empty()) return;
   for (const ScheduledSequence& sequence : work) {
     Request& request = *sequence.request;
     if (sequence.decode && request.offloaded_blocks) {
       request.recall.Record(runner_.sparse_stats(request.id).recall_bytes);
     }
   }
-  int32_t offloaded_rows = 0;
-  for (const ScheduledSequence& sequence : work) {
-    if (!sequence.decode) return;
-    if (sequence.request->offload) ++offloaded_rows;
-  }
+  const DecodeRows rows = CountDecodeRows(work);
+  if (rows.decode == 0) return;
   scheduler_.costs().Record(
       {.seconds = std::chrono::duration<double>(time).count(),
-       .offloaded_rows = offloaded_rows,
+       .offloaded_rows = rows.offloaded,
        .recall_bytes = offload.recall_bytes - totals_.offload.recall_bytes,
        .recall_seconds = offload.recall_seconds - totals_.offload.recall_seconds,
        .writeback_seconds = offload.writeback_seconds - totals_.offload.writeback_seconds,
@@ -414,7 +424,7 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   {
     // A sink runs inside a step, holding step_mu_: stepping from it would wait for itself.
     absl::MutexLock lock(&mu_);
-    if (delivering_ && delivery_thread_ == std::this_thread::get_id()) {
+    if (InSink()) {
       return absl::FailedPreconditionError(
           "Step called from within a token sink (callback): return from it and step after");
     }
