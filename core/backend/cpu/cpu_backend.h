@@ -31,7 +31,7 @@ struct CpuBackendOptions {
   // For tests: called with each copy plan that moves data, numbered 0, 1, ... in enqueue order;
   // true fails that plan (nothing of it is copied; waiting for it returns Internal), as a copy
   // engine fault would. Empty: no faults.
-  std::function<bool(int64_t plan)> copy_fault;
+  std::function<bool(int64_t plan)> copy_fault = nullptr;
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);

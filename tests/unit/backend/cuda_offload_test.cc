@@ -3,6 +3,7 @@
 // selection modes and with every copy executor (recall leaves the same bytes in the slots, and
 // attention reads the same blocks in the same order); with a small budget they are bitwise those
 // of the same selection with every block resident.
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -164,6 +165,108 @@ TEST_P(OffloadBackendTest, GraphsOfOffloadedStepsGiveTheOpByOpLogits) {
       EXPECT_GT(graphed.offload_stats().recall_seconds, 0.0);  // timed inside the graphs too
     }
     EXPECT_EQ(graphed.step_host_waits(), 0);
+  }
+}
+
+// A decode step of four offloaded sequences run as 2 or 4 micro-batches (the layer-wise
+// schedule: one micro-batch's recall landing while another computes) gives each sequence the
+// logits of the step run whole: bit for bit on the CPU, whose kernels compute a row alike
+// whatever the batch; on CUDA, whose GEMMs and attention splits depend on the batch, the same
+// rows to rounding (each row's cosine with the whole step's at least 0.999, where rows sent to
+// the wrong sequence or stale slots would be unrelated).
+TEST_P(OffloadBackendTest, MicroBatchesGiveTheLogitsOfTheWholeStep) {
+  constexpr int32_t kSeqs = 4;
+  constexpr int32_t kPrompt = 300;
+  constexpr int32_t kDecode = 24;
+  constexpr int32_t kSlotsPerSeq = 8;
+  const ModelConfig& config = model_->config();
+  const int32_t vocab = config.vocab_size;
+  const auto run = [&](SelectionMode mode, int32_t micro_batches) {
+    const OffloadConfig offload{.selection = {.mode = mode},
+                                .host_tokens = kSeqs * kBlocksPerSeq * kBlockTokens,
+                                .slot_tokens = kSeqs * kSlotsPerSeq * kBlockTokens};
+    absl::StatusOr<KvCache> cache =
+        KvCache::Create(model_->backend(),
+                        {.block_tokens = kBlockTokens,
+                         .num_kv_heads = config.num_kv_heads,
+                         .head_dim = config.head_dim,
+                         .type = model_->backend().kv_type()},
+                        config.num_layers, kSeqs * (kBlocksPerSeq + kSlotsPerSeq));
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    absl::StatusOr<ModelRunner> runner = ModelRunner::Create(model_, *std::move(cache),
+                                                             {.max_step_tokens = kPrompt,
+                                                              .max_seqs = kSeqs,
+                                                              .max_blocks_per_seq = kBlocksPerSeq,
+                                                              .offload = offload,
+                                                              .max_micro_batches = kSeqs});
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    std::vector<std::vector<int32_t>> tokens(kSeqs, std::vector<int32_t>(kPrompt + kDecode));
+    std::vector<std::vector<int32_t>> blocks(kSeqs, std::vector<int32_t>(kBlocksPerSeq));
+    std::vector<std::vector<int32_t>> host(kSeqs, std::vector<int32_t>(kBlocksPerSeq));
+    std::vector<SparseSelection> selections;
+    for (int32_t s = 0; s < kSeqs; ++s) {
+      for (size_t i = 0; i < tokens[s].size(); ++i) {
+        tokens[s][i] = static_cast<int32_t>((i * 7919 + 13 + 101 * s) % static_cast<size_t>(vocab));
+      }
+      std::iota(blocks[s].begin(), blocks[s].end(), s * kBlocksPerSeq);
+      std::iota(host[s].begin(), host[s].end(), s * kBlocksPerSeq);
+      SparseSelection selection = Selection(mode, 128);
+      selection.key = static_cast<uint64_t>(s) + 1;
+      selections.push_back(selection);
+    }
+    StepBatch batch;
+    std::vector<float> none;
+    for (int32_t s = 0; s < kSeqs; ++s) {  // one prompt a step: max_step_tokens is one prompt
+      batch.Clear();
+      batch.AddSequence(std::span<const int32_t>(tokens[s]).first(kPrompt), 0, blocks[s],
+                        LogitRows::kNone, selections[s], host[s]);
+      const absl::Status prefilled = runner->Forward(batch, none);
+      EXPECT_TRUE(prefilled.ok()) << prefilled;
+    }
+    std::vector<std::vector<float>> logits;
+    for (int32_t i = kPrompt; i < kPrompt + kDecode; ++i) {
+      batch.Clear();
+      for (int32_t s = 0; s < kSeqs; ++s) {
+        const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, selections[s].options);
+        for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[s][j] = -1;
+        batch.AddSequence(std::span<const int32_t>(tokens[s]).subspan(i, 1), i, blocks[s],
+                          LogitRows::kLast, selections[s], host[s]);
+      }
+      logits.emplace_back(static_cast<size_t>(kSeqs) * vocab);
+      const absl::Status status = runner->Forward(batch, logits.back(), micro_batches);
+      EXPECT_TRUE(status.ok()) << status;
+      EXPECT_EQ(runner->step_micro_batches(), micro_batches);
+    }
+    EXPECT_GT(runner->offload_stats().cache.evictions, 0);
+    return logits;
+  };
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    SCOPED_TRACE(mode == SelectionMode::kSoloHead ? "solohead" : "headwise");
+    const auto whole = run(mode, 1);
+    for (const int32_t micro_batches : {2, 4}) {
+      SCOPED_TRACE(micro_batches);
+      const auto split = run(mode, micro_batches);
+      if (GetParam() == "cpu") {
+        ExpectBitwiseEqual(split, whole);
+        continue;
+      }
+      ASSERT_EQ(split.size(), whole.size());
+      for (size_t step = 0; step < whole.size(); ++step) {
+        for (int32_t s = 0; s < kSeqs; ++s) {
+          const std::span<const float> a =
+              std::span<const float>(whole[step]).subspan(static_cast<size_t>(s) * vocab, vocab);
+          const std::span<const float> b =
+              std::span<const float>(split[step]).subspan(static_cast<size_t>(s) * vocab, vocab);
+          double dot = 0, aa = 0, bb = 0;
+          for (int32_t v = 0; v < vocab; ++v) {
+            dot += static_cast<double>(a[v]) * b[v];
+            aa += static_cast<double>(a[v]) * a[v];
+            bb += static_cast<double>(b[v]) * b[v];
+          }
+          EXPECT_GE(dot / std::sqrt(aa * bb), 0.999) << "step " << step << " sequence " << s;
+        }
+      }
+    }
   }
 }
 
