@@ -421,6 +421,124 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// int4 rows at radius 0 (a box is one stored row; the default estimator keeps one a token): the
+// work is a multiply-add a channel a query head and the tiled kernel's lanes spend more on
+// reloading q from L1 (a box at a time) and on 2-byte loads than on it. Here a warp takes a run of
+// kRunCandidates consecutive candidates of one KV head and keeps its group's query channels in
+// registers across them (reloaded only where a candidate's query row changes): a lane holds 16
+// channels (one 8-byte load of int4 values) of kGroup query heads, kRowLanes = head_dim / 16
+// lanes cover a row and a warp load covers 32 / kRowLanes of the candidate's boxes. A box's
+// integer products are summed by the row's lanes and scaled once (the rounding of another
+// summation order); the boxes meet by fmaxf as in the other kernels. Each lane keeps the bounds of
+// one candidate of the run, written per query head as one contiguous run.
+constexpr int kRunCandidates = kWarp;
+
+// Int4 nibble `shift / 4` of `word` as a float, exactly: 0x4B000000 | n is the float 2^23 + n.
+__device__ __forceinline__ float Int4At(uint32_t word, int shift) {
+  const uint32_t biased = ((word >> shift) & 0xFu) ^ 0x4B000008u;  // n + 8, sign bit flipped
+  return __uint_as_float(biased) - 8388616.0f;                     // 2^23 + 8
+}
+
+__device__ __forceinline__ void PrefetchL2(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
+}
+
+template <int kGroup, int kRowLanes>
+__global__ void __launch_bounds__(kThreads)
+    ScoreTokensInt4Kernel(const float* __restrict__ q, int64_t q_stride, int32_t num_kv_heads,
+                          int32_t boxes, const std::byte* __restrict__ summaries,
+                          int64_t summary_bytes, const int32_t* __restrict__ summary_ids,
+                          const int32_t* __restrict__ query_rows, int32_t count,
+                          float* __restrict__ bounds) {
+  WaitForPriorGrids();
+  constexpr int kHeadDim = 16 * kRowLanes;
+  constexpr int kRowBytes = kHeadDim / 2;
+  constexpr int kRowsPerLoad = kWarp / kRowLanes;
+  const int lane = threadIdx.x % kWarp;
+  const int part = lane % kRowLanes;
+  const int row_in_load = lane / kRowLanes;
+  const int32_t kv_head = blockIdx.y;
+  const int64_t first =
+      (int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp) * kRunCandidates;
+  if (first >= count) return;
+  const int32_t run =
+      static_cast<int32_t>(count - first < kRunCandidates ? count - first : kRunCandidates);
+  const int32_t rows = num_kv_heads * boxes;
+
+  float q_channels[kGroup][16];
+  int32_t loaded_row = -1;
+  float kept[kGroup];  // the bounds of candidate first + lane
+  for (int32_t c = 0; c < run; ++c) {
+    const int64_t i = first + c;
+    const int32_t query_row = query_rows[i];
+    if (query_row != loaded_row) {  // uniform across the warp
+      loaded_row = query_row;
+      const float* head_q = q + query_row * q_stride + int64_t{kv_head} * kGroup * kHeadDim;
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) {
+        const float4* quads = reinterpret_cast<const float4*>(head_q + h * kHeadDim + part * 16);
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const float4 x = quads[v];
+          q_channels[h][4 * v] = x.x;
+          q_channels[h][4 * v + 1] = x.y;
+          q_channels[h][4 * v + 2] = x.z;
+          q_channels[h][4 * v + 3] = x.w;
+        }
+      }
+    }
+    const std::byte* summary = summaries + summary_ids[i] * summary_bytes;
+    if (c + 1 < run) {  // the next candidate's rows and scales on their way to L2 meanwhile
+      const std::byte* next = summaries + summary_ids[i + 1] * summary_bytes;
+      const int32_t head_bytes = boxes * kRowBytes;
+      if (lane * 128 < head_bytes) PrefetchL2(next + int64_t{kv_head} * head_bytes + lane * 128);
+      if (lane == kWarp - 1) PrefetchL2(next + int64_t{rows} * kRowBytes + kv_head * boxes * 4);
+    }
+    float best[kGroup];
+#pragma unroll 2
+    for (int32_t box0 = 0; box0 < boxes; box0 += kRowsPerLoad) {
+      const int32_t box = box0 + row_in_load;  // boxes is a multiple of kRowsPerLoad
+      const int32_t row = kv_head * boxes + box;
+      const uint2 packed =
+          *reinterpret_cast<const uint2*>(summary + int64_t{row} * kRowBytes + part * 8);
+      const float scale =
+          *reinterpret_cast<const float*>(summary + int64_t{rows} * kRowBytes + row * 4);
+      float acc[kGroup];
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) acc[h] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const float value = Int4At(j < 8 ? packed.x : packed.y, 4 * (j % 8));
+#pragma unroll
+        for (int h = 0; h < kGroup; ++h) acc[h] = fmaf(q_channels[h][j], value, acc[h]);
+      }
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) {
+#pragma unroll
+        for (int offset = kRowLanes / 2; offset > 0; offset /= 2) {
+          acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], offset);
+        }
+        best[h] = box0 == 0 ? acc[h] * scale : fmaxf(best[h], acc[h] * scale);
+      }
+    }
+    // The boxes of the other rows of the warp's loads.
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+#pragma unroll
+      for (int offset = kRowLanes; offset < kWarp; offset *= 2) {
+        best[h] = fmaxf(best[h], __shfl_xor_sync(0xffffffffu, best[h], offset));
+      }
+      if (lane == c) kept[h] = best[h];
+    }
+  }
+  if (lane < run) {
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      bounds[(int64_t{kv_head} * kGroup + h) * count + first + lane] = kept[h];
+    }
+  }
+}
+
 // Any head_dim, stride or alignment: a warp per (candidate, KV head), scalar loads, one query
 // head at a time. At radius 0 (box_rows 1) a box's hi row is its lo row.
 template <typename Value>
@@ -482,12 +600,61 @@ cudaError_t LaunchTiledScore(dim3 grid, size_t shared_bytes, cudaStream_t stream
                             bounds);
 }
 
+template <int kGroup>
+cudaError_t LaunchTokensInt4(const float* q, int64_t q_stride, const PagedKvLayout& layout,
+                             const BlockEstimator& estimator, const std::byte* summaries,
+                             const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
+                             float* bounds, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(count, kWarpsPerBlock * kRunCandidates)),
+                  static_cast<unsigned>(layout.num_kv_heads));
+  const int64_t bytes = SummaryBytes(layout, estimator);
+  const auto launch = [&](auto kernel) {
+    return LaunchKernel(kernel, grid, kThreads, 0, stream, q, q_stride, layout.num_kv_heads,
+                        estimator.boxes, summaries, bytes, summary_ids, query_rows, count, bounds);
+  };
+  switch (layout.head_dim) {
+    case 64:
+      return launch(ScoreTokensInt4Kernel<kGroup, 4>);
+    case 128:
+      return launch(ScoreTokensInt4Kernel<kGroup, 8>);
+    default:
+      return launch(ScoreTokensInt4Kernel<kGroup, 16>);
+  }
+}
+
+// Whether ScoreTokensInt4Kernel takes the call: int4 rows at radius 0, a head_dim of 64, 128 or
+// 256 and boxes in whole warp loads, a group of at most 4 (its query channels stay in registers),
+// and aligned vectors.
+bool TokensInt4Fits(const float* q, int64_t q_stride, int32_t group, const PagedKvLayout& layout,
+                    const BlockEstimator& estimator, const std::byte* summaries) {
+  const int32_t dim = layout.head_dim;
+  if (estimator.precision != SummaryPrecision::kInt4 || SummaryBoxRows(estimator) != 1 ||
+      (dim != 64 && dim != 128 && dim != 256) || (group != 1 && group != 2 && group != 4) ||
+      layout.num_kv_heads > 65535) {
+    return false;
+  }
+  const int32_t rows_per_load = kWarp / (dim / 16);
+  return estimator.boxes > 0 && estimator.boxes % rows_per_load == 0 && q_stride % 4 == 0 &&
+         Aligned(q, 16) && Aligned(summaries, 8) && SummaryBytes(layout, estimator) % 8 == 0;
+}
+
 template <typename Value>
 cudaError_t LaunchScore(const float* q, int64_t q_stride, int32_t group,
                         const PagedKvLayout& layout, const BlockEstimator& estimator,
                         const std::byte* summaries, const int32_t* summary_ids,
                         const int32_t* query_rows, int32_t count, float* bounds,
                         cudaStream_t stream) {
+  if constexpr (kIsInt4<Value>) {
+    if (TokensInt4Fits(q, q_stride, group, layout, estimator, summaries)) {
+      const auto launch = [&](auto run) {
+        return run(q, q_stride, layout, estimator, summaries, summary_ids, query_rows, count,
+                   bounds, stream);
+      };
+      if (group == 1) return launch(LaunchTokensInt4<1>);
+      if (group == 2) return launch(LaunchTokensInt4<2>);
+      return launch(LaunchTokensInt4<4>);
+    }
+  }
   const int32_t dim = layout.head_dim;
   const int32_t vectors = dim / (4 * kScoreLanes);
   // head_dim a multiple of 32 keeps every quad of every summary aligned, and integer scales too.
@@ -584,60 +751,69 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
 }
 
 // --- AggregateScores ---------------------------------------------------------------------------
-// A block a (segment, set): for each head of the set, its max and its softmax total over the
-// segment's candidates; then each thread sums, head by head, the softmax shares of its
-// candidates. The work is a few reads of each bound (the step's bounds are a few hundred KB).
+// Two grids, so that the work spreads over many SMs whatever the number of segments (a step has
+// one a sparse row: a few): first a block a (segment, head) for its softmax maximum and total over
+// the segment's candidates (a read of its bounds, an exp a bound), then blocks over each segment's
+// candidates that sum, head by head, the softmax shares of their set. Each grid reads the step's
+// bounds (a few MB) once; the doubles' exps are their work.
 namespace {
 
 __global__ void __launch_bounds__(kThreads)
-    AggregateScoresKernel(const float* __restrict__ bounds, int32_t num_heads, int64_t stride,
-                          const ScoreSegment* __restrict__ segments, float* __restrict__ scores) {
+    HeadSoftmaxStatsKernel(const float* __restrict__ bounds, int32_t num_heads, int64_t stride,
+                           const ScoreSegment* __restrict__ segments,
+                           double* __restrict__ head_stats) {
   WaitForPriorGrids();
-  __shared__ double head_max[kAggregateMaxHeads];
-  __shared__ double head_total[kAggregateMaxHeads];
   __shared__ float reduce_float[kWarpsPerBlock];
   __shared__ double reduce_double[kWarpsPerBlock];
+  const ScoreSegment segment = segments[blockIdx.x];
+  const int32_t head = static_cast<int32_t>(blockIdx.y);
+  if (segment.count <= 0 || segment.aggregate == HeadAggregate::kMax) return;
+  const float* row = bounds + int64_t{head} * stride + segment.first;
+  const double scale = segment.logit_scale;
+  float local_max = -INFINITY;
+  for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
+    local_max = fmaxf(local_max, row[i]);
+  }
+  const double max_logit = scale * BlockReduce(local_max, -INFINITY, MaxFloat{}, reduce_float);
+  double local_total = 0.0;
+  for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
+    local_total += exp(scale * row[i] - max_logit);
+  }
+  const double total = BlockReduce(local_total, 0.0, Add{}, reduce_double);
+  if (threadIdx.x == 0) {
+    double* stats = head_stats + 2 * (int64_t{blockIdx.x} * num_heads + head);
+    stats[0] = max_logit;
+    stats[1] = total;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    AggregateScoresKernel(const float* __restrict__ bounds, int32_t num_heads, int64_t stride,
+                          const ScoreSegment* __restrict__ segments,
+                          const double* __restrict__ head_stats, float* __restrict__ scores) {
+  WaitForPriorGrids();
   const ScoreSegment segment = segments[blockIdx.x];
   const int32_t set = static_cast<int32_t>(blockIdx.y);
   if (set >= segment.num_sets || segment.count <= 0) return;
   const int32_t heads = num_heads / segment.num_sets;
   const float* set_bounds = bounds + int64_t{set} * heads * stride + segment.first;
   float* out = scores + segment.scores_first + int64_t{set} * segment.count;
+  const double* stats = head_stats + 2 * (int64_t{blockIdx.x} * num_heads + int64_t{set} * heads);
   const double scale = segment.logit_scale;
-
-  if (segment.aggregate == HeadAggregate::kMax) {
-    for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
+  for (int32_t i = blockIdx.z * kThreads + threadIdx.x; i < segment.count;
+       i += gridDim.z * kThreads) {
+    if (segment.aggregate == HeadAggregate::kMax) {
       float score = -INFINITY;
       for (int32_t h = 0; h < heads; ++h) {
         const float bound = set_bounds[h * stride + i];
         if (!isnan(score) && !(bound <= score)) score = bound;  // a NaN, once met, stays
       }
       out[i] = score;
+      continue;
     }
-    return;
-  }
-  for (int32_t h = 0; h < heads; ++h) {
-    const float* row = set_bounds + h * stride;
-    float local_max = -INFINITY;
-    for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
-      local_max = fmaxf(local_max, row[i]);
-    }
-    const double max_logit = scale * BlockReduce(local_max, -INFINITY, MaxFloat{}, reduce_float);
-    double local_total = 0.0;
-    for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
-      local_total += exp(scale * row[i] - max_logit);
-    }
-    const double total = BlockReduce(local_total, 0.0, Add{}, reduce_double);
-    if (threadIdx.x == 0) {
-      head_max[h] = max_logit;
-      head_total[h] = total;
-    }
-  }
-  __syncthreads();
-  for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
     double sum = 0.0;
     for (int32_t h = 0; h < heads; ++h) {
-      sum += exp(scale * set_bounds[h * stride + i] - head_max[h]) / head_total[h];
+      sum += exp(scale * set_bounds[h * stride + i] - stats[2 * h]) / stats[2 * h + 1];
     }
     out[i] = static_cast<float>(sum);
   }
@@ -661,17 +837,31 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+int64_t AggregateScoresScratchDoubles(int32_t num_heads, int32_t num_segments) {
+  return 2 * int64_t{std::max(num_heads, 1)} * std::max(num_segments, 1);
+}
+
 cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
                                   const ScoreSegment* segments, int32_t num_segments,
-                                  int32_t max_sets, float* scores, cudaStream_t stream) {
+                                  int32_t max_sets, double* head_stats, float* scores,
+                                  cudaStream_t stream) {
   if (num_heads <= 0 || num_heads > kAggregateMaxHeads || max_sets <= 0 || max_sets > 65535 ||
-      num_segments < 0) {
+      num_segments < 0 || num_segments > 65535) {
     return cudaErrorInvalidValue;
   }
   if (num_segments == 0) return cudaSuccess;
+  const auto segments_x = static_cast<unsigned>(num_segments);
+  cudaError_t launched =
+      LaunchKernel(HeadSoftmaxStatsKernel, dim3(segments_x, static_cast<unsigned>(num_heads)),
+                   kThreads, 0, stream, bounds, num_heads, bound_stride, segments, head_stats);
+  if (launched != cudaSuccess) return launched;
+  // Blocks enough for an even share of the candidates a segment, twice over for uneven ones.
+  const int64_t chunks = 2 * CeilDiv(CeilDiv(bound_stride, num_segments), kThreads);
+  const auto chunks_z = static_cast<unsigned>(std::clamp<int64_t>(chunks, 1, 65535));
   return LaunchKernel(AggregateScoresKernel,
-                      dim3(static_cast<unsigned>(num_segments), static_cast<unsigned>(max_sets)),
-                      kThreads, 0, stream, bounds, num_heads, bound_stride, segments, scores);
+                      dim3(segments_x, static_cast<unsigned>(max_sets), chunks_z), kThreads, 0,
+                      stream, bounds, num_heads, bound_stride, segments,
+                      static_cast<const double*>(head_stats), scores);
 }
 
 cudaError_t LaunchDrawSyntheticScores(const int32_t* summary_ids, const ScoreSegment* segments,

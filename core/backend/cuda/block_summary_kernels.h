@@ -43,12 +43,16 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
 // `bounds` ([num_heads][bound_stride]) as reference::AggregateHeadBounds computes them (softmax
 // sums in double; the per-head totals are summed in another order, so a score may differ in its
 // last bits). The segments must be valid as reference::AggregateScores checks; `max_sets`: at least
-// every segment's num_sets. cudaErrorInvalidValue for num_heads outside [1, 128], max_sets outside
-// [1, 65535], or a negative segment count.
+// every segment's num_sets. `head_stats` is device scratch of AggregateScoresScratchDoubles
+// doubles (each segment's heads' softmax maximum and total, computed first by a block a head).
+// cudaErrorInvalidValue for num_heads outside [1, 128], max_sets outside [1, 65535], or a
+// negative segment count.
 inline constexpr int32_t kAggregateMaxHeads = 128;
+int64_t AggregateScoresScratchDoubles(int32_t num_heads, int32_t num_segments);
 cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
                                   const ScoreSegment* segments, int32_t num_segments,
-                                  int32_t max_sets, float* scores, cudaStream_t stream);
+                                  int32_t max_sets, double* head_stats, float* scores,
+                                  cudaStream_t stream);
 
 // For each of the `num_segments` segments (device memory) and each of its sets: its scores drawn
 // as reference::DrawSyntheticScores draws them (the same bits), at the step `*step` (device

@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
     gemm_.reset();
     attention_scratch_ = DeviceBuffer();
     sampling_scratch_ = DeviceBuffer();
+    aggregate_scratch_ = DeviceBuffer();
     gemm_workspace_ = DeviceBuffer();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (capture_stream_ != nullptr) cudaStreamDestroy(capture_stream_);
@@ -466,8 +467,10 @@ class CudaBackend final : public Backend {
           num_heads, cuda::kAggregateMaxHeads, num_segments, max_sets)));
       return;
     }
+    const int64_t doubles = cuda::AggregateScoresScratchDoubles(num_heads, num_segments);
+    if (!Grow(aggregate_scratch_, static_cast<size_t>(doubles) * sizeof(double))) return;
     Record(cuda::LaunchAggregateScores(bounds, num_heads, bound_stride, segments, num_segments,
-                                       max_sets, scores, stream()),
+                                       max_sets, aggregate_scratch_.as<double>(), scores, stream()),
            "AggregateScores");
   }
 
@@ -720,6 +723,7 @@ class CudaBackend final : public Backend {
   absl::Mutex mu_;
   DeviceBuffer attention_scratch_ ABSL_GUARDED_BY(mu_);
   DeviceBuffer sampling_scratch_ ABSL_GUARDED_BY(mu_);
+  DeviceBuffer aggregate_scratch_ ABSL_GUARDED_BY(mu_);
   uint64_t scratch_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped when a scratch buffer moves
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   Capture capture_ ABSL_GUARDED_BY(mu_);

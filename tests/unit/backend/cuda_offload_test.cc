@@ -238,6 +238,11 @@ TEST_P(OffloadBackendTest, MicroBatchesGiveTheLogitsOfTheWholeStep) {
       EXPECT_EQ(runner->step_micro_batches(), micro_batches);
     }
     EXPECT_GT(runner->offload_stats().cache.evictions, 0);
+    // Split steps replay as graphs too (their shapes keyed by the micro-batches').
+    EXPECT_EQ(runner->graph_stats().failed, 0);
+    if (model_->backend().SupportsGraphs()) {
+      EXPECT_GT(runner->graph_stats().launched, 0);
+    }
     return logits;
   };
   for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {

@@ -69,7 +69,7 @@ TEST(EngineFaultTest, ACopyThatFailsOnceIsRetriedAndChangesNoToken) {
   const auto expected = Tokens(Generate(*MakeEngine(TinyModel(), Offloaded()), 11));
   // Plans 1.. are the steps' recalls and write-backs (plan 0 calibrates the link), about 45 in
   // this run; failures far enough apart that no retry's own plans fail too.
-  for (const std::set<int64_t> failing :
+  for (const std::set<int64_t>& failing :
        {std::set<int64_t>{5}, std::set<int64_t>{25}, std::set<int64_t>{5, 40}}) {
     std::atomic<int64_t> failed{0};
     std::unique_ptr<Engine> engine = MakeEngine(TinyModel(TinyConfig(), 0, 0, absl::ZeroDuration(),
