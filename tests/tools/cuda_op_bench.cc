@@ -2,7 +2,7 @@
 // floors they are bounded by (bytes over HBM bandwidth, or FLOPs over the bf16 tensor peak).
 //
 //   pulse-cuda-op-bench [--out FILE.jsonl] [--hbm-gb-s 4250] [--peak-tflops 790]
-//       [--decode-blocks-per-sm 4,8]
+//       [--decode-blocks-per-sm 4,8] [--only sparse-step]
 //
 // Each op runs a few times to warm up, then `reps` times back to back between two stream syncs;
 // the time is the host clock over the reps divided by reps (launch gaps included: those are part
@@ -12,7 +12,8 @@
 // (CudaBackendOptions::gemm_tune_max_rows). With
 // --decode-blocks-per-sm, decode attention runs again at each value of
 // CudaBackendOptions::decode_blocks_per_sm (how finely it splits the sequence), each on a backend
-// of its own.
+// of its own. --only sparse-step times the sparse step's ops alone (selection and sparse
+// attention).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,7 +38,7 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: pulse-cuda-op-bench [--out FILE.jsonl] [--hbm-gb-s 4250] [--peak-tflops 790] "
-    "[--decode-blocks-per-sm 4,8]";
+    "[--decode-blocks-per-sm 4,8] [--only sparse-step]";
 constexpr size_t kL2Bytes = size_t{60} << 20;
 
 struct Args {
@@ -45,6 +46,7 @@ struct Args {
   double hbm_gb_s = 4250;
   double peak_tflops = 790;
   std::vector<int32_t> decode_blocks_per_sm;
+  bool only_sparse_step = false;
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -65,6 +67,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
         ok = ok && absl::SimpleAtoi(item, &blocks);
         args.decode_blocks_per_sm.push_back(blocks);
       }
+    } else if (flag == "--only") {
+      ok = value == "sparse-step";
+      args.only_sparse_step = ok;
     } else {
       return absl::InvalidArgumentError("unknown flag " + flag);
     }
@@ -450,6 +455,7 @@ absl::Status BenchSampling(Backend& backend, Bench& bench) {
 absl::Status Run(const Args& args) {
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, CreateCudaBackend({}));
   Bench bench(*backend, args);
+  if (args.only_sparse_step) return BenchSparseStep(*backend, bench);
   for (const int64_t m : {1, 8, 32}) PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, m));
   {
     // The same GEMMs with the fastest of cuBLASLt's candidates, timed on first use.
