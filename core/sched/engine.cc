@@ -382,6 +382,7 @@ void EngineImpl::RecordCosts(const std::vector<ScheduledSequence>& work, Clock::
   }
   const DecodeRows rows = CountDecodeRows(work);
   if (rows.decode == 0) return;
+  micro_batches_.Observe(std::chrono::duration<double>(time).count(), rows.decode);
   scheduler_.costs().Record(
       {.seconds = std::chrono::duration<double>(time).count(),
        .offloaded_rows = rows.offloaded,

@@ -3,26 +3,52 @@
 #include <algorithm>
 
 namespace pulse {
+namespace {
+
+// The weight of a new step in the averages (as StepCosts').
+constexpr double kNewStepWeight = 0.2;
+
+}  // namespace
+
+void MicroBatchPolicy::RowTime::Add(double seconds) {
+  seconds_per_row =
+      steps == 0 ? seconds : (1 - kNewStepWeight) * seconds_per_row + kNewStepWeight * seconds;
+  ++steps;
+}
+
+bool MicroBatchPolicy::prefers_one() const {
+  return whole_.steps > 0 && split_.steps > 0 && split_.seconds_per_row > whole_.seconds_per_row;
+}
 
 int32_t MicroBatchPolicy::Choose(const MicroBatchView& view) {
   int32_t count = 1;
+  last_eligible_ = false;
   if (view.decode_rows >= 2) {
     if (fixed_ > 0) {
       count = std::min(fixed_, view.decode_rows);
     } else if (view.offloaded_rows > 0 && view.costs != nullptr && view.costs->measured() &&
                view.costs->PredictedRecallSeconds(view.offloaded_rows) >=
                    view.costs->compute_seconds()) {
+      last_eligible_ = true;
+      const bool split = !prefers_one();
       if (++since_probe_ >= kProbeInterval) {
         since_probe_ = 0;
         ++probe_steps_;
+        count = split ? 1 : 2;
       } else {
-        count = 2;
+        count = split ? 2 : 1;
       }
     }
   }
   if (count > 1) ++split_steps_;
   last_ = count;
   return count;
+}
+
+void MicroBatchPolicy::Observe(double seconds, int32_t decode_rows) {
+  if (!last_eligible_ || decode_rows < 1) return;
+  (last_ > 1 ? split_ : whole_).Add(seconds / decode_rows);
+  last_eligible_ = false;
 }
 
 }  // namespace pulse

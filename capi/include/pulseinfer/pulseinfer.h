@@ -423,7 +423,7 @@ typedef struct pulse_engine_stats {
   int64_t kv_memory_bytes;
   /* Fields appended after version 6: layer-wise scheduling (pulse_engine_params.micro_batches). */
   int64_t split_steps;   /* decode steps run as several micro-batches */
-  int64_t probe_steps;   /* steps the adaptive choice ran as one to measure compute */
+  int64_t probe_steps;   /* eligible steps the adaptive choice ran against its preference */
   int32_t micro_batches; /* the last step's */
   /* Placement changes of running requests under PULSE_ADMIT_IO_ADAPTIVE: resident requests
    * offloaded when the KV cache could not hold a waiting request's prompt, and offloaded ones

@@ -64,6 +64,42 @@ TEST(MicroBatchPolicyTest, EverySixteenthSplitStepRunsAsOneToMeasureCompute) {
   EXPECT_EQ(policy.split_steps(), 3 * MicroBatchPolicy::kProbeInterval - 3);
 }
 
+// Where split steps measure slower a row than steps run as one (a backend that does not overlap
+// the copy, or whose extra weight pass costs more than the recall hidden), the eligible steps run
+// as one, every sixteenth as two to measure again; once two measure faster, two again.
+TEST(MicroBatchPolicyTest, EligibleStepsFollowTheFasterMeasuredWay) {
+  MicroBatchPolicy policy(0);
+  const StepCosts slow_link = Costs(20, 10);
+  const MicroBatchView view{.decode_rows = 4, .offloaded_rows = 4, .costs = &slow_link};
+  double split_ms = 40;  // a step of four rows
+  const double whole_ms = 30;
+  const auto step = [&] {
+    const int32_t count = policy.Choose(view);
+    policy.Observe((count > 1 ? split_ms : whole_ms) * 1e-3, view.decode_rows);
+    return count;
+  };
+  // Two until one has been measured too (the first probe).
+  for (int32_t i = 0; i < MicroBatchPolicy::kProbeInterval - 1; ++i) EXPECT_EQ(step(), 2);
+  EXPECT_EQ(step(), 1);
+  EXPECT_TRUE(policy.prefers_one());
+  int32_t twos = 0;
+  for (int32_t i = 0; i < 2 * MicroBatchPolicy::kProbeInterval; ++i) twos += step() > 1 ? 1 : 0;
+  EXPECT_EQ(twos, 2);  // the probes
+  // Two gets faster than one: within a few probes (each moves its average a fifth of the way)
+  // its average falls below one's, after which the eligible steps split again.
+  split_ms = 10;
+  int32_t i = 0;
+  while (policy.prefers_one() && i++ < 3 * MicroBatchPolicy::kProbeInterval) step();
+  EXPECT_FALSE(policy.prefers_one());
+  EXPECT_EQ(step(), 2);
+  // Steps that are not eligible are neither chosen by nor counted in the measurements.
+  const int64_t probes = policy.probe_steps();
+  EXPECT_EQ(policy.Choose({.decode_rows = 4, .offloaded_rows = 0, .costs = &slow_link}), 1);
+  policy.Observe(1.0, 4);
+  EXPECT_FALSE(policy.prefers_one());
+  EXPECT_EQ(policy.probe_steps(), probes);
+}
+
 TEST(StepCostsTest, AStepOfSeveralMicroBatchesLeavesComputeAlone) {
   StepCosts costs;
   costs.Record(
