@@ -321,7 +321,8 @@ type EngineStats struct {
 	RunningOffloaded    int32
 	KVMemoryBytes       int64 // device bytes of the KV: cache blocks, slots and summaries
 	// Layer-wise scheduling (EngineParams.MicroBatches): decode steps run as several
-	// micro-batches, steps the adaptive choice ran as one to measure compute, and the last
+	// micro-batches, eligible steps the adaptive choice ran against its preference (to measure
+	// both ways), and the last
 	// step's micro-batches.
 	SplitSteps   int64
 	ProbeSteps   int64

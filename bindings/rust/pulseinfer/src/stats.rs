@@ -216,7 +216,7 @@ pub struct EngineStats {
     pub kv_memory_bytes: i64,
     /// Decode steps run as several micro-batches (layer-wise scheduling).
     pub split_steps: i64,
-    /// Steps the adaptive choice ran as one micro-batch to measure compute.
+    /// Eligible steps the adaptive choice ran against its preference, to measure both ways.
     pub probe_steps: i64,
     /// The last step's micro-batches.
     pub micro_batches: i32,
