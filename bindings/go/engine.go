@@ -322,8 +322,7 @@ type EngineStats struct {
 	KVMemoryBytes       int64 // device bytes of the KV: cache blocks, slots and summaries
 	// Layer-wise scheduling (EngineParams.MicroBatches): decode steps run as several
 	// micro-batches, eligible steps the adaptive choice ran against its preference (to measure
-	// both ways), and the last
-	// step's micro-batches.
+	// both ways), and the last step's micro-batches.
 	SplitSteps   int64
 	ProbeSteps   int64
 	MicroBatches int32
