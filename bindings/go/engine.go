@@ -330,6 +330,9 @@ type EngineStats struct {
 	// under memory pressure, and offloaded ones made resident again when memory freed.
 	DemotedRequests  int64
 	PromotedRequests int64
+	// Steps that failed as a whole (a failed copy, the device tier exhausted mid-step) and ran
+	// once more.
+	RetriedSteps int64
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -385,5 +388,6 @@ func (e *Engine) Stats() (EngineStats, error) {
 		MicroBatches:          int32(stats.micro_batches),
 		DemotedRequests:       int64(stats.demoted_requests),
 		PromotedRequests:      int64(stats.promoted_requests),
+		RetriedSteps:          int64(stats.retried_steps),
 	}, nil
 }

@@ -126,6 +126,7 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.micro_batches = totals.micro_batches.last;
     value.demoted_requests = totals.admission.demoted;
     value.promoted_requests = totals.admission.promoted;
+    value.retried_steps = totals.retried_steps;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

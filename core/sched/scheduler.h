@@ -32,11 +32,11 @@ struct TierMove {
   bool to_host = false;  // demoted (else promoted)
   // Pairwise: the device blocks written to the host blocks (demoted), or the host blocks
   // recalled into the device blocks (promoted).
-  std::vector<int32_t> device_blocks;
-  std::vector<int32_t> host_blocks;
+  std::vector<int32_t> device_blocks = {};
+  std::vector<int32_t> host_blocks = {};
   // Promoted: every host block it held, whose device slots must be freed before they serve
   // another request.
-  std::vector<int32_t> released_host_blocks;
+  std::vector<int32_t> released_host_blocks = {};
 };
 
 // One request's share of a step: its tokens [begin, begin + count) are fed to the model.

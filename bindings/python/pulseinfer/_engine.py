@@ -71,6 +71,7 @@ class EngineStats:
     micro_batches: int
     demoted_requests: int
     promoted_requests: int
+    retried_steps: int
 
 
 class Engine:

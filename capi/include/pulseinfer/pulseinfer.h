@@ -430,6 +430,10 @@ typedef struct pulse_engine_stats {
    * made resident again when memory freed (each request moves at most once each way). */
   int64_t demoted_requests;
   int64_t promoted_requests;
+  /* Steps that failed as a whole (a copy that failed, the device tier exhausted in the middle of
+   * the step) and ran once more from the same inputs; a second failure fails the step's
+   * requests, with its status, and the engine serves on. */
+  int64_t retried_steps;
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

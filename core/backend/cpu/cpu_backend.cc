@@ -78,6 +78,7 @@ class CpuBackend final : public Backend {
       : pool_(options.threads),
         device_{.limit = options.memory_limit_bytes},
         host_{.limit = options.host_memory_limit_bytes},
+        slot_fault_(options.slot_fault),
         copy_thread_(options.copy_delay, options.copy_fault) {}
 
   std::string_view name() const override { return "cpu"; }
@@ -306,6 +307,12 @@ class CpuBackend final : public Backend {
                                       std::span(picked, static_cast<size_t>(reach->picks))));
   }
   void BuildSparseTables(const SparseTableBuild& build) override {
+    if (slot_fault_ && build.directory.slot_of_block != nullptr && slot_fault_(table_builds_++)) {
+      SparseTableBuild starved = build;
+      starved.recalls.capacity = 0;  // no victim for any miss
+      Record(reference::BuildSparseTables(starved));
+      return;
+    }
     Record(reference::BuildSparseTables(build));
   }
   void ForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,
@@ -419,6 +426,8 @@ class CpuBackend final : public Backend {
   Budget host_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> host_waits_ = 0;
+  std::function<bool(int64_t)> slot_fault_;
+  int64_t table_builds_ = 0;     // offloaded layers' table builds, for slot_fault_
   cpu::CopyThread copy_thread_;  // last: it finishes its queue before anything else goes
 };
 

@@ -32,6 +32,10 @@ struct CpuBackendOptions {
   // true fails that plan (nothing of it is copied; waiting for it returns Internal), as a copy
   // engine fault would. Empty: no faults.
   std::function<bool(int64_t plan)> copy_fault = nullptr;
+  // For tests: called with each offloaded layer's table build (BuildSparseTables with a slot
+  // directory), numbered 0, 1, ...; true builds it as if no slot could be evicted, so every miss
+  // of the layer finds none (the device tier exhausted in the middle of a step). Empty: none.
+  std::function<bool(int64_t build)> slot_fault = nullptr;
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);

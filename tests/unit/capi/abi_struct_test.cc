@@ -173,7 +173,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, micro_batches, 296);
   EXPECT_OFFSET(pulse_engine_stats, demoted_requests, 304);
   EXPECT_OFFSET(pulse_engine_stats, promoted_requests, 312);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 320u);
+  EXPECT_OFFSET(pulse_engine_stats, retried_steps, 320);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 328u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {

@@ -1,7 +1,8 @@
-// Faults injected into the CPU backend's copy engine (CpuBackendOptions::copy_fault): a recall
-// or a write-back that fails makes its step fail as a whole; the engine runs the step once more,
-// and no token of any request changes. A fault that persists fails the requests of the steps it
-// hits, with a status that says so, and the engine serves the requests that come after it.
+// Faults injected into the CPU backend (CpuBackendOptions::copy_fault, slot_fault): a recall or a
+// write-back that fails, or a layer whose misses find no device slot, makes its step fail as a
+// whole; the engine runs the step once more, and no token of any request changes. A fault that
+// persists fails the requests of the steps it hits, with a status that says so, and the engine
+// serves the requests that come after it.
 #include <atomic>
 #include <memory>
 #include <set>
@@ -118,6 +119,55 @@ TEST(EngineFaultTest, AFaultThatPersistsFailsTheStepsRequestsAndTheEngineServesO
   broken = false;
   const auto expected = Tokens(Generate(*MakeEngine(TinyModel(), Offloaded()), 21));
   EXPECT_EQ(Tokens(Generate(*engine, 21)), expected);
+}
+
+// The device tier exhausted in the middle of a step: an offloaded layer whose misses find no slot
+// to evict (slot_fault) fails its step after the step's other layers ran; the runner clears the
+// slot directory and the retried step gives every request its tokens. Persisting, it fails the
+// hit steps' requests with a status saying so, and the engine serves on.
+TEST(EngineFaultTest, ADeviceTierExhaustedMidStepIsRetriedAndThenFailsOnlyItsRequests) {
+  const auto expected = Tokens(Generate(*MakeEngine(TinyModel(), Offloaded()), 11));
+  std::atomic<int64_t> starved{0};
+  // The tiny model has two layers: build 41 is the second layer of a step in the run's middle.
+  std::unique_ptr<Engine> engine =
+      MakeEngine(TinyModel(TinyConfig(), 0, 0, absl::ZeroDuration(), nullptr,
+                           [&starved](int64_t build) {
+                             if (build != 41) return false;
+                             ++starved;
+                             return true;
+                           }),
+                 Offloaded());
+  EXPECT_EQ(Tokens(Generate(*engine, 11)), expected);
+  EXPECT_EQ(starved, 1);
+  EXPECT_EQ(engine->stats().retried_steps, 1);
+
+  std::atomic<bool> exhausted{false};
+  engine = MakeEngine(TinyModel(TinyConfig(), 0, 0, absl::ZeroDuration(), nullptr,
+                                [&exhausted](int64_t) { return exhausted.load(); }),
+                      Offloaded());
+  std::vector<RequestId> ids;
+  for (uint32_t i = 0; i < 4; ++i) {
+    ids.push_back(*engine->Submit(Prompt(40, TinyConfig().vocab_size, 50 + i),
+                                  testing::Greedy(16, true), nullptr));
+  }
+  for (int32_t step = 0; step < 12; ++step) ASSERT_TRUE(engine->Step().ok());
+  exhausted = true;
+  RunToIdle(*engine);
+  int32_t failed = 0;
+  for (const RequestId id : ids) {
+    const RequestSnapshot snapshot = SnapshotOf(*engine, id);
+    EXPECT_EQ(snapshot.state, RequestState::kFinished);
+    if (snapshot.reason != FinishReason::kError) continue;
+    ++failed;
+    EXPECT_EQ(snapshot.error.code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(snapshot.error.message(), HasSubstr("found no device slot"));
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_EQ(engine->stats().kv_blocks_in_use, 0);
+  EXPECT_EQ(engine->stats().host_blocks_in_use, 0);
+  exhausted = false;
+  const auto after = Tokens(Generate(*MakeEngine(TinyModel(), Offloaded()), 21));
+  EXPECT_EQ(Tokens(Generate(*engine, 21)), after);
 }
 
 }  // namespace

@@ -32,17 +32,19 @@ inline ModelConfig TinyConfig() {
 }
 
 // `copy_delay`: how late each copy plan of the backend's copy engine lands; `copy_fault`: which
-// copy plans fail (CpuBackendOptions).
+// copy plans fail; `slot_fault`: which offloaded layers find no device slot (CpuBackendOptions).
 inline std::shared_ptr<const Model> LoadModel(const TensorSource& source, size_t memory_limit = 0,
                                               size_t host_memory_limit = 0,
                                               absl::Duration copy_delay = absl::ZeroDuration(),
-                                              std::function<bool(int64_t)> copy_fault = nullptr) {
+                                              std::function<bool(int64_t)> copy_fault = nullptr,
+                                              std::function<bool(int64_t)> slot_fault = nullptr) {
   CpuBackendOptions backend_options;
   backend_options.threads = 1;
   backend_options.memory_limit_bytes = memory_limit;
   backend_options.host_memory_limit_bytes = host_memory_limit;
   backend_options.copy_delay = copy_delay;
   backend_options.copy_fault = std::move(copy_fault);
+  backend_options.slot_fault = std::move(slot_fault);
   absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend(backend_options);
   EXPECT_TRUE(backend.ok()) << backend.status();
   absl::StatusOr<std::shared_ptr<const Model>> model =
@@ -54,10 +56,12 @@ inline std::shared_ptr<const Model> LoadModel(const TensorSource& source, size_t
 inline std::shared_ptr<const Model> TinyModel(const ModelConfig& config = TinyConfig(),
                                               size_t memory_limit = 0, size_t host_memory_limit = 0,
                                               absl::Duration copy_delay = absl::ZeroDuration(),
-                                              std::function<bool(int64_t)> copy_fault = nullptr) {
+                                              std::function<bool(int64_t)> copy_fault = nullptr,
+                                              std::function<bool(int64_t)> slot_fault = nullptr) {
   absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenRandomSource(config, /*seed=*/7);
   EXPECT_TRUE(source.ok()) << source.status();
-  return LoadModel(**source, memory_limit, host_memory_limit, copy_delay, std::move(copy_fault));
+  return LoadModel(**source, memory_limit, host_memory_limit, copy_delay, std::move(copy_fault),
+                   std::move(slot_fault));
 }
 
 // Greedy sampling of up to `max_tokens` tokens, past end of sequence when `ignore_eos`.

@@ -224,6 +224,9 @@ pub struct EngineStats {
     pub demoted_requests: i64,
     /// Offloaded requests made resident again while running, when memory freed.
     pub promoted_requests: i64,
+    /// Steps that failed as a whole (a failed copy, the device tier exhausted mid-step) and ran
+    /// once more.
+    pub retried_steps: i64,
 }
 
 impl EngineStats {
@@ -272,6 +275,7 @@ impl EngineStats {
             micro_batches: stats.micro_batches,
             demoted_requests: stats.demoted_requests,
             promoted_requests: stats.promoted_requests,
+            retried_steps: stats.retried_steps,
         }
     }
 }
