@@ -231,6 +231,7 @@ class CudaBackend final : public Backend {
       PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_marker_.get(), stream_));
       after = compute_marker_.get();
     }
+    if (!plan.chunks.empty()) PULSE_RETURN_IF_ERROR(InjectedFault("EnqueueCopy"));
     PULSE_RETURN_IF_ERROR(copy_engine_->Enqueue(plan, after, event->event.get()));
     event->armed = true;
     return absl::OkStatus();
@@ -536,7 +537,8 @@ class CudaBackend final : public Backend {
         memory_limit_(options.memory_limit_bytes),
         copy_gather_blocks_(options.copy_gather_blocks),
         decode_blocks_per_sm_(options.decode_blocks_per_sm),
-        gemm_tune_max_rows_(options.gemm_tune_max_rows) {}
+        gemm_tune_max_rows_(options.gemm_tune_max_rows),
+        copy_fault_(options.copy_fault) {}
 
   absl::Status Init() {
     const int32_t count = CudaDeviceCount();
@@ -651,6 +653,15 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // CudaBackendOptions::copy_fault's verdict on the next copy enqueued outside a capture.
+  absl::Status InjectedFault(std::string_view op) {
+    if (!copy_fault_) return absl::OkStatus();
+    const int64_t copy = copies_.fetch_add(1, std::memory_order_relaxed);
+    if (!copy_fault_(copy)) return absl::OkStatus();
+    return absl::InternalError(
+        absl::StrFormat("CUDA backend: %s: copy %d failed (an injected fault)", op, copy));
+  }
+
   // Enqueues what `launch` launches on the copy stream (a kernel over a list the device built)
   // after the compute enqueued so far, and arms `done` with its end.
   absl::Status EnqueueListCopy(CopyEvent& done, std::string_view op,
@@ -659,6 +670,7 @@ class CudaBackend final : public Backend {
     {
       absl::MutexLock lock(&mu_);
       if (Capturing()) return CaptureCopy(*event, launch);
+      PULSE_RETURN_IF_ERROR(InjectedFault(op));
       PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_marker_.get(), stream_));
     }
     PULSE_RETURN_IF_ERROR(
@@ -700,7 +712,9 @@ class CudaBackend final : public Backend {
   const int32_t copy_gather_blocks_;
   const int32_t decode_blocks_per_sm_;
   const int32_t gemm_tune_max_rows_;
-  ThreadPool host_pool_;  // converts weights to bf16 before upload
+  const std::function<bool(int64_t)> copy_fault_;
+  std::atomic<int64_t> copies_ = 0;  // copies enqueued outside captures, for copy_fault_
+  ThreadPool host_pool_;             // converts weights to bf16 before upload
   int sm_count_ = 0;
   int32_t decode_resident_64_ = 1;  // decode attention blocks an SM holds at once, by head_dim
   int32_t decode_resident_128_ = 1;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "core/backend/backend.h"
@@ -30,6 +31,11 @@ struct CudaBackendOptions {
   // first. Off by default because the timed choice can differ from one process to the next, and
   // with it the low bits of the logits: greedy outputs would no longer repeat run to run.
   int32_t gemm_tune_max_rows = 0;
+  // For tests: called with each copy that moves data and is enqueued outside a graph capture
+  // (EnqueueCopy of chunks, EnqueueRecall, EnqueueWriteBack), numbered 0, 1, ...; true fails
+  // that copy as it is enqueued (nothing of it is copied; the call returns Internal), as a copy
+  // engine fault would. Empty: no faults.
+  std::function<bool(int64_t copy)> copy_fault = nullptr;
 };
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -27,18 +28,22 @@ inline ModelConfig SmallConfig(int32_t max_position) {
 }
 
 // A parameterized test over backend names whose SetUp loads `config`'s random weights (`seed`)
-// on its backend: fp32 on the CPU, bf16 on CUDA.
+// on its backend: fp32 on the CPU, bf16 on CUDA. `copy_fault`: the backend's copy fault hook
+// (CpuBackendOptions and CudaBackendOptions::copy_fault).
 class BackendModelTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void LoadOnBackend(const ModelConfig& config, uint32_t seed) {
+  void LoadOnBackend(const ModelConfig& config, uint32_t seed,
+                     std::function<bool(int64_t)> copy_fault = nullptr) {
     std::shared_ptr<Backend> backend;
     if (GetParam() == "cuda") {
       if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-      absl::StatusOr<std::shared_ptr<Backend>> cuda = CreateCudaBackend({});
+      absl::StatusOr<std::shared_ptr<Backend>> cuda =
+          CreateCudaBackend({.copy_fault = std::move(copy_fault)});
       ASSERT_TRUE(cuda.ok()) << cuda.status();
       backend = *cuda;
     } else {
-      absl::StatusOr<std::shared_ptr<Backend>> cpu = CreateCpuBackend({.threads = 2});
+      absl::StatusOr<std::shared_ptr<Backend>> cpu =
+          CreateCpuBackend({.threads = 2, .copy_fault = std::move(copy_fault)});
       ASSERT_TRUE(cpu.ok()) << cpu.status();
       backend = *cpu;
     }

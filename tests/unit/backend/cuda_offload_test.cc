@@ -3,6 +3,7 @@
 // selection modes and with every copy executor (recall leaves the same bytes in the slots, and
 // attention reads the same blocks in the same order); with a small budget they are bitwise those
 // of the same selection with every block resident.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -274,6 +275,68 @@ TEST_P(OffloadBackendTest, MicroBatchesGiveTheLogitsOfTheWholeStep) {
     }
   }
 }
+
+// A copy that fails (the backend's copy fault hook fails the first copy of two chosen steps)
+// fails its step with a status; the same step run again (as the engine retries it) gives the
+// logits of a run without the fault, bit for bit, and so do the steps after it. Op by op: on
+// CUDA the hook sees the copies enqueued outside graphs.
+class OffloadFaultTest : public OffloadBackendTest {
+ protected:
+  void SetUp() override {
+    LoadOnBackend(::pulse::testing::SmallConfig(512), 3,
+                  [this](int64_t) { return fail_next_.exchange(false); });
+  }
+  std::atomic<bool> fail_next_{false};
+};
+
+TEST_P(OffloadFaultTest, AStepWhoseCopyFailedGivesItsLogitsWhenRunAgain) {
+  const SelectionMode mode = SelectionMode::kSoloHead;
+  ModelRunner clean = MakeRunner(Tiers(mode, 6), /*graphs=*/false);
+  const auto want = Decode(clean, Selection(mode, 128), true);
+
+  ModelRunner runner = MakeRunner(Tiers(mode, 6), /*graphs=*/false);
+  const int32_t vocab = model_->config().vocab_size;
+  const SparseSelection sparse = Selection(mode, 128);
+  std::vector<int32_t> tokens(340);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(vocab));
+  }
+  std::vector<int32_t> blocks(kBlocksPerSeq);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::vector<int32_t> host(kBlocksPerSeq);
+  std::iota(host.begin(), host.end(), 0);
+  StepBatch batch;
+  batch.AddSequence(std::span<const int32_t>(tokens).first(300), 0, blocks, LogitRows::kNone,
+                    sparse, host);
+  std::vector<float> none;
+  ASSERT_TRUE(runner.Forward(batch, none).ok());
+  int32_t failures = 0;
+  for (int32_t i = 300; i < 340; ++i) {
+    const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, sparse.options);
+    for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[static_cast<size_t>(j)] = -1;
+    batch.Clear();
+    batch.AddSequence(std::span<const int32_t>(tokens).subspan(i, 1), i, blocks, LogitRows::kLast,
+                      sparse, host);
+    std::vector<float> logits(vocab);
+    if (i == 310 || i == 325) {
+      fail_next_ = true;
+      const absl::Status failed = runner.Forward(batch, logits);
+      EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed;
+      EXPECT_FALSE(fail_next_);  // the step did copy, and its first copy failed
+      ++failures;
+    }
+    const absl::Status status = runner.Forward(batch, logits);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(std::memcmp(logits.data(), want[static_cast<size_t>(i - 300)].data(),
+                          logits.size() * sizeof(float)),
+              0)
+        << "step " << i;
+  }
+  EXPECT_EQ(failures, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OffloadFaultTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Backends, OffloadBackendTest, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
