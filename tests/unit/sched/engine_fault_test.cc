@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "core/sched/engine.h"
@@ -88,37 +89,43 @@ TEST(EngineFaultTest, ACopyThatFailsOnceIsRetriedAndChangesNoToken) {
   }
 }
 
+// Four requests run a few steps on `engine`; then `fault` holds until they end. The requests of
+// the steps it hit fail with an Internal status whose message has `message`, nothing stays
+// allocated, and repaired, the same engine gives new requests the tokens a fresh engine gives.
+void ExpectAPersistentFaultFailsOnlyItsSteps(Engine& engine, std::atomic<bool>& fault,
+                                             std::string_view message) {
+  std::vector<RequestId> ids;
+  for (uint32_t i = 0; i < 4; ++i) {
+    ids.push_back(*engine.Submit(Prompt(40, TinyConfig().vocab_size, 50 + i),
+                                 testing::Greedy(16, true), nullptr));
+  }
+  for (int32_t step = 0; step < 12; ++step) ASSERT_TRUE(engine.Step().ok());
+  fault = true;
+  RunToIdle(engine);
+  int32_t failed = 0;
+  for (const RequestId id : ids) {
+    const RequestSnapshot snapshot = SnapshotOf(engine, id);
+    EXPECT_EQ(snapshot.state, RequestState::kFinished);
+    if (snapshot.reason != FinishReason::kError) continue;
+    ++failed;
+    EXPECT_EQ(snapshot.error.code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(snapshot.error.message(), HasSubstr(message));
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_EQ(engine.stats().kv_blocks_in_use, 0);
+  EXPECT_EQ(engine.stats().host_blocks_in_use, 0);
+  fault = false;
+  const auto expected = Tokens(Generate(*MakeEngine(TinyModel(), Offloaded()), 21));
+  EXPECT_EQ(Tokens(Generate(engine, 21)), expected);
+}
+
 TEST(EngineFaultTest, AFaultThatPersistsFailsTheStepsRequestsAndTheEngineServesOn) {
   std::atomic<bool> broken{false};
   std::unique_ptr<Engine> engine =
       MakeEngine(TinyModel(TinyConfig(), 0, 0, absl::ZeroDuration(),
                            [&broken](int64_t) { return broken.load(); }),
                  Offloaded());
-  // Four requests run a few steps; then every copy fails.
-  std::vector<RequestId> ids;
-  for (uint32_t i = 0; i < 4; ++i) {
-    ids.push_back(*engine->Submit(Prompt(40, TinyConfig().vocab_size, 50 + i),
-                                  testing::Greedy(16, true), nullptr));
-  }
-  for (int32_t step = 0; step < 12; ++step) ASSERT_TRUE(engine->Step().ok());
-  broken = true;
-  RunToIdle(*engine);
-  int32_t failed = 0;
-  for (const RequestId id : ids) {
-    const RequestSnapshot snapshot = SnapshotOf(*engine, id);
-    EXPECT_EQ(snapshot.state, RequestState::kFinished);
-    if (snapshot.reason != FinishReason::kError) continue;
-    ++failed;
-    EXPECT_EQ(snapshot.error.code(), absl::StatusCode::kInternal);
-    EXPECT_THAT(snapshot.error.message(), HasSubstr("copy plan failed"));
-  }
-  EXPECT_GT(failed, 0);
-  EXPECT_EQ(engine->stats().kv_blocks_in_use, 0);
-  EXPECT_EQ(engine->stats().host_blocks_in_use, 0);
-  // Repaired, the same engine gives new requests the tokens a fresh engine gives them.
-  broken = false;
-  const auto expected = Tokens(Generate(*MakeEngine(TinyModel(), Offloaded()), 21));
-  EXPECT_EQ(Tokens(Generate(*engine, 21)), expected);
+  ExpectAPersistentFaultFailsOnlyItsSteps(*engine, broken, "copy plan failed");
 }
 
 // The device tier exhausted in the middle of a step: an offloaded layer whose misses find no slot
@@ -145,29 +152,7 @@ TEST(EngineFaultTest, ADeviceTierExhaustedMidStepIsRetriedAndThenFailsOnlyItsReq
   engine = MakeEngine(TinyModel(TinyConfig(), 0, 0, absl::ZeroDuration(), nullptr,
                                 [&exhausted](int64_t) { return exhausted.load(); }),
                       Offloaded());
-  std::vector<RequestId> ids;
-  for (uint32_t i = 0; i < 4; ++i) {
-    ids.push_back(*engine->Submit(Prompt(40, TinyConfig().vocab_size, 50 + i),
-                                  testing::Greedy(16, true), nullptr));
-  }
-  for (int32_t step = 0; step < 12; ++step) ASSERT_TRUE(engine->Step().ok());
-  exhausted = true;
-  RunToIdle(*engine);
-  int32_t failed = 0;
-  for (const RequestId id : ids) {
-    const RequestSnapshot snapshot = SnapshotOf(*engine, id);
-    EXPECT_EQ(snapshot.state, RequestState::kFinished);
-    if (snapshot.reason != FinishReason::kError) continue;
-    ++failed;
-    EXPECT_EQ(snapshot.error.code(), absl::StatusCode::kInternal);
-    EXPECT_THAT(snapshot.error.message(), HasSubstr("found no device slot"));
-  }
-  EXPECT_GT(failed, 0);
-  EXPECT_EQ(engine->stats().kv_blocks_in_use, 0);
-  EXPECT_EQ(engine->stats().host_blocks_in_use, 0);
-  exhausted = false;
-  const auto after = Tokens(Generate(*MakeEngine(TinyModel(), Offloaded()), 21));
-  EXPECT_EQ(Tokens(Generate(*engine, 21)), after);
+  ExpectAPersistentFaultFailsOnlyItsSteps(*engine, exhausted, "found no device slot");
 }
 
 }  // namespace
