@@ -285,6 +285,8 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
           ", \"kv_blocks\": " + std::to_string(state.kv_blocks) +
           ", \"micro_batches\": " + std::to_string(state.micro_batches) +
           ", \"split_steps\": " + std::to_string(state.split_steps - first.split_steps) +
+          ", \"probe_steps\": " + std::to_string(state.probe_steps - first.probe_steps) +
+          ", \"retried_steps\": " + std::to_string(state.retried_steps - first.retried_steps) +
           ", \"timed_steps\": " + std::to_string(step_ms.size()));
   table.Row({point.mode, point.picks, std::to_string(point.kv_bytes >> 20),
              std::to_string(point.context), std::to_string(point.concurrency),

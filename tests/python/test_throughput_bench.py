@@ -47,6 +47,8 @@ def test_at_equal_kv_memory_offloading_runs_what_dense_cannot(tool, tmp_path):
     # the recall of a tiny model is seldom long enough to split for).
     assert (unsplit["micro_batches"], unsplit["split_steps"]) == (1, 0)
     assert 0 <= offloaded["split_steps"] <= offloaded["timed_steps"]
+    assert 0 <= offloaded["probe_steps"] <= offloaded["timed_steps"]
+    assert offloaded["retried_steps"] == 0
     # The live table's rows, then the final table: the last line is the last run's.
     assert stderr.splitlines()[-1].split()[:5] == ["pulse-no-interrupt", "scores", "2", "1536", "4"]
 
