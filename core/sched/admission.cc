@@ -5,32 +5,31 @@
 namespace pulse {
 namespace {
 
-// The weight of the newest step in each average: about the last ten steps count.
+// The weight of the newest step in each average.
 constexpr double kNewest = 0.2;
 
-// `average` after `sample`, the first of them when `count` is 0.
-double Average(double average, double sample, int64_t count) {
+}  // namespace
+
+double StepAverage(double average, double sample, int64_t count) {
   return count == 0 ? sample : average + kNewest * (sample - average);
 }
-
-}  // namespace
 
 void StepCosts::Record(const StepSample& step) {
   if (step.offloaded_rows <= 0) return;
   if (!step.overlapped) {
     const double copies = step.recall_seconds + step.writeback_seconds;
     compute_seconds_ =
-        Average(compute_seconds_, std::max(0.0, step.seconds - copies), compute_steps_);
+        StepAverage(compute_seconds_, std::max(0.0, step.seconds - copies), compute_steps_);
     ++compute_steps_;
   }
-  recall_bytes_per_row_ = Average(
+  recall_bytes_per_row_ = StepAverage(
       recall_bytes_per_row_,
       static_cast<double>(step.recall_bytes) / static_cast<double>(step.offloaded_rows), steps_);
   ++steps_;
   if (step.recall_bytes > 0 && step.recall_seconds > 0) {
     link_bytes_per_second_ =
-        Average(link_bytes_per_second_,
-                static_cast<double>(step.recall_bytes) / step.recall_seconds, link_steps_);
+        StepAverage(link_bytes_per_second_,
+                    static_cast<double>(step.recall_bytes) / step.recall_seconds, link_steps_);
     ++link_steps_;
   }
 }
@@ -49,7 +48,7 @@ double StepCosts::RecallSeconds(double bytes) const {
 
 void RequestRecall::Record(int64_t total_bytes) {
   bytes_per_step_ =
-      Average(bytes_per_step_, static_cast<double>(total_bytes - total_bytes_), steps_);
+      StepAverage(bytes_per_step_, static_cast<double>(total_bytes - total_bytes_), steps_);
   total_bytes_ = total_bytes;
   ++steps_;
 }

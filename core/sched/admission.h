@@ -22,6 +22,11 @@ struct StepSample {
   bool overlapped = false;
 };
 
+// An exponential moving average of the engine's recent steps, each new one weighing a fifth
+// (about the last ten steps count): `average` after `sample`, the first of them when `count`,
+// the samples before it, is 0. StepCosts, RequestRecall and the micro-batch choice average so.
+double StepAverage(double average, double sample, int64_t count);
+
 // The rates of the engine's recent decode steps, as exponential moving averages. A step
 // contributes when it decoded only (a prompt chunk would count prefill as decode compute) and
 // when one of its rows was offloaded.

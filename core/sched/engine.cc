@@ -382,9 +382,10 @@ void EngineImpl::RecordCosts(const std::vector<ScheduledSequence>& work, Clock::
   }
   const DecodeRows rows = CountDecodeRows(work);
   if (rows.decode == 0) return;
-  micro_batches_.Observe(std::chrono::duration<double>(time).count(), rows.decode);
+  const double seconds = std::chrono::duration<double>(time).count();
+  micro_batches_.Observe(seconds, rows.decode);
   scheduler_.costs().Record(
-      {.seconds = std::chrono::duration<double>(time).count(),
+      {.seconds = seconds,
        .offloaded_rows = rows.offloaded,
        .recall_bytes = offload.recall_bytes - totals_.offload.recall_bytes,
        .recall_seconds = offload.recall_seconds - totals_.offload.recall_seconds,

@@ -3,16 +3,9 @@
 #include <algorithm>
 
 namespace pulse {
-namespace {
-
-// The weight of a new step in the averages (as StepCosts').
-constexpr double kNewStepWeight = 0.2;
-
-}  // namespace
 
 void MicroBatchPolicy::RowTime::Add(double seconds) {
-  seconds_per_row =
-      steps == 0 ? seconds : (1 - kNewStepWeight) * seconds_per_row + kNewStepWeight * seconds;
+  seconds_per_row = StepAverage(seconds_per_row, seconds, steps);
   ++steps;
 }
 

@@ -46,7 +46,7 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
 // every segment's num_sets. `head_stats` is device scratch of AggregateScoresScratchDoubles
 // doubles (each segment's heads' softmax maximum and total, computed first by a block a head).
 // cudaErrorInvalidValue for num_heads outside [1, 128], max_sets outside [1, 65535], or a
-// negative segment count.
+// segment count outside [0, 65535].
 inline constexpr int32_t kAggregateMaxHeads = 128;
 int64_t AggregateScoresScratchDoubles(int32_t num_heads, int32_t num_segments);
 cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
