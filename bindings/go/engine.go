@@ -70,6 +70,10 @@ type EngineParams struct {
 	// that one's recall lands while another computes: 0 (the library's default) chosen each
 	// step, 1 to 8 fixed.
 	MicroBatches int32
+	// NoFillFreeSlots keeps the blocks an offloaded request stops keeping resident in the host
+	// tier alone, so that every first pick of one is recalled; by default (false) they also fill
+	// the free device slots, where its first picks of them are hits.
+	NoFillFreeSlots bool
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -151,6 +155,7 @@ func DefaultEngineParams() EngineParams {
 		OffloadAdmission:        Admission(params.offload_admission),
 		OffloadSyntheticReuse:   float64(params.offload_synthetic_reuse),
 		MicroBatches:            int32(params.micro_batches),
+		NoFillFreeSlots:         params.offload_fill_free_slots == 0,
 	}
 }
 
@@ -181,6 +186,9 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	params.offload_admission = C.int32_t(p.OffloadAdmission)
 	params.offload_synthetic_reuse = C.double(p.OffloadSyntheticReuse)
 	params.micro_batches = C.int32_t(p.MicroBatches)
+	if p.NoFillFreeSlots {
+		params.offload_fill_free_slots = 0
+	}
 	return params
 }
 

@@ -298,7 +298,8 @@ func TestOffloadWithABudgetCoveringTheContext(t *testing.T) {
 }
 
 // offloadedParams are the offload settings of tests/unit/capi/abi_generation_test.cc: 8-token
-// blocks, a budget covering the context, host and slot tiers of 1024 and 256 tokens.
+// blocks, a budget covering the context, host and slot tiers of 1024 and 256 tokens, and recall
+// (the blocks the request stops keeping resident do not fill the free slots).
 func offloadedParams() pulseinfer.EngineParams {
 	params := pulseinfer.DefaultEngineParams()
 	params.BlockTokens = 8
@@ -309,6 +310,7 @@ func offloadedParams() pulseinfer.EngineParams {
 	params.OffloadHostTokens = 1024
 	params.OffloadSlotTokens = 256
 	params.OffloadAdmission = pulseinfer.AdmissionOffloadEvery
+	params.NoFillFreeSlots = true
 	return params
 }
 

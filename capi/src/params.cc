@@ -70,6 +70,7 @@ pulse_engine_params DefaultEngineParams() {
                                  ? PULSE_ADMIT_OFFLOAD_EVERY
                                  : PULSE_ADMIT_IO_ADAPTIVE;
   params.micro_batches = options.micro_batches;
+  params.offload_fill_free_slots = offload.fill_free_slots ? 1 : 0;
   return params;
 }
 
@@ -107,6 +108,11 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
     return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_summary_radius is ",
                                                    params.offload_summary_radius,
                                                    "; expected a value in [0, 1]"));
+  }
+  if (params.offload_fill_free_slots != 0 && params.offload_fill_free_slots != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pulse_engine_params.offload_fill_free_slots is ",
+                     params.offload_fill_free_slots, "; expected 0 or 1"));
   }
   if (params.offload_mode == PULSE_OFFLOAD_OFF) return options;
   if (params.offload_mode != PULSE_OFFLOAD_HEADWISE &&
@@ -151,6 +157,7 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   if (params.offload_synthetic_reuse > 0.0) {
     offload.synthetic_picks = SyntheticPicksAt(params.offload_synthetic_reuse, kSyntheticSeed);
   }
+  offload.fill_free_slots = params.offload_fill_free_slots == 1;
   offload.selection.sink_tokens = params.offload_sink_tokens;
   offload.selection.window_tokens = params.offload_window_tokens;
   switch (params.offload_executor) {

@@ -345,6 +345,20 @@ class Backend {
   // set of `directory`.
   virtual void ForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,
                            int32_t count) = 0;
+  // Keeps blocks that an offloaded sequence's resident set gave up (still whole in their dense
+  // blocks, which nothing has reused yet) in the device tier where it has room: in each of the
+  // `num_layers` layers (backend memory) and each set k, entry i of the `count` entries (backend
+  // memory: dense block -> host block) takes the set's i-th free slot in increasing slot order,
+  // if there is one, unless its host block already has a slot in the set; such a slot gets the
+  // stamp 0 (older than any step's use: these are the first victims) and the lowest score. Then
+  // every entry whose host block has a slot in the set is copied there (whole when the directory
+  // has one set, else KV head k's key and value fragments): a slot that held the block already
+  // gets the same bytes again. `max_sets` and `max_slots` bound the layers' directories (launch
+  // shapes). Entries must name dense blocks below the directory's first slot and host blocks in
+  // range (reference::AdoptFreeSlots, which the CPU backend runs, checks).
+  virtual void AdoptFreeSlots(const SlotLayer* layers, int32_t num_layers, int32_t max_sets,
+                              int32_t max_slots, const WriteBackEntry* entries, int32_t count,
+                              const PagedKvLayout& layout) = 0;
   // How many times a caller has waited for the device since the backend was made: CopyToHost,
   // Synchronize and SynchronizeCopy each count once. A decode step should cost one (its tokens).
   virtual int64_t host_waits() const = 0;

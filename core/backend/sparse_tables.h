@@ -25,8 +25,16 @@ struct SlotDirectoryView {
   int32_t score_aware = 0;
   int32_t* slot_of_block = nullptr;  // [num_sets][num_blocks]: its slot, or -1
   int32_t* block_of_slot = nullptr;  // [num_sets][num_slots]: its host block, or -1 when free
-  int32_t* last_used = nullptr;      // [num_sets][num_slots]: the step that last used it; -1 never
-  float* score = nullptr;            // [num_sets][num_slots]: its block's latest score
+  // [num_sets][num_slots]: the step that last used it; -1 free, 0 adopted and not used since
+  int32_t* last_used = nullptr;
+  float* score = nullptr;  // [num_sets][num_slots]: its block's latest score
+};
+
+// A layer of the device tier as AdoptFreeSlots sees it: its directory and its KV cache, whose
+// block first_slot + s is slot s.
+struct SlotLayer {
+  SlotDirectoryView directory;
+  void* blocks = nullptr;
 };
 
 // One sparse decode row's block tables in a layer: row r's table for set k is table row

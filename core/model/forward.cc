@@ -555,6 +555,7 @@ absl::Status ModelRunner::PlanSparse(const StepBatch& batch, StepContext& contex
                          .kv_len = batch.kv_lens()[s],
                          .blocks = batch.blocks(s),
                          .host_blocks = host,
+                         .departed = batch.departed(s),
                          .selection = sparse ? &sparse->options : nullptr,
                          .key = sparse ? sparse->key : 0});
   }

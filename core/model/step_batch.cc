@@ -7,7 +7,8 @@ namespace pulse {
 void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_position,
                             std::span<const int32_t> blocks, LogitRows logits,
                             const std::optional<SparseSelection>& sparse,
-                            std::span<const int32_t> host_blocks) {
+                            std::span<const int32_t> host_blocks,
+                            std::span<const WriteBackEntry> departed) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (logits == LogitRows::kAll) logit_rows_.push_back(num_tokens());
     tokens_.push_back(tokens[i]);
@@ -19,6 +20,8 @@ void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_posit
   block_offsets_.push_back(static_cast<int32_t>(block_ids_.size()));
   host_ids_.insert(host_ids_.end(), host_blocks.begin(), host_blocks.end());
   host_offsets_.push_back(static_cast<int32_t>(host_ids_.size()));
+  departed_.insert(departed_.end(), departed.begin(), departed.end());
+  departed_offsets_.push_back(static_cast<int32_t>(departed_.size()));
   max_blocks_per_seq_ = std::max(max_blocks_per_seq_, static_cast<int32_t>(blocks.size()));
   if (logits == LogitRows::kLast && !tokens.empty()) logit_rows_.push_back(num_tokens() - 1);
   sparse_.push_back(sparse);
@@ -34,6 +37,8 @@ void StepBatch::Clear() {
   block_offsets_.assign(1, 0);
   host_ids_.clear();
   host_offsets_.assign(1, 0);
+  departed_.clear();
+  departed_offsets_.assign(1, 0);
   logit_rows_.clear();
   sparse_.clear();
   has_sparse_ = false;
@@ -50,6 +55,12 @@ std::span<const int32_t> StepBatch::host_blocks(int32_t seq) const {
   const auto begin = static_cast<size_t>(host_offsets_[static_cast<size_t>(seq)]);
   const auto end = static_cast<size_t>(host_offsets_[static_cast<size_t>(seq) + 1]);
   return std::span<const int32_t>(host_ids_).subspan(begin, end - begin);
+}
+
+std::span<const WriteBackEntry> StepBatch::departed(int32_t seq) const {
+  const auto begin = static_cast<size_t>(departed_offsets_[static_cast<size_t>(seq)]);
+  const auto end = static_cast<size_t>(departed_offsets_[static_cast<size_t>(seq) + 1]);
+  return std::span<const WriteBackEntry>(departed_).subspan(begin, end - begin);
 }
 
 }  // namespace pulse

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "core/backend/sparse_tables.h"
 #include "core/offload/selection.h"
 
 namespace pulse {
@@ -36,11 +37,13 @@ class StepBatch {
   // back there once, in the step that fills it. Its device `blocks` may then be -1 for blocks
   // that are not resident (in the host tier only), except for the blocks its selection always
   // includes (sinks and window) and those the new tokens are written to; a step that attends
-  // densely (a prompt chunk) needs every block resident.
+  // densely (a prompt chunk) needs every block resident. `departed` are the blocks its resident
+  // set gave up before this step (SparseSequence::departed).
   void AddSequence(std::span<const int32_t> tokens, int32_t start_position,
                    std::span<const int32_t> blocks, LogitRows logits,
                    const std::optional<SparseSelection>& sparse = std::nullopt,
-                   std::span<const int32_t> host_blocks = {});
+                   std::span<const int32_t> host_blocks = {},
+                   std::span<const WriteBackEntry> departed = {});
   void Clear();
 
   int32_t num_seqs() const { return static_cast<int32_t>(kv_lens_.size()); }
@@ -57,6 +60,7 @@ class StepBatch {
   // Sequence s's blocks, and its host-tier blocks (empty when it is not offloaded).
   std::span<const int32_t> blocks(int32_t seq) const;
   std::span<const int32_t> host_blocks(int32_t seq) const;
+  std::span<const WriteBackEntry> departed(int32_t seq) const;
   bool offloaded(int32_t seq) const { return !host_blocks(seq).empty(); }
   // Sequence s's sparse selection, if it has one (it applies when s has one new token).
   const std::optional<SparseSelection>& sparse(int32_t seq) const {
@@ -73,6 +77,8 @@ class StepBatch {
   std::vector<int32_t> block_offsets_ = {0};  // sequence s: block_ids_[offsets[s], offsets[s+1])
   std::vector<int32_t> host_ids_;
   std::vector<int32_t> host_offsets_ = {0};
+  std::vector<WriteBackEntry> departed_;
+  std::vector<int32_t> departed_offsets_ = {0};
   std::vector<int32_t> logit_rows_;
   std::vector<std::optional<SparseSelection>> sparse_;  // [num_seqs]
   bool has_sparse_ = false;

@@ -35,6 +35,11 @@ struct OffloadConfig {
   // costs about 0.8 s a GiB, and a machine pins well below its memory).
   int64_t host_chunk_bytes = int64_t{1} << 30;
   EvictionKind eviction = EvictionKind::kLru;
+  // Whether the blocks an offloaded request's resident set gives up (its prompt's as its first
+  // decode step begins, then each block that leaves the window) also go to the device tier's free
+  // slots, where its first picks of them are hits (they are evicted first). Off: the host tier
+  // alone keeps them, and every first pick of one is recalled.
+  bool fill_free_slots = true;
   // How recall moves blocks: kAuto and kGather run the copy engine's kernel over the recall list
   // the device built; kBatchDma and kPerChunk (baselines) copy the list to the host and plan
   // DMA from it there, a host wait a layer.

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "core/backend/sparse_tables.h"
 #include "core/offload/offloaded_block_table.h"
 #include "core/offload/selection.h"
 
@@ -23,8 +25,10 @@ int32_t PeakDeviceBlocks(const SelectionOptions& selection, int32_t block_tokens
 int32_t SlotsNeeded(const SelectionOptions& selection, int32_t block_tokens, int32_t max_kv_tokens);
 // Before the decode step that writes the token at `position`: frees the device blocks that left
 // the window (written back to the host tier when they filled) and gives back the device
-// reservation beyond the resident set.
-void KeepResidentSet(OffloadedBlockTable& blocks, const SelectionOptions& selection,
-                     int32_t block_tokens, int32_t position);
+// reservation beyond the resident set. Returns the blocks freed (dense block -> host block),
+// whose content stays whole until a step writes them (SparseSequence::departed).
+std::vector<WriteBackEntry> KeepResidentSet(OffloadedBlockTable& blocks,
+                                            const SelectionOptions& selection, int32_t block_tokens,
+                                            int32_t position);
 
 }  // namespace pulse

@@ -99,6 +99,15 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
                           std::move(summaries), std::move(tiers)));
   if (sparse->tiers_) {
     PULSE_ASSIGN_OR_RETURN(sparse->move_done_, backend.CreateCopyEvent());
+    std::vector<SlotLayer> slot_layers;
+    for (size_t layer = 0; layer < sparse->layers_.size(); ++layer) {
+      slot_layers.push_back(
+          {.directory = sparse->tiers_->directory.view(static_cast<int32_t>(layer)),
+           .blocks = sparse->layers_[layer]});
+    }
+    const size_t bytes = slot_layers.size() * sizeof(SlotLayer);
+    PULSE_ASSIGN_OR_RETURN(sparse->slot_layers_, backend.Allocate(bytes));
+    backend.CopyToDevice(sparse->slot_layers_.data(), slot_layers.data(), bytes);
   }
   return sparse;
 }
@@ -148,6 +157,8 @@ absl::StatusOr<std::unique_ptr<SparseStep>> SparseAttention::NewStep(int32_t max
                          backend_.Allocate(ints(seqs * sets * limits_.max_blocks_per_seq)));
   PULSE_ASSIGN_OR_RETURN(step->kv_lens, backend_.Allocate(ints(seqs * sets)));
   if (tiers_) {
+    PULSE_ASSIGN_OR_RETURN(step->departed,
+                           backend_.Allocate(static_cast<size_t>(blocks) * sizeof(WriteBackEntry)));
     PULSE_ASSIGN_OR_RETURN(step->recalls,
                            backend_.Allocate(ints(sets) + static_cast<size_t>(sets * num_slots()) *
                                                               sizeof(RecallEntry)));
@@ -193,6 +204,7 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
   std::vector<int32_t> filled_blocks;
   std::vector<int32_t> filled_summaries;
   std::vector<WriteBackEntry> writebacks;
+  std::vector<WriteBackEntry> departed;
   std::vector<SparseAttentionStats> row_stats;
   std::vector<uint64_t> row_keys;
   std::vector<bool> sparse(sequences.size(), false);
@@ -209,6 +221,16 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
       return absl::InvalidArgumentError(
           absl::StrFormat("sequence %d is offloaded, but the runner %s", s,
                           tiers_ ? "offloads in the other selection mode" : "has no host tier"));
+    }
+    for (const WriteBackEntry& entry : sequence.departed) {
+      if (!offloaded || entry.device_block < 0 || entry.device_block >= dense_blocks_ ||
+          entry.host_block < 0 || entry.host_block >= host_blocks()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("sequence %d gave up dense block %d (of %d) as host block %d (of %d)%s",
+                            s, entry.device_block, dense_blocks_, entry.host_block, host_blocks(),
+                            offloaded ? "" : ", but it is not offloaded"));
+      }
+      departed.push_back(entry);
     }
     // The blocks this step fills: summarized, and written back once when offloaded.
     for (int32_t position = sequence.kv_len - sequence.new_tokens; position < sequence.kv_len;
@@ -363,7 +385,20 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
         absl::StrFormat("the step's sparse plan of %d ints exceeds the limits' %d", staging.size(),
                         step.plan.bytes() / sizeof(int32_t)));
   }
+  if (departed.size() * sizeof(WriteBackEntry) > step.departed.bytes()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the step's sequences gave up %d blocks, more than the limits' blocks", departed.size()));
+  }
   backend_.CopyToDevice(step.plan.data(), staging.data(), staging.size() * sizeof(int32_t));
+  if (!departed.empty() && config_.fill_free_slots) {
+    // Before this step's layers write anything: a given-up dense block may be reused by them.
+    const size_t bytes = departed.size() * sizeof(WriteBackEntry);
+    backend_.CopyToDevice(step.departed.data(), departed.data(), bytes);
+    backend_.AdoptFreeSlots(slot_layers_.as<const SlotLayer>(),
+                            static_cast<int32_t>(layers_.size()), tiers_->directory.num_sets(),
+                            num_slots(), step.departed.as<const WriteBackEntry>(),
+                            static_cast<int32_t>(departed.size()), layout_);
+  }
   step_picks_ += offloaded_picks;
   step_sets_ = num_sets;
 

@@ -10,7 +10,8 @@
 //
 // A step per micro-batch, as data (docs/design/architecture.md): Plan uploads the step's
 // candidates (their summaries, query rows and blocks), its rows' fixed blocks and the blocks it
-// fills. Per layer: AfterAppend summarizes the filled blocks and writes the offloaded ones back
+// fills, and keeps the blocks its sequences' resident sets gave up in free device slots. Per
+// layer: AfterAppend summarizes the filled blocks and writes the offloaded ones back
 // to the host tier (copy stream, after compute); Attend scores every candidate for every query
 // head (ScoreBlocks), aggregates the heads into each set's scores (AggregateScores), takes each
 // set's top picks (SelectTopBlocks), turns them into block tables through the directory
@@ -45,6 +46,10 @@ struct SparseSequence {
   int32_t kv_len = 0;
   std::span<const int32_t> blocks;       // device block of each logical block; -1: not resident
   std::span<const int32_t> host_blocks;  // host-tier block of each; empty: not offloaded
+  // Offloaded: its blocks that left the resident set since its last step (dense block -> host
+  // block), whole in those dense blocks until this step writes them. Kept in the device tier's
+  // free slots (Backend::AdoptFreeSlots) so that a fresh prompt's blocks are hits.
+  std::span<const WriteBackEntry> departed;
   const SelectionOptions* selection = nullptr;  // null: dense attention
   uint64_t key = 0;                             // names the sequence across steps (statistics)
 };
@@ -217,6 +222,7 @@ class SparseAttention {
   absl::flat_hash_map<uint64_t, SparseAttentionStats> key_stats_;
   OffloadStats offload_stats_;
   DeviceBuffer move_lists_;               // MoveToHost's uploaded lists, grown as needed
+  DeviceBuffer slot_layers_;              // SlotLayer [layers], for AdoptFreeSlots
   std::unique_ptr<CopyEvent> move_done_;  // the end of the last move's copies
 };
 

@@ -85,6 +85,7 @@ class SparseStep {
   DeviceBuffer tables;              // [max seqs][max sets][max blocks a sequence]
   DeviceBuffer kv_lens;             // [max seqs][max sets]
   DeviceBuffer recalls;             // int32 counts [max sets], then RecallEntry [max sets][slots]
+  DeviceBuffer departed;            // WriteBackEntry [max seqs * max blocks a sequence]
   int64_t* counters = nullptr;      // [seqs][kSparseCounters] (the caller's, given to Plan)
   std::vector<LayerEvents> events;  // [layers]
 

@@ -7,15 +7,18 @@ namespace {
 
 // Adds an offloaded request's sequence. While the request decodes, only its sinks, its window and
 // the block written stay resident; the blocks that left the window were written back to the host
-// tier when they filled.
+// tier when they filled, and the step keeps them in free device slots.
 absl::Status AddOffloaded(const ScheduledSequence& sequence, std::span<const int32_t> tokens,
                           LogitRows logits, int32_t block_tokens, StepBatch& batch) {
   Request& request = *sequence.request;
   OffloadedBlockTable& blocks = *request.offloaded_blocks;
-  if (sequence.decode) KeepResidentSet(blocks, *request.offload, block_tokens, sequence.begin);
+  std::vector<WriteBackEntry> departed;
+  if (sequence.decode) {
+    departed = KeepResidentSet(blocks, *request.offload, block_tokens, sequence.begin);
+  }
   PULSE_RETURN_IF_ERROR(blocks.Grow(sequence.begin + sequence.count));
   batch.AddSequence(tokens, sequence.begin, blocks.device_blocks(), logits,
-                    SparseSelection{*request.offload, request.id}, blocks.host_blocks());
+                    SparseSelection{*request.offload, request.id}, blocks.host_blocks(), departed);
   return absl::OkStatus();
 }
 

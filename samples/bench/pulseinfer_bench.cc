@@ -7,7 +7,8 @@
 //       [--slot-tokens TOKENS] [--block-tokens TOKENS]
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--summary-boxes N]
 //       [--summary-precision f32|bf16|int8|int4] [--admission every|adaptive] [--graphs on,off]
-//       [--micro-batches 0,1,2] [--link-gb-s GB_S] [--device NAME] [--commit SHA]
+//       [--micro-batches 0,1,2] [--fill-free-slots on,off] [--link-gb-s GB_S] [--device NAME]
+//       [--commit SHA]
 //       [--out FILE.jsonl]
 //
 // Decode: for each BATCHxCONTEXT, BATCH requests with random CONTEXT-token prompts are prefilled,
@@ -36,7 +37,10 @@
 // setting of --micro-batches (pulse_engine_params.micro_batches, default 0: the library chooses
 // each step; 1: one micro-batch, each layer's recall exposed; 2: two, interleaved so that one's
 // recall lands while the other computes): the record has the setting and the share of timed steps
-// that ran split (split_step_share). Prefill: one
+// that ran split (split_step_share). Offloaded modes run in every setting of --fill-free-slots
+// (pulse_engine_params.offload_fill_free_slots, default on: the blocks a request stops keeping
+// resident also fill the free slots; off: only the host tier keeps them, so that with slots for
+// the context a step still recalls each block the first time it is picked). Prefill: one
 // random CONTEXT-token prompt, submit to first token; FLOPs are the GEMMs' 2 * m * n
 // * k of every layer plus causal attention (QK^T and PV over the keys each position sees).
 #include <algorithm>
@@ -101,6 +105,7 @@ struct Args {
   std::string summary_precision;  // empty (as parsed): the library's default
   std::string admission = "every";
   std::vector<bool> graphs = {true};
+  std::vector<bool> fill_free_slots = {true};
   std::vector<int32_t> micro_batches = {0};
   double link_gb_s = 0;  // 0: not measured
   std::string device = "unknown";
@@ -144,6 +149,18 @@ std::string SummaryPrecisionName(int32_t code) {
     if (code == known) return name;
   }
   Fail("the library's default summary precision " + std::to_string(code) + " has no name here");
+}
+
+// A list of on and off settings, e.g. "on,off".
+std::vector<bool> OnOffList(const std::string& flag, const std::string& value) {
+  std::vector<bool> settings;
+  for (const std::string& setting : SplitList(value)) {
+    if (setting != "on" && setting != "off") {
+      Fail(flag + " expects on and/or off, got '" + setting + "'");
+    }
+    settings.push_back(setting == "on");
+  }
+  return settings;
 }
 
 Args ParseArgs(int argc, char** argv) {
@@ -203,14 +220,10 @@ Args ParseArgs(int argc, char** argv) {
         Fail("--admission expects every or adaptive, got '" + value + "'");
       }
       args.admission = value;
+    } else if (flag == "--fill-free-slots") {
+      args.fill_free_slots = OnOffList(flag, value);
     } else if (flag == "--graphs") {
-      args.graphs.clear();
-      for (const std::string& setting : SplitList(value)) {
-        if (setting != "on" && setting != "off") {
-          Fail("--graphs expects on and/or off, got '" + setting + "'");
-        }
-        args.graphs.push_back(setting == "on");
-      }
+      args.graphs = OnOffList(flag, value);
     } else if (flag == "--micro-batches") {
       args.micro_batches.clear();
       for (const std::string& item : pulse_bench::SplitList(value)) {
@@ -257,6 +270,7 @@ Args ParseArgs(int argc, char** argv) {
 struct Setting {
   bool graphs = true;
   int32_t micro_batches = 0;
+  bool fill_free_slots = true;
 };
 
 pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, int32_t extra,
@@ -286,6 +300,7 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
     params.offload_summary_precision = SummaryPrecision(args.summary_precision);
     params.offload_admission =
         args.admission == "every" ? PULSE_ADMIT_OFFLOAD_EVERY : PULSE_ADMIT_IO_ADAPTIVE;
+    params.offload_fill_free_slots = setting.fill_free_slots ? 1 : 0;
     // Each request's sinks, window and the block written (the engine's resident limit), and
     // one prompt being prefilled.
     const int64_t resident = RoundUp(args.sink, block) + RoundUp(args.window, block) + 2 * block;
@@ -415,12 +430,14 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
               ", \"summary_boxes\": " + std::to_string(args.summary_boxes) +
               ", \"summary_precision\": " + JsonString(args.summary_precision) +
               ", \"admission\": " + JsonString(args.admission) +
+              ", \"fill_free_slots\": " + (setting.fill_free_slots ? "true" : "false") +
               ", \"admitted_offloaded\": " + std::to_string(after.admitted_offloaded);
     budget = std::to_string(args.budget);
     if (ms > 0) recall_gb_s = pulse_bench::Fixed(bytes / ms / 1e6, 1);
     if (lookups > 0) hit_rate = pulse_bench::Fixed(hits / lookups, 2);
   }
   table.Row({mode, setting.graphs ? "on" : "off", std::to_string(setting.micro_batches),
+             mode == "dense" ? "-" : (setting.fill_free_slots ? "on" : "off"),
              std::to_string(shape.batch) + "x" + std::to_string(shape.context), budget,
              pulse_bench::Fixed(p50, 2), pulse_bench::Fixed(p99, 2),
              pulse_bench::Fixed(shape.batch / p50 * 1e3, 1), recall_gb_s, hit_rate,
@@ -491,14 +508,20 @@ int main(int argc, char** argv) {
   pulse_model* model = pulse_bench::LoadModel(args.model, args.backend, args.random_weights);
   const ModelFacts facts = Describe(model, args.model);
   Records records(args.out, args.device, args.commit, args.command);
-  LiveTable table({"mode", "graphs", "mb", "shape", "budget", "TPOT p50 ms", "p99 ms", "tokens/s",
-                   "recall GB/s", "hit rate", "of floor"});
+  LiveTable table({"mode", "graphs", "mb", "fill", "shape", "budget", "TPOT p50 ms", "p99 ms",
+                   "tokens/s", "recall GB/s", "hit rate", "of floor"});
   for (const Shape shape : args.decode) {
     for (const std::string& mode : args.modes) {
       for (const bool graphs : args.graphs) {
         for (const int32_t micro_batches : args.micro_batches) {
-          BenchDecode(model, facts, args, shape, mode,
-                      {.graphs = graphs, .micro_batches = micro_batches}, records, table);
+          // The setting applies to offloaded modes only.
+          const std::vector<bool> fills =
+              mode == "dense" ? std::vector<bool>{true} : args.fill_free_slots;
+          for (const bool fill : fills) {
+            BenchDecode(model, facts, args, shape, mode,
+                        {.graphs = graphs, .micro_batches = micro_batches, .fill_free_slots = fill},
+                        records, table);
+          }
         }
       }
     }

@@ -170,6 +170,11 @@ class PickCrossCheckBackend : public Backend {
                    int32_t count) override {
     primary_->ForgetSlots(directory, blocks, count);
   }
+  void AdoptFreeSlots(const SlotLayer* layers, int32_t num_layers, int32_t max_sets,
+                      int32_t max_slots, const WriteBackEntry* entries, int32_t count,
+                      const PagedKvLayout& layout) override {
+    primary_->AdoptFreeSlots(layers, num_layers, max_sets, max_slots, entries, count, layout);
+  }
   int64_t host_waits() const override { return primary_->host_waits(); }
 
  protected:

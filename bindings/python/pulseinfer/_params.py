@@ -73,6 +73,10 @@ class EngineParams:
     # The micro-batches a decode step runs as, their layers interleaved so that one's recall
     # lands while another computes: 0 (the default) chosen each step, 1 to 8 fixed.
     micro_batches: int = _ENGINE.micro_batches
+    # 1 (the default): the blocks an offloaded request stops keeping resident also fill the
+    # free device slots, so that its first picks of them are hits; 0: the host tier alone keeps
+    # them, and every first pick of one is recalled.
+    offload_fill_free_slots: int = _ENGINE.offload_fill_free_slots
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

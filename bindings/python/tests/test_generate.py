@@ -182,10 +182,13 @@ def test_offload_with_a_budget_covering_the_context_generates_the_dense_tokens(m
 
 # The offload settings of tests/unit/capi/abi_generation_test.cc: 8-token blocks, a budget
 # covering the context, host and slot tiers of 1024 and 256 tokens.
+# Offloaded with recall: the slots hold the whole context, so with the blocks the request stops
+# keeping resident filling them (offload_fill_free_slots, the default) nothing would be recalled.
 OFFLOADED = EngineParams(block_tokens=8, offload_mode=OffloadMode.SOLOHEAD,
                          offload_budget_tokens=1 << 20, offload_sink_tokens=8,
                          offload_window_tokens=16, offload_host_tokens=1024,
-                         offload_slot_tokens=256, offload_admission=Admission.OFFLOAD_EVERY)
+                         offload_slot_tokens=256, offload_admission=Admission.OFFLOAD_EVERY,
+                         offload_fill_free_slots=0)
 TINY_PROMPT = [3 + (i * 37) % 297 for i in range(150)]  # 150 ids of the tiny vocabulary
 
 

@@ -290,6 +290,12 @@ typedef struct pulse_engine_params {
    * step of at least that many requests. The CPU backend gives the same tokens for any count;
    * on CUDA a split step's GEMMs may round differently. */
   int32_t micro_batches;
+  /* Fields appended after version 7. */
+  /* 1 (default): the blocks an offloaded request stops keeping resident (its prompt's, when it
+   * starts decoding, then each block that leaves its window) are also copied into the device
+   * slots that are free, so that its first picks of them are hits; they are the first to be
+   * evicted. 0: only the host tier keeps them, and every first pick of one is recalled. */
+  int32_t offload_fill_free_slots;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {

@@ -319,6 +319,12 @@ class CpuBackend final : public Backend {
                    int32_t count) override {
     reference::ForgetSlots(directory, std::span(blocks, static_cast<size_t>(count)));
   }
+  void AdoptFreeSlots(const SlotLayer* layers, int32_t num_layers, int32_t /*max_sets*/,
+                      int32_t /*max_slots*/, const WriteBackEntry* entries, int32_t count,
+                      const PagedKvLayout& layout) override {
+    Record(reference::AdoptFreeSlots(std::span(layers, static_cast<size_t>(num_layers)),
+                                     std::span(entries, static_cast<size_t>(count)), layout));
+  }
 
   // Compute has run by now (it runs on the calling thread), so the lists are read here and the
   // copy thread moves the chunks they name.

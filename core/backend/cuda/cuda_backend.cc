@@ -508,6 +508,15 @@ class CudaBackend final : public Backend {
     Record(cuda::LaunchForgetSlots(directory, blocks, count, stream()), "ForgetSlots");
   }
 
+  void AdoptFreeSlots(const SlotLayer* layers, int32_t num_layers, int32_t max_sets,
+                      int32_t max_slots, const WriteBackEntry* entries, int32_t count,
+                      const PagedKvLayout& layout) override {
+    absl::MutexLock lock(&mu_);
+    Record(cuda::LaunchAdoptFreeSlots(layers, num_layers, max_sets, max_slots, entries, count,
+                                      layout, stream()),
+           "AdoptFreeSlots");
+  }
+
   void SampleTokens(const float* logits, int64_t rows, int64_t vocab, const TokenSampling* params,
                     const int32_t* history, int32_t* tokens) override {
     absl::MutexLock lock(&mu_);

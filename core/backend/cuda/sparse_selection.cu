@@ -244,6 +244,75 @@ __global__ void ForgetSlotsKernel(SlotDirectoryView directory, const int32_t* __
   slot = -1;
 }
 
+// AdoptFreeSlots, a block a (set, layer): the set's free slots in increasing order go to the
+// entries in order (a block-wide scan a tile of slots), up to the last entry.
+constexpr int kAdoptThreads = 512;
+constexpr int kCopyThreads = 256;
+
+__global__ void __launch_bounds__(kAdoptThreads)
+    AdoptSlotsKernel(const SlotLayer* __restrict__ layers,
+                     const WriteBackEntry* __restrict__ entries, int32_t count) {
+  WaitForPriorGrids();
+  using Scan = cub::BlockScan<int32_t, kAdoptThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int32_t taken;
+  const SlotDirectoryView directory = layers[blockIdx.y].directory;
+  const auto set = static_cast<int32_t>(blockIdx.x);
+  if (set >= directory.num_sets) return;
+  if (threadIdx.x == 0) taken = 0;
+  __syncthreads();
+  for (int32_t tile = 0; tile < directory.num_slots; tile += kAdoptThreads) {
+    const int32_t before = taken;  // the entries earlier tiles' free slots went to
+    if (before >= count) break;    // uniform: every thread read `taken` after the barrier
+    const int32_t slot = tile + static_cast<int32_t>(threadIdx.x);
+    const int64_t at = int64_t{set} * directory.num_slots + slot;
+    const int32_t free = slot < directory.num_slots && directory.block_of_slot[at] < 0 ? 1 : 0;
+    int32_t rank = 0;
+    int32_t total = 0;
+    Scan(scan).ExclusiveSum(free, rank, total);
+    if (free != 0 && before + rank < count) {
+      const int32_t block = entries[before + rank].host_block;
+      int32_t& slot_of_block = directory.slot_of_block[int64_t{set} * directory.num_blocks + block];
+      if (slot_of_block < 0) {
+        slot_of_block = slot;
+        directory.block_of_slot[at] = block;
+        directory.last_used[at] = 0;
+        directory.score[at] = -INFINITY;
+      }
+    }
+    __syncthreads();  // every thread has read `taken` and the scan's storage
+    if (threadIdx.x == 0) taken = before + total;
+    __syncthreads();
+  }
+}
+
+// The entries' copies into their slots, a block a (entry, set, layer): 16-byte vectors of the
+// whole block, or of the set's KV head's key and value fragments.
+__global__ void __launch_bounds__(kCopyThreads)
+    CopyAdoptedKernel(const SlotLayer* __restrict__ layers,
+                      const WriteBackEntry* __restrict__ entries, int64_t block_bytes,
+                      int64_t fragment_bytes, int64_t value_bytes) {
+  WaitForPriorGrids();
+  const SlotLayer layer = layers[blockIdx.z];
+  const SlotDirectoryView& directory = layer.directory;
+  const auto set = static_cast<int32_t>(blockIdx.y);
+  if (set >= directory.num_sets) return;
+  const WriteBackEntry entry = entries[blockIdx.x];
+  const int32_t slot =
+      directory.slot_of_block[int64_t{set} * directory.num_blocks + entry.host_block];
+  if (slot < 0) return;
+  const char* src = static_cast<const char*>(layer.blocks) + entry.device_block * block_bytes;
+  char* dst = static_cast<char*>(layer.blocks) + (directory.first_slot + slot) * block_bytes;
+  const bool whole = directory.num_sets == 1;
+  const int64_t piece = whole ? block_bytes : fragment_bytes;
+  for (int part = 0; part < (whole ? 1 : 2); ++part) {
+    const int64_t offset = whole ? 0 : part * value_bytes + set * fragment_bytes;
+    const auto* from = reinterpret_cast<const int4*>(src + offset);
+    auto* to = reinterpret_cast<int4*>(dst + offset);
+    for (int64_t i = threadIdx.x; i < piece / 16; i += kCopyThreads) to[i] = from[i];
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchSelectTopBlocks(const float* scores, const ScoreSegment* segments,
@@ -276,6 +345,27 @@ cudaError_t LaunchForgetSlots(const SlotDirectoryView& directory, const int32_t*
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   return LaunchKernel(ForgetSlotsKernel, dim3(static_cast<unsigned>(grid)), kThreads, 0, stream,
                       directory, blocks, count);
+}
+
+cudaError_t LaunchAdoptFreeSlots(const SlotLayer* layers, int32_t num_layers, int32_t max_sets,
+                                 int32_t max_slots, const WriteBackEntry* entries, int32_t count,
+                                 const PagedKvLayout& layout, cudaStream_t stream) {
+  const int64_t fragment_bytes =
+      layout.head_elems() * static_cast<int64_t>(DTypeBytes(layout.type));
+  if (num_layers < 0 || num_layers > 65535 || max_sets < 1 || max_sets > 65535 || max_slots < 0 ||
+      count < 0 || fragment_bytes % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_layers == 0 || count == 0 || max_slots == 0) return cudaSuccess;
+  const auto layers_dim = static_cast<unsigned>(num_layers);
+  const auto sets_dim = static_cast<unsigned>(max_sets);
+  const cudaError_t assigned = LaunchKernel(AdoptSlotsKernel, dim3(sets_dim, layers_dim),
+                                            kAdoptThreads, 0, stream, layers, entries, count);
+  if (assigned != cudaSuccess) return assigned;
+  return LaunchKernel(CopyAdoptedKernel, dim3(static_cast<unsigned>(count), sets_dim, layers_dim),
+                      kCopyThreads, 0, stream, layers, entries, layout.block_bytes(),
+                      fragment_bytes,
+                      layout.value_offset() * static_cast<int64_t>(DTypeBytes(layout.type)));
 }
 
 }  // namespace pulse::cuda

@@ -22,6 +22,11 @@ cudaError_t LaunchBuildSparseTables(const SparseTableBuild& build, cudaStream_t 
 // Backend::ForgetSlots.
 cudaError_t LaunchForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,
                               int32_t count, cudaStream_t stream);
+// Backend::AdoptFreeSlots: a block a (set, layer) assigns the slots, then a block a (entry, set,
+// layer) copies. The layers' fragments must be multiples of 16 bytes.
+cudaError_t LaunchAdoptFreeSlots(const SlotLayer* layers, int32_t num_layers, int32_t max_sets,
+                                 int32_t max_slots, const WriteBackEntry* entries, int32_t count,
+                                 const PagedKvLayout& layout, cudaStream_t stream);
 
 // The copy engine's kernels over lists the device built (gather.cu), on at most `blocks` thread
 // blocks: the recall of `list` (Backend::EnqueueRecall) and the write-back of `count` entries

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -187,6 +188,56 @@ void ForgetSlots(const SlotDirectoryView& directory, std::span<const int32_t> bl
       slot = -1;
     }
   }
+}
+
+absl::Status AdoptFreeSlots(std::span<const SlotLayer> layers,
+                            std::span<const WriteBackEntry> entries, const PagedKvLayout& layout) {
+  for (const SlotLayer& layer : layers) {
+    const SlotDirectoryView& directory = layer.directory;
+    for (const WriteBackEntry& entry : entries) {
+      if (entry.device_block < 0 || entry.device_block >= directory.first_slot ||
+          entry.host_block < 0 || entry.host_block >= directory.num_blocks) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "AdoptFreeSlots: device block %d (the slots start at %d), host block %d of %d",
+            entry.device_block, directory.first_slot, entry.host_block, directory.num_blocks));
+      }
+    }
+  }
+  const int64_t block_bytes = layout.block_bytes();
+  const int64_t fragment = layout.head_elems() * static_cast<int64_t>(DTypeBytes(layout.type));
+  const int64_t values = layout.value_offset() * static_cast<int64_t>(DTypeBytes(layout.type));
+  for (const SlotLayer& layer : layers) {
+    const SlotDirectoryView& directory = layer.directory;
+    char* cache = static_cast<char*>(layer.blocks);
+    for (int32_t set = 0; set < directory.num_sets; ++set) {
+      int32_t* slot_of_block = directory.slot_of_block + int64_t{set} * directory.num_blocks;
+      size_t next = 0;  // the entry the next free slot goes to
+      for (int32_t slot = 0; slot < directory.num_slots && next < entries.size(); ++slot) {
+        const int64_t at = int64_t{set} * directory.num_slots + slot;
+        if (directory.block_of_slot[at] >= 0) continue;
+        const int32_t block = entries[next++].host_block;
+        if (slot_of_block[block] >= 0) continue;  // already in a slot: this free slot stays free
+        slot_of_block[block] = slot;
+        directory.block_of_slot[at] = block;
+        directory.last_used[at] = 0;
+        directory.score[at] = -std::numeric_limits<float>::infinity();
+      }
+      for (const WriteBackEntry& entry : entries) {
+        const int32_t slot = slot_of_block[entry.host_block];
+        if (slot < 0) continue;
+        const char* src = cache + entry.device_block * block_bytes;
+        char* dst = cache + (directory.first_slot + slot) * block_bytes;
+        if (directory.num_sets == 1) {
+          std::memcpy(dst, src, static_cast<size_t>(block_bytes));
+          continue;
+        }
+        for (const int64_t offset : {set * fragment, values + set * fragment}) {
+          std::memcpy(dst + offset, src + offset, static_cast<size_t>(fragment));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pulse::reference

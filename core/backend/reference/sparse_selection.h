@@ -1,6 +1,6 @@
 // The device-driven sparse step's selection ops in plain C++ (Backend::SelectTopBlocks,
-// BuildSparseTables, ForgetSlots): what the CPU backend runs, what the CUDA kernels must match
-// bit for bit, and the order core/offload's selector ranks by.
+// BuildSparseTables, ForgetSlots, AdoptFreeSlots): what the CPU backend runs, what the CUDA kernels
+// must match bit for bit, and the order core/offload's selector ranks by.
 #pragma once
 
 #include <cstdint>
@@ -38,5 +38,10 @@ absl::Status BuildSparseTables(const SparseTableBuild& build);
 
 // Backend::ForgetSlots.
 void ForgetSlots(const SlotDirectoryView& directory, std::span<const int32_t> blocks);
+
+// Backend::AdoptFreeSlots over host-addressable memory. InvalidArgument, changing nothing, for an
+// entry whose device block lies in the slots or past them, or whose host block is out of range.
+absl::Status AdoptFreeSlots(std::span<const SlotLayer> layers,
+                            std::span<const WriteBackEntry> entries, const PagedKvLayout& layout);
 
 }  // namespace pulse::reference

@@ -3,7 +3,7 @@
 // random scores with ties, -0, NaN and infinities at small and large candidate counts;
 // BuildSparseTables over many random steps (solohead and headwise, LRU and score-aware, few and
 // many slots), comparing tables, recall lists, counters and the whole directory after each step;
-// and ForgetSlots. Skipped without a CUDA device.
+// ForgetSlots, and AdoptFreeSlots. Skipped without a CUDA device.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -275,6 +275,95 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
       ASSERT_EQ(Download<int32_t>(d_last_used, last_used.size()), last_used);
       ASSERT_EQ(Download<float>(d_slot_scores, slot_scores.size()), slot_scores);
       ASSERT_EQ(Download<int32_t>(d_pick_stamps, pick_stamps.size()), pick_stamps);
+    }
+  }
+}
+
+// AdoptFreeSlots: random directories (about half the slots taken) over two layers, given-up
+// blocks some of which already have a slot, one set (whole blocks) and four (a KV head's
+// fragments each): the same directories and the same cache bytes as the CPU's.
+TEST_F(CudaSparseSelectionTest, AdoptFreeSlotsMatchesTheCpu) {
+  constexpr PagedKvLayout kLayout{
+      .block_tokens = 8, .num_kv_heads = 4, .head_dim = 64, .type = DType::kBF16};
+  constexpr int32_t kLayers = 2;
+  constexpr int32_t kDense = 60;
+  constexpr int32_t kSlots = 300;
+  constexpr int32_t kBlocks = 1000;
+  for (const int32_t sets : {1, 4}) {
+    SCOPED_TRACE(::testing::Message() << sets << " sets");
+    std::mt19937 rng(static_cast<uint32_t>(sets));
+    const auto block_bytes = static_cast<size_t>(kLayout.block_bytes());
+    std::vector<std::vector<uint8_t>> cache(kLayers);
+    std::vector<std::vector<int32_t>> slot_of_block(kLayers);
+    std::vector<std::vector<int32_t>> slot_state(kLayers);  // block_of_slot, last_used, score
+    std::vector<DeviceBuffer> d_cache;
+    std::vector<DeviceBuffer> d_slot_of_block;
+    std::vector<DeviceBuffer> d_slot_state;
+    std::vector<SlotLayer> host_layers;
+    std::vector<SlotLayer> device_layers;
+    const auto state_ints = static_cast<size_t>(sets * kSlots);
+    for (int32_t l = 0; l < kLayers; ++l) {
+      const auto layer = static_cast<size_t>(l);
+      cache[layer].resize((kDense + kSlots) * block_bytes);
+      for (uint8_t& byte : cache[layer]) byte = static_cast<uint8_t>(rng());
+      slot_of_block[layer].assign(static_cast<size_t>(sets * kBlocks), -1);
+      slot_state[layer].assign(3 * state_ints, -1);
+      std::fill(slot_state[layer].begin() + 2 * state_ints, slot_state[layer].end(), 0);
+      for (int32_t k = 0; k < sets; ++k) {
+        for (int32_t slot = 0; slot < kSlots; ++slot) {
+          if (rng() % 2 == 0) continue;
+          const int32_t block = static_cast<int32_t>(rng() % kBlocks);
+          int32_t& owner = slot_of_block[layer][static_cast<size_t>(k * kBlocks + block)];
+          if (owner >= 0) continue;
+          owner = slot;
+          slot_state[layer][static_cast<size_t>(k * kSlots + slot)] = block;
+          slot_state[layer][state_ints + static_cast<size_t>(k * kSlots + slot)] =
+              static_cast<int32_t>(rng() % 50) + 1;
+        }
+      }
+      d_cache.push_back(Upload(cache[layer]));
+      d_slot_of_block.push_back(Upload(slot_of_block[layer]));
+      d_slot_state.push_back(Upload(slot_state[layer]));
+      const auto view = [&](int32_t* of_block, int32_t* state) {
+        return SlotDirectoryView{.num_sets = sets,
+                                 .num_slots = kSlots,
+                                 .num_blocks = kBlocks,
+                                 .first_slot = kDense,
+                                 .slot_of_block = of_block,
+                                 .block_of_slot = state,
+                                 .last_used = state + state_ints,
+                                 .score = reinterpret_cast<float*>(state + 2 * state_ints)};
+      };
+      host_layers.push_back(
+          {.directory = view(slot_of_block[layer].data(), slot_state[layer].data()),
+           .blocks = cache[layer].data()});
+      device_layers.push_back({.directory = view(d_slot_of_block.back().as<int32_t>(),
+                                                 d_slot_state.back().as<int32_t>()),
+                               .blocks = d_cache.back().data()});
+    }
+    // Distinct host blocks (a few already in slots), dense blocks in any order.
+    std::vector<int32_t> hosts(kBlocks);
+    std::iota(hosts.begin(), hosts.end(), 0);
+    std::shuffle(hosts.begin(), hosts.end(), rng);
+    std::vector<WriteBackEntry> entries;
+    for (int32_t i = 0; i < 220; ++i) {
+      entries.push_back({static_cast<int32_t>(rng() % kDense), hosts[static_cast<size_t>(i)]});
+    }
+    cpu_->AdoptFreeSlots(host_layers.data(), kLayers, sets, kSlots, entries.data(),
+                         static_cast<int32_t>(entries.size()), kLayout);
+    ASSERT_TRUE(cpu_->Synchronize().ok());
+    const DeviceBuffer d_layers = Upload(device_layers);
+    const DeviceBuffer d_entries = Upload(entries);
+    cuda_->AdoptFreeSlots(d_layers.as<SlotLayer>(), kLayers, sets, kSlots,
+                          d_entries.as<WriteBackEntry>(), static_cast<int32_t>(entries.size()),
+                          kLayout);
+    for (int32_t l = 0; l < kLayers; ++l) {
+      const auto layer = static_cast<size_t>(l);
+      EXPECT_EQ(Download<int32_t>(d_slot_of_block[layer], slot_of_block[layer].size()),
+                slot_of_block[layer]);
+      EXPECT_EQ(Download<int32_t>(d_slot_state[layer], slot_state[layer].size()),
+                slot_state[layer]);
+      EXPECT_EQ(Download<uint8_t>(d_cache[layer], cache[layer].size()), cache[layer]);
     }
   }
 }

@@ -384,57 +384,164 @@ TEST(ReferenceSlotDirectoryTest, RandomStepsFollowTheDirectorysRules) {
   }
 }
 
+// One step of a single offloaded row picking `blocks` (one set): its table, counters added.
+void RunOffloadedStep(Directory& directory, std::vector<int32_t>& pick_stamps, int32_t step,
+                      std::vector<int32_t> blocks, std::vector<int64_t>& counters,
+                      std::vector<int32_t>& tables) {
+  const auto count = static_cast<int32_t>(blocks.size());
+  const std::vector<ScoreSegment> segments = {
+      {.first = 0, .count = count, .num_sets = 1, .picks = count}};
+  const std::vector<SparseTableRow> rows = {{.offloaded = 1}};
+  std::vector<int32_t> picked(blocks.size());
+  std::iota(picked.begin(), picked.end(), 0);
+  const std::vector<float> scores(blocks.size(), 1.0f);
+  std::vector<RecallEntry> entries(static_cast<size_t>(directory.view.num_slots));
+  std::vector<int32_t> counts(1);
+  std::vector<int32_t> kv_lens(1);
+  tables.assign(blocks.size(), -9);
+  ASSERT_TRUE(BuildSparseTables({.segments = segments.data(),
+                                 .rows = rows.data(),
+                                 .num_rows = 1,
+                                 .num_sets = 1,
+                                 .picked = picked.data(),
+                                 .scores = scores.data(),
+                                 .candidate_blocks = blocks.data(),
+                                 .summary_ids = blocks.data(),
+                                 .fixed_blocks = blocks.data(),
+                                 .step = &step,
+                                 .pick_stamps = pick_stamps.data(),
+                                 .num_summaries = static_cast<int32_t>(pick_stamps.size()),
+                                 .directory = directory.view,
+                                 .tables = tables.data(),
+                                 .table_stride = count,
+                                 .kv_lens = kv_lens.data(),
+                                 .recalls = {.entries = entries.data(),
+                                             .counts = counts.data(),
+                                             .capacity = directory.view.num_slots},
+                                 .counters = counters.data()})
+                  .ok());
+}
+
 // Least recently used leaves first; free slots go first, in slot order; a slot used this step
 // never leaves; misses beyond the evictable slots are an overflow, and the table names slot 0.
 TEST(ReferenceSlotDirectoryTest, VictimsAreLeastRecentlyUsedAndOverflowIsCounted) {
   Directory directory(1, 3, 10, false);
   std::vector<int32_t> pick_stamps(10, -1);
-  const auto run = [&](int32_t step, std::vector<int32_t> blocks, std::vector<int64_t>& counters,
-                       std::vector<int32_t>& tables) {
-    const auto count = static_cast<int32_t>(blocks.size());
-    const std::vector<ScoreSegment> segments = {
-        {.first = 0, .count = count, .num_sets = 1, .picks = count}};
-    const std::vector<SparseTableRow> rows = {{.offloaded = 1}};
-    std::vector<int32_t> picked(blocks.size());
-    std::iota(picked.begin(), picked.end(), 0);
-    const std::vector<float> scores(blocks.size(), 1.0f);
-    std::vector<RecallEntry> entries(3);
-    std::vector<int32_t> counts(1);
-    std::vector<int32_t> kv_lens(1);
-    tables.assign(blocks.size(), -9);
-    ASSERT_TRUE(BuildSparseTables(
-                    {.segments = segments.data(),
-                     .rows = rows.data(),
-                     .num_rows = 1,
-                     .num_sets = 1,
-                     .picked = picked.data(),
-                     .scores = scores.data(),
-                     .candidate_blocks = blocks.data(),
-                     .summary_ids = blocks.data(),
-                     .fixed_blocks = blocks.data(),
-                     .step = &step,
-                     .pick_stamps = pick_stamps.data(),
-                     .num_summaries = 10,
-                     .directory = directory.view,
-                     .tables = tables.data(),
-                     .table_stride = count,
-                     .kv_lens = kv_lens.data(),
-                     .recalls = {.entries = entries.data(), .counts = counts.data(), .capacity = 3},
-                     .counters = counters.data()})
-                    .ok());
-  };
   std::vector<int64_t> counters(kSparseCounters, 0);
   std::vector<int32_t> tables;
-  run(1, {4, 5}, counters, tables);  // free slots 0 and 1
+  RunOffloadedStep(directory, pick_stamps, 1, {4, 5}, counters, tables);  // free slots 0 and 1
   EXPECT_THAT(tables, ::testing::ElementsAre(kFirstSlot + 0, kFirstSlot + 1));
-  run(2, {6}, counters, tables);     // free slot 2
-  run(3, {5, 7}, counters, tables);  // 5 hits; 7 evicts block 4 (step 1), not 6 (step 2)
+  RunOffloadedStep(directory, pick_stamps, 2, {6}, counters, tables);  // free slot 2
+  RunOffloadedStep(directory, pick_stamps, 3, {5, 7}, counters,
+                   tables);  // 5 hits; 7 evicts block 4 (step 1), not 6 (step 2)
   EXPECT_THAT(tables, ::testing::ElementsAre(kFirstSlot + 1, kFirstSlot + 0));
   EXPECT_EQ(directory.slot_of_block[4], -1);
   EXPECT_EQ(counters[kSparseEvictions], 1);
-  run(4, {1, 2, 3, 8}, counters, tables);  // four misses, three slots: one overflows
+  RunOffloadedStep(directory, pick_stamps, 4, {1, 2, 3, 8}, counters,
+                   tables);  // four misses, three slots: one overflows
   EXPECT_EQ(counters[kSparseOverflow], 1);
   EXPECT_EQ(tables[3], kFirstSlot);
+}
+
+// A small cache for AdoptFreeSlots: 2-token blocks of 2 KV heads of 4 f32 channels (key
+// fragments then value fragments), dense block b filled with b * 1000 + its element index, the
+// slots (from kFirstSlot on) with -1.
+struct Cache {
+  static constexpr PagedKvLayout kLayout{
+      .block_tokens = 2, .num_kv_heads = 2, .head_dim = 4, .type = DType::kF32};
+  explicit Cache(int32_t slots)
+      : values(static_cast<size_t>((kFirstSlot + slots) * kLayout.block_elems()), -1.0f) {
+    for (int32_t b = 0; b < kFirstSlot; ++b) {
+      for (int64_t e = 0; e < kLayout.block_elems(); ++e) {
+        values[static_cast<size_t>(b * kLayout.block_elems() + e)] =
+            static_cast<float>(b * 1000 + e);
+      }
+    }
+  }
+  // Elements [first, first + count) of block `block`.
+  std::vector<float> Elements(int32_t block, int64_t first, int64_t count) const {
+    const auto begin = values.begin() + block * kLayout.block_elems() + first;
+    return {begin, begin + count};
+  }
+  std::vector<float> values;
+};
+
+// Given-up blocks take the free slots in increasing order, one an entry; an entry whose block
+// is already in a slot leaves its free slot free (and is copied into its slot again); entries
+// past the free slots are not kept. The kept blocks are copied, stamped 0 and scored lowest, so
+// that they are the first victims.
+TEST(ReferenceSlotDirectoryTest, GivenUpBlocksFillTheFreeSlotsAndLeaveFirst) {
+  Directory directory(1, 4, 10, false);
+  Cache cache(4);
+  // Block 7 is in slot 1, used by step 3.
+  directory.block_of_slot[1] = 7;
+  directory.slot_of_block[7] = 1;
+  directory.last_used[1] = 3;
+  const std::vector<WriteBackEntry> entries = {{2, 4}, {3, 7}, {5, 5}, {6, 6}};
+  const SlotLayer layer{.directory = directory.view, .blocks = cache.values.data()};
+  ASSERT_TRUE(AdoptFreeSlots({&layer, 1}, entries, Cache::kLayout).ok());
+  EXPECT_THAT(directory.block_of_slot, ::testing::ElementsAre(4, 7, -1, 5));
+  EXPECT_EQ(directory.slot_of_block[4], 0);
+  EXPECT_EQ(directory.slot_of_block[5], 3);
+  EXPECT_EQ(directory.slot_of_block[6], -1);
+  EXPECT_EQ(directory.slot_of_block[7], 1);
+  EXPECT_THAT(directory.last_used, ::testing::ElementsAre(0, 3, -1, 0));
+  EXPECT_EQ(directory.score[0], -kInf);
+  const int64_t elems = Cache::kLayout.block_elems();
+  EXPECT_EQ(cache.Elements(kFirstSlot + 0, 0, elems), cache.Elements(2, 0, elems));
+  EXPECT_EQ(cache.Elements(kFirstSlot + 3, 0, elems), cache.Elements(5, 0, elems));
+  EXPECT_EQ(cache.Elements(kFirstSlot + 2, 0, elems), std::vector<float>(elems, -1.0f));
+  // Block 7's slot gets its bytes again (the same bytes, outside a test).
+  EXPECT_EQ(cache.Elements(kFirstSlot + 1, 0, elems), cache.Elements(3, 0, elems));
+
+  // Misses take the free slot first, then the kept blocks before the one a step used.
+  std::vector<int32_t> pick_stamps(10, -1);
+  std::vector<int64_t> counters(kSparseCounters, 0);
+  std::vector<int32_t> tables;
+  RunOffloadedStep(directory, pick_stamps, 4, {4, 8}, counters, tables);  // 4 hits, 8 fills slot 2
+  EXPECT_THAT(tables, ::testing::ElementsAre(kFirstSlot + 0, kFirstSlot + 2));
+  RunOffloadedStep(directory, pick_stamps, 5, {9}, counters, tables);  // evicts kept block 5
+  EXPECT_THAT(tables, ::testing::ElementsAre(kFirstSlot + 3));
+  EXPECT_EQ(directory.slot_of_block[5], -1);
+  EXPECT_EQ(directory.slot_of_block[7], 1);
+  EXPECT_EQ(counters[kSparseHits], 1);
+  EXPECT_EQ(counters[kSparseMisses], 2);
+}
+
+// Head-wise, each set keeps its own KV head's key and value fragments in its own free slots.
+TEST(ReferenceSlotDirectoryTest, HeadWiseSetsKeepTheirHeadsFragments) {
+  Directory directory(2, 2, 10, false);
+  Cache cache(2);
+  directory.block_of_slot[2] = 9;  // set 1, slot 0
+  directory.slot_of_block[10 + 9] = 0;
+  const SlotLayer layer{.directory = directory.view, .blocks = cache.values.data()};
+  ASSERT_TRUE(
+      AdoptFreeSlots({&layer, 1}, std::vector<WriteBackEntry>{{3, 4}}, Cache::kLayout).ok());
+  EXPECT_EQ(directory.slot_of_block[4], 0);       // set 0: slot 0
+  EXPECT_EQ(directory.slot_of_block[10 + 4], 1);  // set 1: slot 1
+  const int64_t head = Cache::kLayout.head_elems();
+  const int64_t values = Cache::kLayout.value_offset();
+  for (const int64_t first : {int64_t{0}, values}) {
+    EXPECT_EQ(cache.Elements(kFirstSlot + 0, first, head), cache.Elements(3, first, head));
+    EXPECT_EQ(cache.Elements(kFirstSlot + 0, first + head, head), std::vector<float>(head, -1.0f));
+    EXPECT_EQ(cache.Elements(kFirstSlot + 1, first + head, head),
+              cache.Elements(3, first + head, head));
+    EXPECT_EQ(cache.Elements(kFirstSlot + 1, first, head), std::vector<float>(head, -1.0f));
+  }
+}
+
+TEST(ReferenceSlotDirectoryTest, AGivenUpBlockOutsideTheDensePoolIsRefused) {
+  Directory directory(1, 2, 10, false);
+  Cache cache(2);
+  const SlotLayer layer{.directory = directory.view, .blocks = cache.values.data()};
+  for (const WriteBackEntry entry :
+       {WriteBackEntry{kFirstSlot, 1}, WriteBackEntry{-1, 1}, WriteBackEntry{1, 10}}) {
+    EXPECT_EQ(
+        AdoptFreeSlots({&layer, 1}, std::vector<WriteBackEntry>{{0, 0}, entry}, Cache::kLayout)
+            .code(),
+        absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_THAT(directory.block_of_slot, ::testing::ElementsAre(-1, -1));
 }
 
 }  // namespace

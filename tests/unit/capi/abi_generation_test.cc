@@ -336,7 +336,8 @@ std::vector<int32_t> Generate(pulse_model* model, const pulse_engine_params& par
 }
 
 // The engine parameters of GenerateWith: 8-token blocks and a KV cache of 160 tokens when
-// offloading (less than the request needs), every request offloaded.
+// offloading (less than the request needs), every request offloaded, and recall: the blocks the
+// request stops keeping resident do not fill the free slots (the slots hold its whole context).
 pulse_engine_params OffloadParams(int32_t mode, int32_t budget) {
   pulse_engine_params params;
   EXPECT_EQ(pulse_engine_params_init(&params, sizeof(params)), PULSE_OK);
@@ -349,6 +350,7 @@ pulse_engine_params OffloadParams(int32_t mode, int32_t budget) {
   params.offload_host_tokens = 1024;
   params.offload_slot_tokens = 256;
   params.offload_admission = PULSE_ADMIT_OFFLOAD_EVERY;
+  params.offload_fill_free_slots = 0;
   return params;
 }
 
@@ -427,6 +429,31 @@ TEST(AbiOffload, SyntheticPicksFollowTheStatedReuse) {
     EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
     EXPECT_NE(std::string(pulse_last_error()).find("offload_synthetic_reuse"), std::string::npos);
   }
+  pulse_model_free(model);
+}
+
+// By default the blocks a request stops keeping resident fill the free device slots: the same
+// tokens with far less recall (none here, where the slots hold the whole context). A value other
+// than 0 or 1 is refused by name.
+TEST(AbiOffload, FreeSlotsKeepTheBlocksARequestStopsKeepingResident) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_params defaults;
+  ASSERT_EQ(pulse_engine_params_init(&defaults, sizeof(defaults)), PULSE_OK);
+  EXPECT_EQ(defaults.offload_fill_free_slots, 1);
+  pulse_engine_params params = OffloadParams(PULSE_OFFLOAD_SOLOHEAD, 48);
+  pulse_engine_stats recalled;
+  const std::vector<int32_t> tokens = Generate(model, params, &recalled);
+  params.offload_fill_free_slots = 1;
+  pulse_engine_stats kept;
+  EXPECT_EQ(Generate(model, params, &kept), tokens);
+  EXPECT_GT(recalled.recall_bytes, 0);
+  EXPECT_EQ(kept.recall_bytes, 0);
+  EXPECT_EQ(kept.slot_hits + kept.slot_misses, recalled.slot_hits + recalled.slot_misses);
+  params.offload_fill_free_slots = 2;
+  pulse_engine* engine = nullptr;
+  EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pulse_last_error()).find("offload_fill_free_slots"), std::string::npos);
   pulse_model_free(model);
 }
 

@@ -43,7 +43,9 @@ EngineOptions Options(int64_t kv_tokens, std::optional<AdmissionKind> admission)
                                                   .sink_tokens = kBlockTokens,
                                                   .window_tokens = 2 * kBlockTokens},
                                     .host_tokens = 4 * 160,
-                                    .slot_tokens = 4 * 160};
+                                    .slot_tokens = 4 * 160,
+                                    // Offloaded steps recall, and admission measures it.
+                                    .fill_free_slots = false};
     options.admission = *admission;
   }
   return options;

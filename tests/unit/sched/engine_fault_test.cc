@@ -37,7 +37,9 @@ EngineOptions Offloaded() {
                                                  .sink_tokens = kBlockTokens,
                                                  .window_tokens = 2 * kBlockTokens},
                                    .host_tokens = 4 * 160,
-                                   .slot_tokens = 4 * 160},
+                                   .slot_tokens = 4 * 160,
+                                   // Picks miss, so that recall and victims can fail.
+                                   .fill_free_slots = false},
           .admission = AdmissionKind::kOffloadEvery};
 }
 

@@ -36,7 +36,10 @@ EngineOptions Options(SelectionMode mode, int32_t micro_batches) {
                                                  .sink_tokens = kBlockTokens,
                                                  .window_tokens = 2 * kBlockTokens},
                                    .host_tokens = kRequests * 160,
-                                   .slot_tokens = kRequests * 160},
+                                   .slot_tokens = kRequests * 160,
+                                   // Every first pick of a block is recalled: the steps have
+                                   // recall to hide.
+                                   .fill_free_slots = false},
           .admission = AdmissionKind::kOffloadEvery,
           .micro_batches = micro_batches};
 }

@@ -107,6 +107,27 @@ TEST(EngineOffloadTest, RequestsLongerThanTheKvCacheRunAndACoveringBudgetGivesTh
   }
 }
 
+// The blocks an offloaded request's resident set gives up (its prompt's, then each that leaves
+// the window) fill the device tier's free slots: picks of them are hits rather than recalls,
+// and the tokens are those of the engine that recalls them.
+TEST(EngineOffloadTest, GivenUpBlocksFillFreeSlotsAndChangeNoToken) {
+  const auto run = [](bool fill) {
+    EngineOptions options = Offloaded(SelectionMode::kSoloHead, 32, 96);
+    options.offload->fill_free_slots = fill;
+    std::unique_ptr<Engine> engine = MakeEngine(TinyModel(), options);
+    const auto tokens = Generate(*engine, Prompts(3, 40, 71), 24);
+    return std::pair{tokens, engine->stats().offload};
+  };
+  const auto [filled, filled_stats] = run(true);
+  const auto [recalled, recalled_stats] = run(false);
+  EXPECT_EQ(filled, recalled);
+  EXPECT_GT(recalled_stats.cache.misses, 0);
+  EXPECT_LT(4 * filled_stats.cache.misses, recalled_stats.cache.misses);
+  EXPECT_LT(4 * filled_stats.recall_bytes, recalled_stats.recall_bytes);
+  EXPECT_EQ(filled_stats.cache.hits + filled_stats.cache.misses,
+            recalled_stats.cache.hits + recalled_stats.cache.misses);
+}
+
 // Recall that lands late (each copy plan of the CPU copy engine delayed) changes no token: the
 // step waits for what it attends to, whatever the timing. Sampled with seeds, at a budget that
 // selects, four requests at once.

@@ -170,6 +170,14 @@ impl EngineParams {
         self
     }
 
+    /// Whether the blocks an offloaded request stops keeping resident also fill the free device
+    /// slots, so that its first picks of them are hits (the default), or only the host tier
+    /// keeps them and every first pick of one is recalled.
+    pub fn offload_fill_free_slots(mut self, fill: bool) -> Self {
+        self.raw.offload_fill_free_slots = i32::from(fill);
+        self
+    }
+
     pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
         &self.raw
     }

@@ -94,7 +94,8 @@ fn text_needs_a_tokenizer() {
 }
 
 /// The offload settings of tests/unit/capi/abi_generation_test.cc: 8-token blocks, a budget
-/// covering the context, host and slot tiers of 1024 and 256 tokens.
+/// covering the context, host and slot tiers of 1024 and 256 tokens, and recall (the blocks the
+/// request stops keeping resident do not fill the free slots).
 fn offloaded() -> EngineParams {
     EngineParams::default()
         .block_tokens(8)
@@ -105,6 +106,7 @@ fn offloaded() -> EngineParams {
         .offload_host_tokens(1024)
         .offload_slot_tokens(256)
         .offload_admission(Admission::OffloadEvery)
+        .offload_fill_free_slots(false)
 }
 
 /// 12 greedy ids after a 150-token prompt, and the engine's stats after them.
