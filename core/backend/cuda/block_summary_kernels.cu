@@ -26,6 +26,7 @@
 #include "core/backend/cuda/block_summary_kernels.h"
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/launch.cuh"
+#include "core/backend/cuda/mma.cuh"
 #include "core/backend/summary_int.h"
 #include "core/backend/summary_radius.h"
 
@@ -421,121 +422,231 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// int4 rows at radius 0 (a box is one stored row; the default estimator keeps one a token): the
-// work is a multiply-add a channel a query head and the tiled kernel's lanes spend more on
-// reloading q from L1 (a box at a time) and on 2-byte loads than on it. Here a warp takes a run of
-// kRunCandidates consecutive candidates of one KV head and keeps its group's query channels in
-// registers across them (reloaded only where a candidate's query row changes): a lane holds 16
-// channels (one 8-byte load of int4 values) of kGroup query heads, kRowLanes = head_dim / 16
-// lanes cover a row and a warp load covers 32 / kRowLanes of the candidate's boxes. A box's
-// integer products are summed by the row's lanes and scaled once (the rounding of another
-// summation order); the boxes meet by fmaxf as in the other kernels. Each lane keeps the bounds of
-// one candidate of the run, written per query head as one contiguous run.
+// int4 rows at radius 0 (a box is one stored row; the default estimator keeps one a token): a
+// bound is a row's dot product with a query head, times the row's scale, the largest over the
+// candidate's boxes. On tensor cores (mma m16n8k16, bf16 in, fp32 accumulated): a warp takes a
+// run of kRunCandidates consecutive candidates of one KV head and multiplies 16 rows at a time
+// (two groups of 8 boxes) by its group's query heads. The int4 values are exact in bf16; each
+// query channel is split into three bf16 terms, hi + mid + lo (exact to fp32's 24 bits), which
+// fill the 8 columns: column h holds head h's hi and, through a second product, its lo; column
+// h + 4 its mid; the two are added after. Lane t of a row group loads its rows' channels
+// [t, t + 1) * kHeadDim / 4 as words of 8 (one 8-byte load holds two); as a dot product may sum
+// its channels in any order, the fragments' k index is the same permutation of the channels in A
+// and in B: word m's nibbles j and j + 4 form the pair of k-step 2m + j / 2, at k (2t, 2t + 1) for
+// even j and (2t + 8, 2t + 9) for odd j. The scale, the boxes' fmaxf and NaN follow the other
+// kernels. Each lane keeps the bounds of one candidate of the run, written per query head as one
+// contiguous run. The next tile's rows are loaded while a tile multiplies.
 constexpr int kRunCandidates = kWarp;
 
-// Int4 nibble `shift / 4` of `word` as a float, exactly: 0x4B000000 | n is the float 2^23 + n.
-__device__ __forceinline__ float Int4At(uint32_t word, int shift) {
-  const uint32_t biased = ((word >> shift) & 0xFu) ^ 0x4B000008u;  // n + 8, sign bit flipped
-  return __uint_as_float(biased) - 8388616.0f;                     // 2^23 + 8
+// The bf16 pair (n_j, n_{j+4}) of nibbles j and j + 4 of `word` (int4, two's complement), exactly:
+// with the sign bit flipped a nibble is n + 8, and 0x4300 | (n + 8) is the bf16 136 + n.
+__device__ __forceinline__ uint32_t Int4PairBf16(uint32_t word, int j) {
+  const uint32_t biased = ((word >> (4 * j)) & 0x000F000Fu) ^ 0x43084308u;
+  const __nv_bfloat162 value =
+      __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased), __float2bfloat162_rn(136.0f));
+  return *reinterpret_cast<const uint32_t*>(&value);
 }
 
-__device__ __forceinline__ void PrefetchL2(const void* address) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
-}
+template <int kHeadDim>
+struct TokensTile {
+  static constexpr int kWords = kHeadDim / 32;  // 8-channel words a lane holds of a row
+  uint32_t rows[2][kWords];                     // the lane's channels of its two rows
+  float scales[2];
+};
 
-template <int kGroup, int kRowLanes>
-__global__ void __launch_bounds__(kThreads)
+// Warps a block: a warp keeps its query's B fragments in shared memory, 16 bytes a lane and k-step.
+__host__ __device__ constexpr int TokensWarps(int head_dim) { return head_dim <= 128 ? 8 : 4; }
+
+template <int kGroup, int kHeadDim>
+__global__ void __launch_bounds__(TokensWarps(kHeadDim) * kWarp, kHeadDim <= 128 ? 4 : 1)
     ScoreTokensInt4Kernel(const float* __restrict__ q, int64_t q_stride, int32_t num_kv_heads,
                           int32_t boxes, const std::byte* __restrict__ summaries,
                           int64_t summary_bytes, const int32_t* __restrict__ summary_ids,
                           const int32_t* __restrict__ query_rows, int32_t count,
                           float* __restrict__ bounds) {
   WaitForPriorGrids();
-  constexpr int kHeadDim = 16 * kRowLanes;
+  static_assert(kGroup >= 1 && kGroup <= 4);
   constexpr int kRowBytes = kHeadDim / 2;
-  constexpr int kRowsPerLoad = kWarp / kRowLanes;
+  constexpr int kWords = TokensTile<kHeadDim>::kWords;
+  constexpr int kSteps = kHeadDim / 16;
+  constexpr int kWarps = TokensWarps(kHeadDim);
+  // B of k-step s for lane l: {hi or mid: k 2t and 2t + 1, k 2t + 8 and 2t + 9; lo or 0: alike}.
+  __shared__ uint4 b_fragments[kWarps][kSteps][kWarp];
   const int lane = threadIdx.x % kWarp;
-  const int part = lane % kRowLanes;
-  const int row_in_load = lane / kRowLanes;
+  const int warp = threadIdx.x / kWarp;
+  const int row_in_group = lane / 4;  // the fragments' g
+  const int part = lane % 4;          // the fragments' t
   const int32_t kv_head = blockIdx.y;
-  const int64_t first =
-      (int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp) * kRunCandidates;
+  const int64_t first = (int64_t{blockIdx.x} * kWarps + warp) * kRunCandidates;
   if (first >= count) return;
   const int32_t run =
       static_cast<int32_t>(count - first < kRunCandidates ? count - first : kRunCandidates);
   const int32_t rows = num_kv_heads * boxes;
+  const int32_t groups_per_candidate = boxes / 8;
+  const int32_t tiles = (run * groups_per_candidate + 1) / 2;
+  const int32_t my_id = lane < run ? summary_ids[first + lane] : 0;
+  const int32_t my_query_row = lane < run ? query_rows[first + lane] : 0;
 
-  float q_channels[kGroup][16];
-  int32_t loaded_row = -1;
-  float kept[kGroup];  // the bounds of candidate first + lane
-  for (int32_t c = 0; c < run; ++c) {
-    const int64_t i = first + c;
-    const int32_t query_row = query_rows[i];
-    if (query_row != loaded_row) {  // uniform across the warp
-      loaded_row = query_row;
-      const float* head_q = q + query_row * q_stride + int64_t{kv_head} * kGroup * kHeadDim;
+  const auto candidate_of = [&](int32_t group) { return group / groups_per_candidate; };
+  const auto load = [&](int32_t tile, TokensTile<kHeadDim>& out) {
 #pragma unroll
-      for (int h = 0; h < kGroup; ++h) {
-        const float4* quads = reinterpret_cast<const float4*>(head_q + h * kHeadDim + part * 16);
+    for (int half = 0; half < 2; ++half) {
+      const int32_t group = 2 * tile + half;
+      const int32_t candidate = candidate_of(group);
+      const int32_t id = __shfl_sync(0xffffffffu, my_id, candidate < run ? candidate : 0);
+      if (candidate >= run) {
 #pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const float4 x = quads[v];
-          q_channels[h][4 * v] = x.x;
-          q_channels[h][4 * v + 1] = x.y;
-          q_channels[h][4 * v + 2] = x.z;
-          q_channels[h][4 * v + 3] = x.w;
-        }
+        for (int w = 0; w < kWords; ++w) out.rows[half][w] = 0;
+        out.scales[half] = 0.0f;
+        continue;
       }
-    }
-    const std::byte* summary = summaries + summary_ids[i] * summary_bytes;
-    if (c + 1 < run) {  // the next candidate's rows and scales on their way to L2 meanwhile
-      const std::byte* next = summaries + summary_ids[i + 1] * summary_bytes;
-      const int32_t head_bytes = boxes * kRowBytes;
-      if (lane * 128 < head_bytes) PrefetchL2(next + int64_t{kv_head} * head_bytes + lane * 128);
-      if (lane == kWarp - 1) PrefetchL2(next + int64_t{rows} * kRowBytes + kv_head * boxes * 4);
-    }
-    float best[kGroup];
-#pragma unroll 2
-    for (int32_t box0 = 0; box0 < boxes; box0 += kRowsPerLoad) {
-      const int32_t box = box0 + row_in_load;  // boxes is a multiple of kRowsPerLoad
-      const int32_t row = kv_head * boxes + box;
-      const uint2 packed =
-          *reinterpret_cast<const uint2*>(summary + int64_t{row} * kRowBytes + part * 8);
-      const float scale =
+      const int32_t row = kv_head * boxes + (group % groups_per_candidate) * 8 + row_in_group;
+      const std::byte* summary = summaries + id * summary_bytes;
+      const auto* words =
+          reinterpret_cast<const uint2*>(summary + int64_t{row} * kRowBytes + part * kWords * 4);
+#pragma unroll
+      for (int w = 0; w < kWords / 2; ++w) {
+        const uint2 pair = words[w];
+        out.rows[half][2 * w] = pair.x;
+        out.rows[half][2 * w + 1] = pair.y;
+      }
+      out.scales[half] =
           *reinterpret_cast<const float*>(summary + int64_t{rows} * kRowBytes + row * 4);
-      float acc[kGroup];
+    }
+  };
+
+  // The query row's B fragments, column g: head g % 4's hi and lo terms for g < 4, its mid for
+  // g >= 4 (zero past the group).
+  int32_t loaded_row = -1;
+  const auto load_query = [&](int32_t query_row) {
+    loaded_row = query_row;
+    const int head = row_in_group % 4;
+    const bool high_columns = row_in_group >= 4;
+    const float* head_q = q + query_row * q_stride +
+                          (int64_t{kv_head} * kGroup + (head < kGroup ? head : 0)) * kHeadDim +
+                          part * kWords * 8;
+    __syncwarp();  // every lane is done with the fragments of the query before
+#pragma unroll 1
+    for (int m = 0; m < kWords; ++m) {
+      float first_terms[8];
+      float second_terms[8];
 #pragma unroll
-      for (int h = 0; h < kGroup; ++h) acc[h] = 0.0f;
+      for (int v = 0; v < 2; ++v) {
+        const float4 x = head < kGroup ? reinterpret_cast<const float4*>(head_q + 8 * m)[v]
+                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float channels[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const float value = Int4At(j < 8 ? packed.x : packed.y, 4 * (j % 8));
-#pragma unroll
-        for (int h = 0; h < kGroup; ++h) acc[h] = fmaf(q_channels[h][j], value, acc[h]);
+        for (int c = 0; c < 4; ++c) {
+          const float hi = __bfloat162float(__float2bfloat16_rn(channels[c]));
+          const float rest = channels[c] - hi;
+          const float mid = __bfloat162float(__float2bfloat16_rn(rest));
+          first_terms[4 * v + c] = high_columns ? mid : hi;
+          second_terms[4 * v + c] = high_columns ? 0.0f : rest - mid;
+        }
       }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // k-step 2m + half: nibbles 2 half and 2 half + 1
+        const int j = 2 * half;
+        b_fragments[warp][2 * m + half][lane] =
+            make_uint4(PackBf16(first_terms[j], first_terms[j + 4]),
+                       PackBf16(first_terms[j + 1], first_terms[j + 5]),
+                       PackBf16(second_terms[j], second_terms[j + 4]),
+                       PackBf16(second_terms[j + 1], second_terms[j + 5]));
+      }
+    }
+    __syncwarp();
+  };
+  // The tile's 16 rows against the loaded query: c[0], c[1] row g's columns 2t, 2t + 1; c[2],
+  // c[3] row g + 8's.
+  const auto multiply = [&](const TokensTile<kHeadDim>& tile, float(&c)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int m = s / 2;
+      const int j = 2 * (s % 2);
+      const uint32_t a[4] = {Int4PairBf16(tile.rows[0][m], j), Int4PairBf16(tile.rows[1][m], j),
+                             Int4PairBf16(tile.rows[0][m], j + 1),
+                             Int4PairBf16(tile.rows[1][m], j + 1)};
+      const uint4 b = b_fragments[warp][s][lane];
+      MmaBf16(c, a, b.x, b.y);
+      MmaBf16(c, a, b.z, b.w);
+    }
+  };
+
+  float kept[kGroup];  // the bounds of candidate first + lane
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) kept[h] = NaN();
+  const auto reduce = [&](int32_t tile_index, const TokensTile<kHeadDim>& tile) {
+    const int32_t candidates[2] = {candidate_of(2 * tile_index), candidate_of(2 * tile_index + 1)};
+    int32_t query[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      query[half] = __shfl_sync(0xffffffffu, my_query_row,
+                                candidates[half] < run ? candidates[half] : candidates[0]);
+    }
+    if (query[0] != loaded_row) load_query(query[0]);
+    float c[4];
+    multiply(tile, c);
+    if (query[1] != query[0]) {  // the two row groups ask different query rows (uniform)
+      load_query(query[1]);
+      float other[4];
+      multiply(tile, other);
+      c[2] = other[2];
+      c[3] = other[3];
+    }
+    // Column h plus column h + 4, times the row's scale, the largest of the group's 8 rows.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      c[i] = (c[i] + __shfl_xor_sync(0xffffffffu, c[i], 2)) * tile.scales[i / 2];
+#pragma unroll
+      for (int offset = 4; offset < kWarp; offset *= 2) {
+        c[i] = fmaxf(c[i], __shfl_xor_sync(0xffffffffu, c[i], offset));
+      }
+    }
+    // Lane t < 2 holds heads 2t and 2t + 1: row group 0 in c[0], c[1], row group 1 in c[2], c[3].
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) {
-#pragma unroll
-        for (int offset = kRowLanes / 2; offset > 0; offset /= 2) {
-          acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], offset);
-        }
-        best[h] = box0 == 0 ? acc[h] * scale : fmaxf(best[h], acc[h] * scale);
+        const float bound = __shfl_sync(0xffffffffu, c[2 * half + h % 2], h / 2);
+        if (lane == candidates[half] && candidates[half] < run) kept[h] = fmaxf(kept[h], bound);
       }
     }
-    // The boxes of the other rows of the warp's loads.
-#pragma unroll
-    for (int h = 0; h < kGroup; ++h) {
-#pragma unroll
-      for (int offset = kRowLanes; offset < kWarp; offset *= 2) {
-        best[h] = fmaxf(best[h], __shfl_xor_sync(0xffffffffu, best[h], offset));
-      }
-      if (lane == c) kept[h] = best[h];
-    }
+  };
+
+  for (int32_t tile = 0; tile < tiles; ++tile) {
+    TokensTile<kHeadDim> rows_of_tile;
+    load(tile, rows_of_tile);
+    reduce(tile, rows_of_tile);
   }
   if (lane < run) {
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
       bounds[(int64_t{kv_head} * kGroup + h) * count + first + lane] = kept[h];
     }
+  }
+}
+
+template <int kGroup>
+cudaError_t LaunchTokensInt4(const float* q, int64_t q_stride, const PagedKvLayout& layout,
+                             const BlockEstimator& estimator, const std::byte* summaries,
+                             const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
+                             float* bounds, cudaStream_t stream) {
+  const int64_t bytes = SummaryBytes(layout, estimator);
+  const auto launch = [&](auto kernel, int warps) {
+    const dim3 grid(static_cast<unsigned>(CeilDiv(count, warps * kRunCandidates)),
+                    static_cast<unsigned>(layout.num_kv_heads));
+    return LaunchKernel(kernel, grid, warps * kWarp, 0, stream, q, q_stride, layout.num_kv_heads,
+                        estimator.boxes, summaries, bytes, summary_ids, query_rows, count, bounds);
+  };
+  switch (layout.head_dim) {
+    case 64:
+      return launch(ScoreTokensInt4Kernel<kGroup, 64>, TokensWarps(64));
+    case 128:
+      return launch(ScoreTokensInt4Kernel<kGroup, 128>, TokensWarps(128));
+    default:
+      return launch(ScoreTokensInt4Kernel<kGroup, 256>, TokensWarps(256));
   }
 }
 
@@ -600,42 +711,19 @@ cudaError_t LaunchTiledScore(dim3 grid, size_t shared_bytes, cudaStream_t stream
                             bounds);
 }
 
-template <int kGroup>
-cudaError_t LaunchTokensInt4(const float* q, int64_t q_stride, const PagedKvLayout& layout,
-                             const BlockEstimator& estimator, const std::byte* summaries,
-                             const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
-                             float* bounds, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(count, kWarpsPerBlock * kRunCandidates)),
-                  static_cast<unsigned>(layout.num_kv_heads));
-  const int64_t bytes = SummaryBytes(layout, estimator);
-  const auto launch = [&](auto kernel) {
-    return LaunchKernel(kernel, grid, kThreads, 0, stream, q, q_stride, layout.num_kv_heads,
-                        estimator.boxes, summaries, bytes, summary_ids, query_rows, count, bounds);
-  };
-  switch (layout.head_dim) {
-    case 64:
-      return launch(ScoreTokensInt4Kernel<kGroup, 4>);
-    case 128:
-      return launch(ScoreTokensInt4Kernel<kGroup, 8>);
-    default:
-      return launch(ScoreTokensInt4Kernel<kGroup, 16>);
-  }
-}
-
 // Whether ScoreTokensInt4Kernel takes the call: int4 rows at radius 0, a head_dim of 64, 128 or
-// 256 and boxes in whole warp loads, a group of at most 4 (its query channels stay in registers),
-// and aligned vectors.
+// 256, boxes in groups of 8 rows, a group of at most 4 query heads (the product's 8 columns hold
+// two terms of each) and aligned vectors.
 bool TokensInt4Fits(const float* q, int64_t q_stride, int32_t group, const PagedKvLayout& layout,
                     const BlockEstimator& estimator, const std::byte* summaries) {
   const int32_t dim = layout.head_dim;
   if (estimator.precision != SummaryPrecision::kInt4 || SummaryBoxRows(estimator) != 1 ||
-      (dim != 64 && dim != 128 && dim != 256) || (group != 1 && group != 2 && group != 4) ||
+      (dim != 64 && dim != 128 && dim != 256) || group < 1 || group > 4 ||
       layout.num_kv_heads > 65535) {
     return false;
   }
-  const int32_t rows_per_load = kWarp / (dim / 16);
-  return estimator.boxes > 0 && estimator.boxes % rows_per_load == 0 && q_stride % 4 == 0 &&
-         Aligned(q, 16) && Aligned(summaries, 8) && SummaryBytes(layout, estimator) % 8 == 0;
+  return estimator.boxes > 0 && estimator.boxes % 8 == 0 && q_stride % 4 == 0 && Aligned(q, 16) &&
+         Aligned(summaries, 8) && SummaryBytes(layout, estimator) % 8 == 0;
 }
 
 template <typename Value>
@@ -650,9 +738,16 @@ cudaError_t LaunchScore(const float* q, int64_t q_stride, int32_t group,
         return run(q, q_stride, layout, estimator, summaries, summary_ids, query_rows, count,
                    bounds, stream);
       };
-      if (group == 1) return launch(LaunchTokensInt4<1>);
-      if (group == 2) return launch(LaunchTokensInt4<2>);
-      return launch(LaunchTokensInt4<4>);
+      switch (group) {
+        case 1:
+          return launch(LaunchTokensInt4<1>);
+        case 2:
+          return launch(LaunchTokensInt4<2>);
+        case 3:
+          return launch(LaunchTokensInt4<3>);
+        default:
+          return launch(LaunchTokensInt4<4>);
+      }
     }
   }
   const int32_t dim = layout.head_dim;

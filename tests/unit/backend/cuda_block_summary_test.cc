@@ -468,7 +468,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaBlockSummaryTest,
                                            Shape{128, 2, 16, 1}, Shape{128, 8, 32, 4},
                                            Shape{128, 8, 16, 8}, Shape{256, 2, 16, 4},
                                            Shape{128, 8, 8, 4}, Shape{96, 2, 32, 4},
-                                           Shape{80, 1, 16, 2}, Shape{20, 2, 16, 2}));
+                                           Shape{80, 1, 16, 2}, Shape{20, 2, 16, 2},
+                                           Shape{64, 3, 8, 3}));
 
 // Llama-3.1-8B's shape at a step's scale: 512 blocks summarized, then 8 query rows x 512
 // candidates scored in one call against those device summaries, for Quest's box and for the
