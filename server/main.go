@@ -1,0 +1,108 @@
+// Command pulseinfer-server serves one model through OpenAI's HTTP API:
+//
+//	pulseinfer-server --model PATH [--addr 127.0.0.1:8080] [--max-concurrent 64]
+//	    [--max-batch N] [--max-context N] [--kv-memory-mib N]
+//	    [--offload off|solohead|headwise] [--budget TOKENS]
+//
+// POST /v1/chat/completions and /v1/completions (streamed as server-sent events with "stream":
+// true), GET /v1/models, /health and /metrics (Prometheus). Every request shares one engine's
+// batch; a client that disconnects cancels its request; past --max-concurrent requests in
+// progress the answer is 429. README.md says what each route takes and returns.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+
+	"pulseinfer"
+)
+
+type options struct {
+	model         string
+	addr          string
+	maxConcurrent int
+	engine        pulseinfer.EngineParams
+}
+
+func parseOptions(args []string) (options, error) {
+	flags := flag.NewFlagSet("pulseinfer-server", flag.ContinueOnError)
+	defaults := pulseinfer.DefaultEngineParams()
+	o := options{engine: defaults}
+	flags.StringVar(&o.model, "model", "", "the model: a GGUF file or a Hugging Face directory")
+	flags.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on")
+	flags.IntVar(&o.maxConcurrent, "max-concurrent", 64,
+		"requests in progress at once; past it, 429")
+	maxBatch := flags.Int("max-batch", int(defaults.MaxBatch), "sequences in one engine step")
+	maxContext := flags.Int("max-context", int(defaults.MaxContext),
+		"prompt plus generated tokens a request may reach (0: the model's)")
+	kvMiB := flags.Int64("kv-memory-mib", 0, "device memory for the KV, in MiB (0: the default)")
+	offload := flags.String("offload", "off",
+		"sparse attention over KV offloaded to host memory: off, solohead or headwise")
+	budget := flags.Int("budget", int(defaults.OffloadBudgetTokens),
+		"tokens an offloaded request attends to each step")
+	if err := flags.Parse(args); err != nil {
+		return o, err
+	}
+	if o.model == "" || flags.NArg() > 0 {
+		return o, fmt.Errorf("usage: pulseinfer-server --model PATH [flags]; see --help")
+	}
+	if o.maxConcurrent < 1 {
+		return o, fmt.Errorf("--max-concurrent must be at least 1")
+	}
+	o.engine.MaxBatch = int32(*maxBatch)
+	o.engine.MaxContext = int32(*maxContext)
+	o.engine.KVMemoryBytes = *kvMiB << 20
+	o.engine.OffloadBudgetTokens = int32(*budget)
+	switch *offload {
+	case "off":
+		o.engine.OffloadMode = pulseinfer.OffloadOff
+	case "solohead":
+		o.engine.OffloadMode = pulseinfer.OffloadSoloHead
+	case "headwise":
+		o.engine.OffloadMode = pulseinfer.OffloadHeadWise
+	default:
+		return o, fmt.Errorf("--offload expects off, solohead or headwise, got %q", *offload)
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseOptions(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pulseinfer-server:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "pulseinfer-server:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	model, err := pulseinfer.LoadModel(o.model, nil)
+	if err != nil {
+		return err
+	}
+	defer model.Close()
+	engine, err := pulseinfer.NewEngine(model, &o.engine)
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+	listener, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return err
+	}
+	name := strings.TrimSuffix(filepath.Base(o.model), filepath.Ext(o.model))
+	log.Printf("serving %s on http://%s/v1", name, listener.Addr())
+	return serve(ctx, listener, newServer(model, engine, name, o.maxConcurrent))
+}
