@@ -13,7 +13,6 @@ import (
 
 // server answers the OpenAI-compatible routes from one engine, whose batch every request shares.
 type server struct {
-	model    *pulseinfer.Model
 	engine   *pulseinfer.Engine
 	name     string        // the model's id in responses and /v1/models
 	slots    chan struct{} // a token a request in progress; full: 429
@@ -22,8 +21,8 @@ type server struct {
 	metrics  *metrics
 }
 
-func newServer(model *pulseinfer.Model, engine *pulseinfer.Engine, name string, maxConcurrent int) *server {
-	return &server{model: model, engine: engine, name: name,
+func newServer(engine *pulseinfer.Engine, name string, maxConcurrent int) *server {
+	return &server{engine: engine, name: name,
 		slots: make(chan struct{}, maxConcurrent), started: time.Now(), metrics: newMetrics()}
 }
 
@@ -93,7 +92,10 @@ func (s *server) completion(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("prompt", "prompt must be one non-empty string"))
 		return
 	}
-	s.generate(w, r, &body.samplingFields, prompt[0], pulseinfer.TokenizeDefault, false)
+	s.generate(w, r, &body.samplingFields, false,
+		func(sampling *pulseinfer.SamplingParams) (*pulseinfer.Request, error) {
+			return s.engine.GenerateText(r.Context(), prompt[0], pulseinfer.TokenizeDefault, sampling)
+		})
 }
 
 func (s *server) chat(w http.ResponseWriter, r *http.Request) {
@@ -115,25 +117,23 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		messages = append(messages, pulseinfer.ChatMessage{Role: message.Role, Content: text})
 	}
-	prompt, err := s.model.ApplyChatTemplate(messages, true)
-	if err != nil {
-		writeError(w, invalid("messages", "%v", err))
-		return
-	}
-	// The template's markers are special tokens.
-	s.generate(w, r, &body.samplingFields, prompt, pulseinfer.TokenizeParseSpecial, true)
+	s.generate(w, r, &body.samplingFields, true,
+		func(sampling *pulseinfer.SamplingParams) (*pulseinfer.Request, error) {
+			return s.engine.GenerateChat(r.Context(), messages, sampling)
+		})
 }
 
-// generate runs one request and answers with its result, or streams it as server-sent events
-// in OpenAI's chunk format. A client that disconnects cancels its request (its context).
+// generate runs one request, which submit queues with r's context, and answers with its result,
+// or streams it as server-sent events in OpenAI's chunk format. A client that disconnects
+// cancels its request (its context).
 func (s *server) generate(w http.ResponseWriter, r *http.Request, fields *samplingFields,
-	prompt string, flags pulseinfer.TokenizeFlags, chat bool) {
+	chat bool, submit func(*pulseinfer.SamplingParams) (*pulseinfer.Request, error)) {
 	sampling, apiErr := fields.samplingParams()
 	if apiErr != nil {
 		writeError(w, apiErr)
 		return
 	}
-	request, err := s.engine.GenerateText(r.Context(), prompt, flags, &sampling)
+	request, err := submit(&sampling)
 	if err != nil {
 		writeError(w, submitError(err))
 		return

@@ -104,5 +104,5 @@ func run(ctx context.Context, o options) error {
 	}
 	name := strings.TrimSuffix(filepath.Base(o.model), filepath.Ext(o.model))
 	log.Printf("serving %s on http://%s/v1", name, listener.Addr())
-	return serve(ctx, listener, newServer(model, engine, name, o.maxConcurrent))
+	return serve(ctx, listener, newServer(engine, name, o.maxConcurrent))
 }

@@ -175,7 +175,8 @@ func finishReason(reason pulseinfer.FinishReason) string {
 func submitError(err error) *apiError {
 	switch {
 	case errors.Is(err, pulseinfer.ErrInvalidArgument), errors.Is(err, pulseinfer.ErrFailedPrecondition),
-		errors.Is(err, pulseinfer.ErrOutOfMemory):
+		errors.Is(err, pulseinfer.ErrOutOfMemory), errors.Is(err, pulseinfer.ErrNotFound),
+		errors.Is(err, pulseinfer.ErrUnsupported): // the last two: no chat template, no tokenizer
 		return invalid("", "%v", err)
 	case errors.Is(err, pulseinfer.ErrNoCapacity), errors.Is(err, pulseinfer.ErrEngineClosed):
 		return &apiError{status: http.StatusServiceUnavailable, Message: err.Error(),

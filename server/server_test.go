@@ -18,7 +18,6 @@ import (
 )
 
 var (
-	model   *pulseinfer.Model
 	engine  *pulseinfer.Engine
 	baseURL string
 )
@@ -33,8 +32,7 @@ func runTests(m *testing.M) int {
 	if modelPath == "" {
 		modelPath = "../.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 	}
-	var err error
-	model, err = pulseinfer.LoadModel(modelPath, nil)
+	model, err := pulseinfer.LoadModel(modelPath, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -46,7 +44,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer engine.Close()
-	url, stop, err := start(newServer(model, engine, "smollm2", 64))
+	url, stop, err := start(newServer(engine, "smollm2", 64))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -403,7 +401,7 @@ func TestModelsHealthAndMetrics(t *testing.T) {
 
 // Past --max-concurrent requests in progress the answer is 429; once one ends, requests run.
 func TestRequestsPastTheBoundAreRefused(t *testing.T) {
-	url, stop, err := start(newServer(model, engine, "smollm2", 1))
+	url, stop, err := start(newServer(engine, "smollm2", 1))
 	if err != nil {
 		t.Fatal(err)
 	}

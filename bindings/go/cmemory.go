@@ -1,6 +1,7 @@
 package pulseinfer
 
 // #include <stdlib.h>
+// #include <pulseinfer/pulseinfer.h>
 import "C"
 
 import "unsafe"
@@ -43,6 +44,18 @@ func (m *cMemory) tokens(tokens []int32) *C.int32_t {
 	array := cArray[int32](m, len(tokens))
 	copy(array, tokens)
 	return (*C.int32_t)(unsafe.Pointer(&array[0]))
+}
+
+// chatMessages is an array of copies of messages, NULL when there are none.
+func (m *cMemory) chatMessages(messages []ChatMessage) *C.pulse_chat_message {
+	if len(messages) == 0 {
+		return nil
+	}
+	array := cArray[C.pulse_chat_message](m, len(messages))
+	for i, message := range messages {
+		array[i] = C.pulse_chat_message{role: m.string(message.Role), content: m.string(message.Content)}
+	}
+	return &array[0]
 }
 
 // strings is an array of copies of strings, NULL when there are none.

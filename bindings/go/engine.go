@@ -255,6 +255,48 @@ func (e *Engine) GenerateText(ctx context.Context, text string, flags TokenizeFl
 	})
 }
 
+// GenerateChat queues a generation after a conversation: messages formatted with the model's
+// chat template and its generation prompt, the template's markers read as special tokens (as
+// ApplyChatTemplate, then GenerateText with TokenizeParseSpecial). ErrNotFound when the model has
+// no chat template. nil sampling is the defaults. Ending ctx cancels it.
+func (e *Engine) GenerateChat(ctx context.Context, messages []ChatMessage,
+	sampling *SamplingParams) (*Request, error) {
+	var memory cMemory
+	defer memory.free()
+	cMessages := memory.chatMessages(messages)
+	return e.submit(ctx, sampling, func(engine *C.pulse_engine, params *C.pulse_sampling_params,
+		handle C.uintptr_t, id *C.uint64_t) C.pulse_status {
+		return C.submit_streamed_chat(engine, cMessages, C.size_t(len(messages)), params, handle, id)
+	})
+}
+
+// GenerateBatch queues every prompt (text, encoded with flags) at once, so that they share the
+// engine's steps, and waits for them all: their results in the prompts' order. The first error
+// (a prompt refused, a request that failed, ctx ending) is returned instead, and the other
+// requests are cancelled.
+func (e *Engine) GenerateBatch(ctx context.Context, prompts []string, flags TokenizeFlags,
+	sampling *SamplingParams) ([]Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // on an error, the requests still running
+	requests := make([]*Request, 0, len(prompts))
+	for _, prompt := range prompts {
+		request, err := e.GenerateText(ctx, prompt, flags, sampling)
+		if err != nil {
+			return nil, err
+		}
+		requests = append(requests, request)
+	}
+	results := make([]Result, len(requests))
+	for i, request := range requests {
+		result, err := request.Wait()
+		if err != nil {
+			return nil, err
+		}
+		results[i] = result
+	}
+	return results, nil
+}
+
 func (e *Engine) submit(ctx context.Context, sampling *SamplingParams, submit submitFunc) (*Request, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

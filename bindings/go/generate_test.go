@@ -3,6 +3,7 @@ package pulseinfer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -176,6 +177,63 @@ func TestChat(t *testing.T) {
 	s, err := readAll(request)
 	if err != nil || !strings.Contains(s.result.Text, "Paris") {
 		t.Errorf("the chat answer is %q (%v), not about Paris", s.result.Text, err)
+	}
+}
+
+// GenerateChat is ApplyChatTemplate then GenerateText with TokenizeParseSpecial.
+func TestGenerateChatIsItsRenderedTemplate(t *testing.T) {
+	chat := []pulseinfer.ChatMessage{{Role: "user", Content: "What is the capital of France?"}}
+	text, err := model.ApplyChatTemplate(chat, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byHand, err := engine.GenerateText(context.Background(), text, pulseinfer.TokenizeParseSpecial, greedy(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := byHand.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	request, err := engine.GenerateChat(context.Background(), chat, greedy(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := request.Wait()
+	if err != nil || fmt.Sprint(got.Tokens) != fmt.Sprint(want.Tokens) || !strings.Contains(got.Text, "Paris") {
+		t.Errorf("GenerateChat = %v %q (%v); by hand %v", got.Tokens, got.Text, err, want.Tokens)
+	}
+}
+
+// GenerateBatch gives each prompt what it gives alone, in order; a refused prompt is an error.
+func TestGenerateBatch(t *testing.T) {
+	prompts := []string{"Once upon a time", "The capital of France is", "def fibonacci(n):"}
+	sampling := greedy(6)
+	sampling.IgnoreEOS = true
+	var alone []string
+	for _, p := range prompts {
+		request, err := engine.GenerateText(context.Background(), p, pulseinfer.TokenizeDefault, sampling)
+		if err != nil {
+			t.Fatal(err)
+		}
+		result, err := request.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone = append(alone, fmt.Sprint(result.Tokens))
+	}
+	results, err := engine.GenerateBatch(context.Background(), prompts, pulseinfer.TokenizeDefault, sampling)
+	if err != nil || len(results) != len(prompts) {
+		t.Fatalf("GenerateBatch: %d results, %v", len(results), err)
+	}
+	for i, result := range results {
+		if fmt.Sprint(result.Tokens) != alone[i] || result.Stats.GeneratedTokens != 6 {
+			t.Errorf("prompt %d: %v, alone %s", i, result.Tokens, alone[i])
+		}
+	}
+	if _, err := engine.GenerateBatch(context.Background(), []string{"fine", ""}, pulseinfer.TokenizeDefault,
+		sampling); !errors.Is(err, pulseinfer.ErrInvalidArgument) {
+		t.Errorf("an empty prompt in a batch: %v", err)
 	}
 }
 

@@ -62,15 +62,10 @@ func (m *Model) ApplyChatTemplate(messages []ChatMessage, addGenerationPrompt bo
 	defer runtime.KeepAlive(m)
 	var memory cMemory
 	defer memory.free()
-	var cMessages *C.pulse_chat_message
+	cMessages := memory.chatMessages(messages)
 	guess := 256
-	if len(messages) > 0 {
-		array := cArray[C.pulse_chat_message](&memory, len(messages))
-		for i, message := range messages {
-			array[i] = C.pulse_chat_message{role: memory.string(message.Role), content: memory.string(message.Content)}
-			guess += len(message.Content)
-		}
-		cMessages = &array[0]
+	for _, message := range messages {
+		guess += len(message.Content)
 	}
 	return readText(guess, func(text *C.char, capacity C.size_t, length *C.size_t) C.pulse_status {
 		return C.pulse_chat_apply_template(m.model, cMessages, C.size_t(len(messages)),

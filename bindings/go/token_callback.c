@@ -20,3 +20,10 @@ pulse_status submit_streamed_text(pulse_engine* engine, const char* text, size_t
   return pulse_request_submit_text(engine, text, text_len, tokenize_flags, sampling,
                                    forward_token_event, (void*)handle, out_id);
 }
+
+pulse_status submit_streamed_chat(pulse_engine* engine, const pulse_chat_message* messages,
+                                  size_t count, const pulse_sampling_params* sampling,
+                                  uintptr_t handle, uint64_t* out_id) {
+  return pulse_request_submit_chat(engine, messages, count, sampling, forward_token_event,
+                                   (void*)handle, out_id);
+}

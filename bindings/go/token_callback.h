@@ -14,4 +14,8 @@ pulse_status submit_streamed_text(pulse_engine* engine, const char* text, size_t
                                   uint32_t tokenize_flags, const pulse_sampling_params* sampling,
                                   uintptr_t handle, uint64_t* out_id);
 
+pulse_status submit_streamed_chat(pulse_engine* engine, const pulse_chat_message* messages,
+                                  size_t count, const pulse_sampling_params* sampling,
+                                  uintptr_t handle, uint64_t* out_id);
+
 #endif /* PULSEINFER_GO_TOKEN_CALLBACK_H_ */

@@ -39,6 +39,7 @@ pulse_status pulse_engine_create(const pulse_model* model, const pulse_engine_pa
                            pulse::capi::ToEngineOptions(complete));
     PULSE_ASSIGN_OR_RETURN(handle->engine,
                            pulse::Engine::Create(model->model, options, model->tokenizer));
+    handle->chat_template = model->chat_template;
     *out_engine = handle.release();
     return absl::OkStatus();
   });

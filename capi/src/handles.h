@@ -28,7 +28,7 @@ struct pulse_model {
   std::shared_ptr<const pulse::Tokenizer> tokenizer;  // null when the model has none
   std::string tokenizer_name;                         // "" without a tokenizer
   // The recognised chat template, or why there is none (NotFound, Unimplemented).
-  absl::StatusOr<std::unique_ptr<const pulse::ChatTemplate>> chat_template =
+  absl::StatusOr<std::shared_ptr<const pulse::ChatTemplate>> chat_template =
       absl::NotFoundError("the model has no tokenizer");
   std::string chat_template_family;  // "" without a recognised template
   std::atomic<int64_t> references{1};
@@ -36,6 +36,8 @@ struct pulse_model {
 
 struct pulse_engine {
   std::unique_ptr<pulse::Engine> engine;
+  // Its model's (pulse_request_submit_chat).
+  absl::StatusOr<std::shared_ptr<const pulse::ChatTemplate>> chat_template;
   // Serializes polls so that concurrent polls of a request read distinct tokens.
   absl::Mutex poll_mutex;
   // Per request, how many of its tokens pulse_request_poll has returned.

@@ -144,6 +144,26 @@ pulse_status pulse_request_submit_text(pulse_engine* engine, const char* text, s
   });
 }
 
+pulse_status pulse_request_submit_chat(pulse_engine* engine, const pulse_chat_message* messages,
+                                       size_t count, const pulse_sampling_params* sampling,
+                                       pulse_token_callback callback, void* user_data,
+                                       uint64_t* out_id) {
+  return Guard("pulse_request_submit_chat", [&]() -> absl::Status {
+    if (out_id == nullptr) return absl::InvalidArgumentError("out_id is NULL");
+    *out_id = 0;
+    PULSE_RETURN_IF_ERROR(CheckEngine(engine));
+    PULSE_ASSIGN_OR_RETURN(const std::vector<pulse::ChatMessage> conversation,
+                           pulse::capi::ToChatMessages(messages, count));
+    if (!engine->chat_template.ok()) return engine->chat_template.status();
+    PULSE_ASSIGN_OR_RETURN(const std::string rendered,
+                           (*engine->chat_template)->Render(conversation, true));
+    PULSE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
+                           pulse::capi::EncodeText(engine->engine->tokenizer(), rendered.data(),
+                                                   rendered.size(), PULSE_TOKENIZE_PARSE_SPECIAL));
+    return Submit(*engine, std::move(prompt), sampling, callback, user_data, *out_id);
+  });
+}
+
 pulse_status pulse_request_cancel(pulse_engine* engine, uint64_t id) {
   return Guard("pulse_request_cancel", [&]() -> absl::Status {
     PULSE_RETURN_IF_ERROR(CheckEngine(engine));

@@ -37,23 +37,6 @@ absl::StatusOr<std::string> Decode(const pulse::Tokenizer& tokenizer, const int3
   return tokenizer.Decode(ids, {.render_special = (flags & PULSE_DETOKENIZE_RENDER_SPECIAL) != 0});
 }
 
-absl::StatusOr<std::vector<pulse::ChatMessage>> ToMessages(const pulse_chat_message* messages,
-                                                           size_t count) {
-  if (messages == nullptr && count > 0) {
-    return absl::InvalidArgumentError(absl::StrCat("messages is NULL but count is ", count));
-  }
-  std::vector<pulse::ChatMessage> converted;
-  converted.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
-    if (messages[i].role == nullptr || messages[i].content == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "messages[", i, "] has a NULL ", messages[i].role == nullptr ? "role" : "content"));
-    }
-    converted.push_back({messages[i].role, messages[i].content});
-  }
-  return converted;
-}
-
 }  // namespace
 
 extern "C" {
@@ -97,7 +80,7 @@ pulse_status pulse_chat_apply_template(const pulse_model* model, const pulse_cha
     PULSE_RETURN_IF_ERROR(CheckModel(model));
     PULSE_RETURN_IF_ERROR(pulse::capi::CheckBuffer(text, capacity, "text"));
     PULSE_ASSIGN_OR_RETURN(const std::vector<pulse::ChatMessage> conversation,
-                           ToMessages(messages, count));
+                           pulse::capi::ToChatMessages(messages, count));
     if (!model->chat_template.ok()) return model->chat_template.status();
     PULSE_ASSIGN_OR_RETURN(const std::string rendered,
                            (*model->chat_template)->Render(conversation, add_generation_prompt));

@@ -31,4 +31,21 @@ absl::StatusOr<std::vector<int32_t>> EncodeText(const Tokenizer* tokenizer, cons
                            options);
 }
 
+absl::StatusOr<std::vector<ChatMessage>> ToChatMessages(const pulse_chat_message* messages,
+                                                        size_t count) {
+  if (messages == nullptr && count > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("messages is NULL but count is ", count));
+  }
+  std::vector<ChatMessage> converted;
+  converted.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (messages[i].role == nullptr || messages[i].content == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "messages[", i, "] has a NULL ", messages[i].role == nullptr ? "role" : "content"));
+    }
+    converted.push_back({messages[i].role, messages[i].content});
+  }
+  return converted;
+}
+
 }  // namespace pulse::capi

@@ -1,5 +1,5 @@
-// Text to tokens for the entry points that take text: the flag checks and the "no tokenizer"
-// error in one place.
+// Text to tokens for the entry points that take text (the flag checks and the "no tokenizer"
+// error in one place), and chat messages to the template's.
 #pragma once
 
 #include <cstddef>
@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/chat/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
+#include "pulseinfer/pulseinfer.h"
 
 namespace pulse::capi {
 
@@ -18,5 +20,10 @@ absl::StatusOr<std::vector<int32_t>> EncodeText(const Tokenizer* tokenizer, cons
 
 // Unimplemented when `tokenizer` is null.
 absl::Status CheckTokenizer(const Tokenizer* tokenizer);
+
+// The ABI's messages[count] as the chat template's; InvalidArgument for messages NULL with
+// count > 0, or a NULL role or content.
+absl::StatusOr<std::vector<ChatMessage>> ToChatMessages(const pulse_chat_message* messages,
+                                                        size_t count);
 
 }  // namespace pulse::capi

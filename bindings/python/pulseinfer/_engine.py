@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 from . import capi
 from ._enums import TokenizeFlags
@@ -99,6 +99,44 @@ class Engine:
             else:
                 _, request_id = capi.pulse_request_submit(engine, prompt, struct)
         return Generation(self, request_id)
+
+    def chat(self, messages: Iterable[Mapping[str, str]],
+             sampling: SamplingParams | None = None) -> Generation:
+        """Submits a conversation (llama-cpp-python's create_chat_completion, vLLM's LLM.chat):
+        `messages` are mappings with "role" ("system", "user" or "assistant") and "content",
+        formatted with the model's chat template and its generation prompt, the template's
+        markers read as special tokens. NotFoundError when the model has no chat template."""
+        pairs = [(message["role"], message["content"]) for message in messages]
+        struct = (sampling or SamplingParams())._struct()
+        with self._handle.use() as engine:
+            _, request_id = capi.pulse_request_submit_chat(engine, pairs, struct)
+        return Generation(self, request_id)
+
+    def generate_batch(self, prompts: Iterable[str | bytes | Sequence[int]],
+                       sampling: SamplingParams | Sequence[SamplingParams] | None = None, *,
+                       tokenize_flags: TokenizeFlags = TokenizeFlags.DEFAULT
+                       ) -> list[Generation]:
+        """Submits every prompt at once (they share the engine's steps), runs the engine until
+        it is idle and returns their generations, finished, in the prompts' order (vLLM's
+        LLM.generate over a list). `sampling` is one for all or one a prompt. If a prompt is
+        refused, the ones submitted before it are cancelled and the error raised."""
+        prompts = list(prompts)
+        if sampling is None or isinstance(sampling, SamplingParams):
+            samplings = [sampling] * len(prompts)
+        else:
+            samplings = list(sampling)
+            if len(samplings) != len(prompts):
+                raise ValueError(f"{len(samplings)} sampling params for {len(prompts)} prompts")
+        generations: list[Generation] = []
+        try:
+            for prompt, params in zip(prompts, samplings):
+                generations.append(self.generate(prompt, params, tokenize_flags=tokenize_flags))
+        except BaseException:
+            for generation in generations:
+                generation.close()
+            raise
+        self.run()
+        return generations
 
     def step(self) -> StepReport:
         """Runs one step: admits queued requests, then one forward pass over the batch."""

@@ -63,6 +63,32 @@ def test_chat_prompt_answers(model, engine):
     assert generation.token_ids()[-1] == model.info.eos_token
 
 
+def test_chat_applies_the_template_and_its_special_tokens(model, engine):
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    by_hand = engine.generate(model.apply_chat_template(messages), greedy(16),
+                              tokenize_flags=pulseinfer.TokenizeFlags.PARSE_SPECIAL)
+    chat = engine.chat(messages, greedy(16))
+    assert chat.token_ids() == by_hand.token_ids()
+    assert "Paris" in chat.text()
+    assert chat.stats().prompt_tokens == by_hand.stats().prompt_tokens
+
+
+def test_generate_batch_returns_the_outputs_in_order(engine):
+    prompts = ["Once upon a time", "The capital of France is", "def fibonacci(n):"]
+    alone = [engine.generate(prompt, greedy(6, ignore_eos=True)).token_ids()
+             for prompt in prompts]
+    batch = engine.generate_batch(prompts, greedy(6, ignore_eos=True))
+    assert [generation.token_ids() for generation in batch] == alone
+    assert all(generation.finish_reason is FinishReason.MAX_TOKENS for generation in batch)
+    per_prompt = engine.generate_batch(prompts[:2], [greedy(2), greedy(3)])
+    assert [len(generation.token_ids()) for generation in per_prompt] == [2, 3]
+    with pytest.raises(ValueError, match="2 sampling params for 3 prompts"):
+        engine.generate_batch(prompts, [greedy(), greedy()])
+    with pytest.raises(pulseinfer.InvalidArgumentError):
+        engine.generate_batch(["fine", ""])
+    assert engine.stats().running == 0 and engine.stats().queued == 0
+
+
 def test_cancel_mid_stream(engine):
     generation = engine.generate(PROMPT, greedy(16))
     first = [next(generation), next(generation)]
@@ -152,6 +178,8 @@ def test_random_weights_generate_ids_without_text(tiny_model):
         assert generation.text() == ""
         with pytest.raises(pulseinfer.UnsupportedError, match="no tokenizer"):
             engine.generate("text")
+        with pytest.raises(pulseinfer.NotFoundError, match="no tokenizer"):
+            engine.chat([{"role": "user", "content": "hi"}])
         with pytest.raises(pulseinfer.FailedPreconditionError, match="stop strings"):
             engine.generate([5], greedy(stop_strings=["x"]))
 

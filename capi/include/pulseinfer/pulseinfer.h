@@ -701,6 +701,17 @@ PULSE_API pulse_status pulse_chat_apply_template(const pulse_model* model,
                                                  int32_t add_generation_prompt, char* text,
                                                  size_t capacity, size_t* out_len);
 
+/* As pulse_request_submit, for a conversation: messages[count] formatted with the model's chat
+ * template and its generation prompt (pulse_chat_apply_template), then encoded with
+ * PULSE_TOKENIZE_PARSE_SPECIAL, so that the template's markers are its special tokens. Errors as
+ * pulse_request_submit_text, and those of pulse_chat_apply_template (PULSE_NOT_FOUND: the model
+ * has no chat template; PULSE_UNSUPPORTED: not one this library renders). */
+PULSE_API pulse_status pulse_request_submit_chat(pulse_engine* engine,
+                                                 const pulse_chat_message* messages, size_t count,
+                                                 const pulse_sampling_params* sampling,
+                                                 pulse_token_callback callback, void* user_data,
+                                                 uint64_t* out_id);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -206,6 +206,43 @@ TEST_F(AbiText, ChatTemplateRendersSmolLm2sTemplate) {
   EXPECT_NE(LastError().find("messages[0] has a NULL content"), std::string::npos);
 }
 
+// A conversation submitted as messages is the rendered template submitted as text with its
+// markers parsed as special tokens: the same prompt, the same answer.
+TEST_F(AbiText, ASubmittedChatIsItsRenderedTemplate) {
+  Streamed streamed;
+  const std::vector<int32_t> expected = Tokens(Generate(streamed, 48));
+  pulse_sampling_params sampling;
+  ASSERT_EQ(pulse_sampling_params_init(&sampling, sizeof(sampling)), PULSE_OK);
+  sampling.temperature = 0;
+  sampling.max_tokens = 48;
+  const pulse_chat_message messages[] = {{"user", "What is the capital of France?"}};
+  Streamed chat;
+  uint64_t id = 0;
+  ASSERT_EQ(pulse_request_submit_chat(engine_, messages, 1, &sampling, Record, &chat, &id),
+            PULSE_OK)
+      << LastError();
+  ASSERT_EQ(pulse_engine_run(engine_), PULSE_OK) << LastError();
+  EXPECT_EQ(Tokens(id), expected);
+  EXPECT_EQ(chat.text, streamed.text);
+  pulse_request_stats stats;
+  stats.struct_size = sizeof(stats);
+  ASSERT_EQ(pulse_request_stats_get(engine_, id, &stats), PULSE_OK);
+  EXPECT_EQ(
+      stats.prompt_tokens,
+      static_cast<int32_t>(
+          Tokenize(std::string(kDefaultSystem) + kUserTurn, PULSE_TOKENIZE_PARSE_SPECIAL).size()));
+
+  const pulse_chat_message bad[] = {{nullptr, "x"}};
+  EXPECT_EQ(pulse_request_submit_chat(engine_, bad, 1, nullptr, nullptr, nullptr, &id),
+            PULSE_INVALID_ARGUMENT);
+  EXPECT_EQ(id, 0u);
+  EXPECT_NE(LastError().find("messages[0] has a NULL role"), std::string::npos) << LastError();
+  EXPECT_EQ(pulse_request_submit_chat(engine_, nullptr, 1, nullptr, nullptr, nullptr, &id),
+            PULSE_INVALID_ARGUMENT);
+  EXPECT_EQ(pulse_request_submit_chat(engine_, messages, 1, nullptr, nullptr, nullptr, nullptr),
+            PULSE_INVALID_ARGUMENT);
+}
+
 TEST_F(AbiText, StreamedTextEqualsTheDetokenizedTokens) {
   Streamed streamed;
   const uint64_t id = Generate(streamed, 48);
@@ -282,6 +319,10 @@ TEST(AbiTextWithoutTokenizer, TextCallsSayTheModelHasNone) {
   uint64_t id = 0;
   EXPECT_EQ(pulse_request_submit_text(engine, "a", 1, 0, nullptr, nullptr, nullptr, &id),
             PULSE_UNSUPPORTED);
+  const pulse_chat_message messages[] = {{"user", "a"}};
+  EXPECT_EQ(pulse_request_submit_chat(engine, messages, 1, nullptr, nullptr, nullptr, &id),
+            PULSE_NOT_FOUND);
+  EXPECT_NE(LastError().find("no tokenizer"), std::string::npos) << LastError();
 
   // Events carry no text, and stop strings cannot be honoured.
   pulse_sampling_params sampling = pulse::capi_test::GreedySampling(2);

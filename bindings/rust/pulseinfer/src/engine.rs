@@ -12,8 +12,8 @@ use crate::generation::Generation;
 use crate::model::Model;
 use crate::router::{on_token, Router};
 use crate::sampling_params::SamplingParams;
-use crate::stats::EngineStats;
-use crate::text::TokenizeFlags;
+use crate::stats::{EngineStats, RequestStats};
+use crate::text::{CConversation, ChatMessage, TokenizeFlags};
 
 /// Runs requests over one model with continuous batching. Share it between threads by
 /// reference (`&Engine`, or an `Arc<Engine>`): every method takes `&self`.
@@ -86,6 +86,50 @@ impl Engine {
         })
     }
 
+    /// Queues a generation after a conversation (llama-cpp-python's `create_chat_completion`,
+    /// vLLM's `LLM.chat`): `messages` formatted with the model's chat template and its generation
+    /// prompt, the template's markers read as special tokens.
+    /// [`Error::NotFound`](crate::Error::NotFound) when the model has no chat template.
+    pub fn submit_chat(
+        &self,
+        messages: &[ChatMessage<'_>],
+        sampling: &SamplingParams,
+    ) -> Result<Generation<'_>> {
+        let conversation = CConversation::new(messages)?;
+        let sampling = sampling.to_c()?;
+        self.queue(|callback, user_data, id| {
+            // SAFETY: the conversation and the params are valid for the call, which copies them.
+            unsafe {
+                sys::pulse_request_submit_chat(
+                    self.raw.as_ptr(),
+                    conversation.as_ptr(),
+                    conversation.len(),
+                    sampling.as_ptr(),
+                    callback,
+                    user_data,
+                    id,
+                )
+            }
+        })
+    }
+
+    /// Submits every prompt (text, encoded with `flags`) at once, so that they share the
+    /// engine's steps, and runs them to the end (vLLM's `LLM.generate` over a list): their
+    /// completions in the prompts' order. The first error (a prompt refused, a request that
+    /// failed) is returned instead, and the other requests are cancelled.
+    pub fn generate_batch(
+        &self,
+        prompts: &[&str],
+        flags: TokenizeFlags,
+        sampling: &SamplingParams,
+    ) -> Result<Vec<Completion>> {
+        let generations = prompts
+            .iter()
+            .map(|prompt| self.submit_text(prompt, flags, sampling))
+            .collect::<Result<Vec<Generation<'_>>>>()?;
+        generations.into_iter().map(Completion::collect).collect()
+    }
+
     /// Runs `submit(callback, user_data, out_id)`, a pulse_request_submit*, with the router's
     /// callback; the router outlives every call of it (see router.rs).
     fn queue(
@@ -143,5 +187,28 @@ impl Drop for Engine {
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine").field("raw", &self.raw).finish()
+    }
+}
+
+/// A finished generation: its tokens, their text and its figures.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Completion {
+    pub tokens: Vec<i32>,
+    pub text: String,
+    pub stats: RequestStats,
+}
+
+impl Completion {
+    /// Reads `generation` to its end.
+    fn collect(mut generation: Generation<'_>) -> Result<Completion> {
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        for token in generation.by_ref() {
+            let token = token?;
+            tokens.push(token.id);
+            text.push_str(&token.text);
+        }
+        Ok(Completion { tokens, text, stats: generation.stats()? })
     }
 }

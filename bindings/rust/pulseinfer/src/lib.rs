@@ -17,7 +17,7 @@ mod text;
 
 pub use pulseinfer_sys as sys;
 
-pub use engine::Engine;
+pub use engine::{Completion, Engine};
 pub use engine_params::{
     Admission, CopyExecutor, EngineParams, Eviction, OffloadMode, SummaryPrecision,
 };

@@ -99,27 +99,15 @@ impl Model {
         messages: &[ChatMessage<'_>],
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let strings = messages
-            .iter()
-            .map(|message| {
-                Ok((c_string(message.role, "a role")?, c_string(message.content, "a message")?))
-            })
-            .collect::<Result<Vec<(CString, CString)>>>()?;
-        let raw: Vec<sys::pulse_chat_message> = strings
-            .iter()
-            .map(|(role, content)| sys::pulse_chat_message {
-                role: role.as_ptr(),
-                content: content.as_ptr(),
-            })
-            .collect();
+        let conversation = CConversation::new(messages)?;
         read_text(|text, capacity, len| {
-            // SAFETY: the messages point into `strings`, alive for the call; the buffer is
-            // valid for its capacity.
+            // SAFETY: the conversation is alive for the call; the buffer is valid for its
+            // capacity.
             unsafe {
                 sys::pulse_chat_apply_template(
                     self.as_ptr(),
-                    raw.as_ptr(),
-                    raw.len(),
+                    conversation.as_ptr(),
+                    conversation.len(),
                     i32::from(add_generation_prompt),
                     text,
                     capacity,
@@ -127,5 +115,40 @@ impl Model {
                 )
             }
         })
+    }
+}
+
+/// A conversation as the C ABI takes it: NUL-terminated copies of the messages and the structs
+/// that point into them, kept alive together.
+pub(crate) struct CConversation {
+    // Each CString's bytes stay where they are when the Vec moves, so `raw` stays valid.
+    _strings: Vec<(CString, CString)>,
+    raw: Vec<sys::pulse_chat_message>,
+}
+
+impl CConversation {
+    pub(crate) fn new(messages: &[ChatMessage<'_>]) -> Result<Self> {
+        let strings = messages
+            .iter()
+            .map(|message| {
+                Ok((c_string(message.role, "a role")?, c_string(message.content, "a message")?))
+            })
+            .collect::<Result<Vec<(CString, CString)>>>()?;
+        let raw = strings
+            .iter()
+            .map(|(role, content)| sys::pulse_chat_message {
+                role: role.as_ptr(),
+                content: content.as_ptr(),
+            })
+            .collect();
+        Ok(CConversation { _strings: strings, raw })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *const sys::pulse_chat_message {
+        self.raw.as_ptr()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.raw.len()
     }
 }

@@ -85,3 +85,28 @@ fn a_chat_answers_through_the_template() {
     // The model ends its turn with <|im_end|>, its end-of-sequence token, which renders nothing.
     assert_eq!(generation.stats().unwrap().finish_reason, Some(FinishReason::StopToken));
 }
+
+#[test]
+fn a_batch_gives_each_prompt_what_it_gives_alone_in_order() {
+    let engine = engine();
+    let prompts = ["Once upon a time", "The capital of France is", "def fibonacci(n):"];
+    let sampling = greedy(6).ignore_eos(true);
+    let alone: Vec<Vec<i32>> = prompts
+        .iter()
+        .map(|prompt| {
+            ids(&tokens(
+                &mut engine.submit_text(prompt, TokenizeFlags::empty(), &sampling).unwrap(),
+            ))
+        })
+        .collect();
+    let batch = engine.generate_batch(&prompts, TokenizeFlags::empty(), &sampling).unwrap();
+    assert_eq!(batch.iter().map(|c| c.tokens.clone()).collect::<Vec<_>>(), alone);
+    for completion in &batch {
+        assert_eq!(completion.stats.generated_tokens, 6);
+        let text = model().detokenize(&completion.tokens, DetokenizeFlags::empty()).unwrap();
+        assert_eq!(text, completion.text);
+    }
+    assert!(engine.generate_batch(&["fine", ""], TokenizeFlags::empty(), &sampling).is_err());
+    let stats = engine.stats().unwrap();
+    assert_eq!((stats.running, stats.queued), (0, 0));
+}

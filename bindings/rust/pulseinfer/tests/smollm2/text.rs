@@ -40,3 +40,16 @@ fn the_chat_template_is_chatml() {
     let without = model().apply_chat_template(&messages, false).unwrap();
     assert!(without.ends_with("<|im_start|>user\nHi<|im_end|>\n"), "{without:?}");
 }
+
+#[test]
+fn a_submitted_chat_is_its_rendered_template() {
+    let engine = super::engine();
+    let messages = [ChatMessage::user("What is the capital of France?")];
+    let prompt = model().apply_chat_template(&messages, true).unwrap();
+    let by_hand = super::tokens(
+        &mut engine.submit_text(&prompt, TokenizeFlags::PARSE_SPECIAL, &super::greedy(16)).unwrap(),
+    );
+    let chat = super::tokens(&mut engine.submit_chat(&messages, &super::greedy(16)).unwrap());
+    assert_eq!(super::ids(&chat), super::ids(&by_hand));
+    assert!(super::text(&chat).contains("Paris"), "{:?}", super::text(&chat));
+}
