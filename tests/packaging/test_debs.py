@@ -7,14 +7,9 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 
 import pytest
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-PACKAGE_DIR = pathlib.Path(os.environ.get("PULSE_PACKAGE_DIR", REPO / "build-package"))
-MODEL = REPO / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-VERSION = "0.1.0"
+from packaging_util import MODEL, VERSION, libdir, run
 
 PROGRAM = r"""
 #include <pulseinfer/pulseinfer.h>
@@ -26,33 +21,6 @@ int main(void) {
   return 0;
 }
 """
-
-
-def run(command, **kwargs) -> str:
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=900, **kwargs)
-    assert proc.returncode == 0, f"{command}\nexit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
-
-
-@pytest.fixture(scope="module")
-def debs() -> dict:
-    found = {run(["dpkg-deb", "-f", str(path), "Package"]).strip(): path
-             for path in PACKAGE_DIR.glob("*.deb")}
-    if not found:
-        pytest.fail(f"no .deb in {PACKAGE_DIR}: run scripts/package")
-    return found
-
-
-@pytest.fixture(scope="module")
-def root(debs, tmp_path_factory) -> pathlib.Path:
-    root = tmp_path_factory.mktemp("root")
-    for path in debs.values():
-        run(["dpkg-deb", "-x", str(path), str(root)])
-    return root
-
-
-def libdir(root: pathlib.Path) -> pathlib.Path:
-    return next(root.rglob("libpulseinfer.so.0")).parent
 
 
 def test_three_packages_with_their_dependencies(debs):

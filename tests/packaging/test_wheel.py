@@ -2,15 +2,11 @@
 with the package build's library bundled): installed into a fresh virtual environment, with no
 build tree in reach, it imports and answers a chat from SmolLM2."""
 import os
-import pathlib
 import subprocess
 import sys
 
 import pytest
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-PACKAGE_DIR = pathlib.Path(os.environ.get("PULSE_PACKAGE_DIR", REPO / "build-package"))
-MODEL = REPO / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+from packaging_util import MODEL, PACKAGE_DIR
 
 SCRIPT = """
 import sys
