@@ -721,9 +721,9 @@ absl::Status SparseAttention::MoveToHost(std::span<const int32_t> device_blocks,
   for (int32_t layer = 0; layer < static_cast<int32_t>(layers_.size()); ++layer) {
     void* blocks = layers_[static_cast<size_t>(layer)];
     summaries_.Summarize(layer, blocks, device, device + count, count);
-    PULSE_RETURN_IF_ERROR(
-        backend_.EnqueueWriteBack(reinterpret_cast<const WriteBackEntry*>(device + 2 * count),
-                                  count, tiers_->host.view(), layer, blocks, layout_, *move_done_));
+    PULSE_RETURN_IF_ERROR(backend_.EnqueueWriteBack(
+        reinterpret_cast<const WriteBackEntry*>(device + 2 * int64_t{count}), count,
+        tiers_->host.view(), layer, blocks, layout_, *move_done_));
   }
   offload_stats_.writeback_blocks += int64_t{count} * static_cast<int64_t>(layers_.size());
   offload_stats_.writeback_bytes +=
