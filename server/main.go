@@ -2,7 +2,8 @@
 //
 //	pulseinfer-server --model PATH [--addr 127.0.0.1:8080] [--max-concurrent 64]
 //	    [--max-batch N] [--max-context N] [--kv-memory-mib N]
-//	    [--offload off|solohead|headwise] [--budget TOKENS]
+//	    [--offload off|solohead|headwise] [--budget TOKENS] [--admission adaptive|every]
+//	    [--host-tokens N] [--slot-tokens N] [--micro-batches N]
 //
 // POST /v1/chat/completions and /v1/completions (streamed as server-sent events with "stream":
 // true), GET /v1/models, /health and /metrics (Prometheus). Every request shares one engine's
@@ -47,6 +48,14 @@ func parseOptions(args []string) (options, error) {
 		"sparse attention over KV offloaded to host memory: off, solohead or headwise")
 	budget := flags.Int("budget", int(defaults.OffloadBudgetTokens),
 		"tokens an offloaded request attends to each step")
+	admission := flags.String("admission", "adaptive",
+		"which requests are offloaded: adaptive (those that do not fit) or every")
+	flags.Int64Var(&o.engine.OffloadHostTokens, "host-tokens", defaults.OffloadHostTokens,
+		"the host tier's capacity in tokens (0: the library's default)")
+	flags.Int64Var(&o.engine.OffloadSlotTokens, "slot-tokens", defaults.OffloadSlotTokens,
+		"the device slots in tokens (0: the library's default)")
+	microBatches := flags.Int("micro-batches", int(defaults.MicroBatches),
+		"micro-batches a decode step runs as: 0 chosen each step, 1 to 8 fixed")
 	if err := flags.Parse(args); err != nil {
 		return o, err
 	}
@@ -60,6 +69,15 @@ func parseOptions(args []string) (options, error) {
 	o.engine.MaxContext = int32(*maxContext)
 	o.engine.KVMemoryBytes = *kvMiB << 20
 	o.engine.OffloadBudgetTokens = int32(*budget)
+	o.engine.MicroBatches = int32(*microBatches)
+	switch *admission {
+	case "adaptive":
+		o.engine.OffloadAdmission = pulseinfer.AdmissionIOAdaptive
+	case "every":
+		o.engine.OffloadAdmission = pulseinfer.AdmissionOffloadEvery
+	default:
+		return o, fmt.Errorf("--admission expects adaptive or every, got %q", *admission)
+	}
 	switch *offload {
 	case "off":
 		o.engine.OffloadMode = pulseinfer.OffloadOff
