@@ -117,10 +117,12 @@ absl::Status OffloadedBlockTable::Grow(int32_t tokens) {
   return absl::OkStatus();
 }
 
-void OffloadedBlockTable::Evict(int32_t begin, int32_t end) {
+std::vector<WriteBackEntry> OffloadedBlockTable::Evict(int32_t begin, int32_t end) {
+  std::vector<WriteBackEntry> evicted;
   for (int32_t j = std::max(begin, 0); j < std::min<int32_t>(end, device_.size()); ++j) {
     int32_t& block = device_[static_cast<size_t>(j)];
     if (block < 0) continue;
+    evicted.push_back({block, host_.blocks()[static_cast<size_t>(j)]});
     // Cannot fail: the block is the pool's, allocated to this table, and freeing it makes the
     // one block the reservation takes back available.
     device_pool_->Free(block).IgnoreError();
@@ -129,6 +131,7 @@ void OffloadedBlockTable::Evict(int32_t begin, int32_t end) {
     --resident_;
     ++device_reserved_;
   }
+  return evicted;
 }
 
 void OffloadedBlockTable::LimitDevice(int32_t blocks) {

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "core/backend/sparse_tables.h"
 #include "core/base/status.h"
 #include "core/kv/block_pool.h"
 #include "core/kv/block_table.h"
@@ -63,8 +64,9 @@ class OffloadedBlockTable {
   // spent (the caller evicted too little).
   absl::Status Grow(int32_t tokens);
   // Frees the device blocks of the logical blocks in [begin, end) that are resident (their
-  // content must be in the host tier by now); their reservation stays with the table.
-  void Evict(int32_t begin, int32_t end);
+  // content must be in the host tier by now); their reservation stays with the table. Returns
+  // them, each beside its host block.
+  std::vector<WriteBackEntry> Evict(int32_t begin, int32_t end);
   // Gives the device reservation beyond `blocks` resident-or-reserved blocks back to the pool.
   void LimitDevice(int32_t blocks);
 

@@ -26,16 +26,8 @@ int32_t SlotsNeeded(const SelectionOptions& selection, int32_t block_tokens,
 std::vector<WriteBackEntry> KeepResidentSet(OffloadedBlockTable& blocks,
                                             const SelectionOptions& selection, int32_t block_tokens,
                                             int32_t position) {
-  const BlockRange evicted = NonResidentBlocks(position, block_tokens, selection);
-  std::vector<WriteBackEntry> departed;
-  const std::span<const int32_t> device = blocks.device_blocks();
-  const std::span<const int32_t> host = blocks.host_blocks();
-  for (int32_t j = std::max(evicted.begin, 0);
-       j < std::min<int32_t>(evicted.end, static_cast<int32_t>(device.size())); ++j) {
-    const auto at = static_cast<size_t>(j);
-    if (device[at] >= 0) departed.push_back({device[at], host[at]});
-  }
-  blocks.Evict(evicted.begin, evicted.end);
+  const BlockRange range = NonResidentBlocks(position, block_tokens, selection);
+  std::vector<WriteBackEntry> departed = blocks.Evict(range.begin, range.end);
   blocks.LimitDevice(ResidentBlocks(selection, block_tokens));
   return departed;
 }

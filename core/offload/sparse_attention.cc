@@ -230,7 +230,7 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
                             s, entry.device_block, dense_blocks_, entry.host_block, host_blocks(),
                             offloaded ? "" : ", but it is not offloaded"));
       }
-      departed.push_back(entry);
+      if (config_.fill_free_slots) departed.push_back(entry);
     }
     // The blocks this step fills: summarized, and written back once when offloaded.
     for (int32_t position = sequence.kv_len - sequence.new_tokens; position < sequence.kv_len;
@@ -390,7 +390,7 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
         "the step's sequences gave up %d blocks, more than the limits' blocks", departed.size()));
   }
   backend_.CopyToDevice(step.plan.data(), staging.data(), staging.size() * sizeof(int32_t));
-  if (!departed.empty() && config_.fill_free_slots) {
+  if (!departed.empty()) {
     // Before this step's layers write anything: a given-up dense block may be reused by them.
     const size_t bytes = departed.size() * sizeof(WriteBackEntry);
     backend_.CopyToDevice(step.departed.data(), departed.data(), bytes);
