@@ -86,14 +86,9 @@ void AttachTokenizer(std::shared_ptr<const Tokenizer> tokenizer, pulse_model& ha
   if (tokenizer == nullptr) return;
   handle.tokenizer_name = std::string(tokenizer->model_name());
   const std::string_view source = tokenizer->chat_template();
-  absl::StatusOr<std::unique_ptr<const ChatTemplate>> recognized =
+  handle.chat_template =
       ChatTemplate::Recognize(source, SpecialText(*tokenizer, tokenizer->bos_id()),
                               SpecialText(*tokenizer, tokenizer->eos_id()));
-  if (recognized.ok()) {
-    handle.chat_template = std::shared_ptr<const ChatTemplate>(*std::move(recognized));
-  } else {
-    handle.chat_template = recognized.status();
-  }
   if (handle.chat_template.ok()) {
     handle.chat_template_family = std::string((*handle.chat_template)->family());
   }

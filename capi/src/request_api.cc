@@ -152,11 +152,8 @@ pulse_status pulse_request_submit_chat(pulse_engine* engine, const pulse_chat_me
     if (out_id == nullptr) return absl::InvalidArgumentError("out_id is NULL");
     *out_id = 0;
     PULSE_RETURN_IF_ERROR(CheckEngine(engine));
-    PULSE_ASSIGN_OR_RETURN(const std::vector<pulse::ChatMessage> conversation,
-                           pulse::capi::ToChatMessages(messages, count));
-    if (!engine->chat_template.ok()) return engine->chat_template.status();
     PULSE_ASSIGN_OR_RETURN(const std::string rendered,
-                           (*engine->chat_template)->Render(conversation, true));
+                           pulse::capi::RenderChat(engine->chat_template, messages, count, true));
     PULSE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
                            pulse::capi::EncodeText(engine->engine->tokenizer(), rendered.data(),
                                                    rendered.size(), PULSE_TOKENIZE_PARSE_SPECIAL));

@@ -79,11 +79,9 @@ pulse_status pulse_chat_apply_template(const pulse_model* model, const pulse_cha
     *out_len = 0;
     PULSE_RETURN_IF_ERROR(CheckModel(model));
     PULSE_RETURN_IF_ERROR(pulse::capi::CheckBuffer(text, capacity, "text"));
-    PULSE_ASSIGN_OR_RETURN(const std::vector<pulse::ChatMessage> conversation,
-                           pulse::capi::ToChatMessages(messages, count));
-    if (!model->chat_template.ok()) return model->chat_template.status();
-    PULSE_ASSIGN_OR_RETURN(const std::string rendered,
-                           (*model->chat_template)->Render(conversation, add_generation_prompt));
+    PULSE_ASSIGN_OR_RETURN(
+        const std::string rendered,
+        pulse::capi::RenderChat(model->chat_template, messages, count, add_generation_prompt != 0));
     return pulse::capi::WriteText(rendered, text, capacity, out_len, kFunction);
   });
 }

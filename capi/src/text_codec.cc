@@ -31,21 +31,23 @@ absl::StatusOr<std::vector<int32_t>> EncodeText(const Tokenizer* tokenizer, cons
                            options);
 }
 
-absl::StatusOr<std::vector<ChatMessage>> ToChatMessages(const pulse_chat_message* messages,
-                                                        size_t count) {
+absl::StatusOr<std::string> RenderChat(
+    const absl::StatusOr<std::shared_ptr<const ChatTemplate>>& chat_template,
+    const pulse_chat_message* messages, size_t count, bool add_generation_prompt) {
   if (messages == nullptr && count > 0) {
     return absl::InvalidArgumentError(absl::StrCat("messages is NULL but count is ", count));
   }
-  std::vector<ChatMessage> converted;
-  converted.reserve(count);
+  std::vector<ChatMessage> conversation;
+  conversation.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     if (messages[i].role == nullptr || messages[i].content == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "messages[", i, "] has a NULL ", messages[i].role == nullptr ? "role" : "content"));
     }
-    converted.push_back({messages[i].role, messages[i].content});
+    conversation.push_back({messages[i].role, messages[i].content});
   }
-  return converted;
+  if (!chat_template.ok()) return chat_template.status();
+  return (*chat_template)->Render(conversation, add_generation_prompt);
 }
 
 }  // namespace pulse::capi

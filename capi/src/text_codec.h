@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,9 +23,10 @@ absl::StatusOr<std::vector<int32_t>> EncodeText(const Tokenizer* tokenizer, cons
 // Unimplemented when `tokenizer` is null.
 absl::Status CheckTokenizer(const Tokenizer* tokenizer);
 
-// The ABI's messages[count] as the chat template's; InvalidArgument for messages NULL with
-// count > 0, or a NULL role or content.
-absl::StatusOr<std::vector<ChatMessage>> ToChatMessages(const pulse_chat_message* messages,
-                                                        size_t count);
+// The ABI's messages[count] rendered by `chat_template` (a model's: its status says why it has
+// none). InvalidArgument for messages NULL with count > 0, or a NULL role or content.
+absl::StatusOr<std::string> RenderChat(
+    const absl::StatusOr<std::shared_ptr<const ChatTemplate>>& chat_template,
+    const pulse_chat_message* messages, size_t count, bool add_generation_prompt);
 
 }  // namespace pulse::capi
