@@ -435,7 +435,8 @@ __global__ void __launch_bounds__(kThreads)
 // and in B: word m's nibbles j and j + 4 form the pair of k-step 2m + j / 2, at k (2t, 2t + 1) for
 // even j and (2t + 8, 2t + 9) for odd j. The scale, the boxes' fmaxf and NaN follow the other
 // kernels. Each lane keeps the bounds of one candidate of the run, written per query head as one
-// contiguous run. The next tile's rows are loaded while a tile multiplies.
+// contiguous run. Four blocks an SM (64 registers) keep enough tiles' loads in flight; loading
+// the next tile ahead in registers cost more registers than it hid (results README).
 constexpr int kRunCandidates = kWarp;
 
 // The bf16 pair (n_j, n_{j+4}) of nibbles j and j + 4 of `word` (int4, two's complement), exactly:
@@ -634,19 +635,22 @@ cudaError_t LaunchTokensInt4(const float* q, int64_t q_stride, const PagedKvLayo
                              const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
                              float* bounds, cudaStream_t stream) {
   const int64_t bytes = SummaryBytes(layout, estimator);
-  const auto launch = [&](auto kernel, int warps) {
-    const dim3 grid(static_cast<unsigned>(CeilDiv(count, warps * kRunCandidates)),
+  const auto launch = [&](auto head_dim) {
+    constexpr int kHeadDim = decltype(head_dim)::value;
+    constexpr int kWarps = TokensWarps(kHeadDim);
+    const dim3 grid(static_cast<unsigned>(CeilDiv(count, kWarps * kRunCandidates)),
                     static_cast<unsigned>(layout.num_kv_heads));
-    return LaunchKernel(kernel, grid, warps * kWarp, 0, stream, q, q_stride, layout.num_kv_heads,
-                        estimator.boxes, summaries, bytes, summary_ids, query_rows, count, bounds);
+    return LaunchKernel(ScoreTokensInt4Kernel<kGroup, kHeadDim>, grid, kWarps * kWarp, 0, stream, q,
+                        q_stride, layout.num_kv_heads, estimator.boxes, summaries, bytes,
+                        summary_ids, query_rows, count, bounds);
   };
   switch (layout.head_dim) {
     case 64:
-      return launch(ScoreTokensInt4Kernel<kGroup, 64>, TokensWarps(64));
+      return launch(std::integral_constant<int, 64>{});
     case 128:
-      return launch(ScoreTokensInt4Kernel<kGroup, 128>, TokensWarps(128));
+      return launch(std::integral_constant<int, 128>{});
     default:
-      return launch(ScoreTokensInt4Kernel<kGroup, 256>, TokensWarps(256));
+      return launch(std::integral_constant<int, 256>{});
   }
 }
 
