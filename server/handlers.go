@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -141,10 +140,6 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, fields *sampli
 	s.metrics.requests.Add(1)
 	response := newResponse(s, chat)
 	if !fields.Stream {
-		var text strings.Builder
-		for token := range request.Tokens() {
-			text.WriteString(token.Text)
-		}
 		result, err := request.Wait()
 		if err != nil {
 			if r.Context().Err() == nil {
@@ -153,7 +148,7 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, fields *sampli
 			return
 		}
 		s.metrics.observe(result.Stats)
-		writeJSON(w, response.whole(text.String(), result.Stats))
+		writeJSON(w, response.whole(result.Text, result.Stats))
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -174,11 +169,7 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, fields *sampli
 		if token.Text == "" {
 			continue
 		}
-		if chat {
-			send(response.chunk(map[string]string{"content": token.Text}, nil))
-		} else {
-			send(response.chunk(token.Text, nil))
-		}
+		send(response.chunk(response.piece(token.Text), nil))
 	}
 	result, err := request.Wait()
 	switch {
@@ -188,11 +179,7 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, fields *sampli
 	default:
 		s.metrics.observe(result.Stats)
 		reason := finishReason(result.Stats.FinishReason)
-		if chat {
-			send(response.chunk(map[string]string{}, &reason))
-		} else {
-			send(response.chunk("", &reason))
-		}
+		send(response.chunk(response.piece(""), &reason))
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}
 }
@@ -228,6 +215,17 @@ func (r *response) whole(text string, stats pulseinfer.RequestStats) map[string]
 		"usage": map[string]int32{"prompt_tokens": stats.PromptTokens,
 			"completion_tokens": stats.GeneratedTokens,
 			"total_tokens":      stats.PromptTokens + stats.GeneratedTokens}}
+}
+
+// piece is a chunk's content: a chat delta (none for "": the last chunk's) or completion text.
+func (r *response) piece(text string) any {
+	switch {
+	case !r.chat:
+		return text
+	case text == "":
+		return map[string]string{}
+	}
+	return map[string]string{"content": text}
 }
 
 // chunk is one streamed piece: a chat delta or completion text, and the finish reason once.

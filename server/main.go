@@ -70,25 +70,28 @@ func parseOptions(args []string) (options, error) {
 	o.engine.KVMemoryBytes = *kvMiB << 20
 	o.engine.OffloadBudgetTokens = int32(*budget)
 	o.engine.MicroBatches = int32(*microBatches)
-	switch *admission {
-	case "adaptive":
-		o.engine.OffloadAdmission = pulseinfer.AdmissionIOAdaptive
-	case "every":
-		o.engine.OffloadAdmission = pulseinfer.AdmissionOffloadEvery
-	default:
-		return o, fmt.Errorf("--admission expects adaptive or every, got %q", *admission)
+	var err error
+	if o.engine.OffloadAdmission, err = pick("--admission", *admission, []string{"adaptive", "every"},
+		[]pulseinfer.Admission{pulseinfer.AdmissionIOAdaptive, pulseinfer.AdmissionOffloadEvery}); err != nil {
+		return o, err
 	}
-	switch *offload {
-	case "off":
-		o.engine.OffloadMode = pulseinfer.OffloadOff
-	case "solohead":
-		o.engine.OffloadMode = pulseinfer.OffloadSoloHead
-	case "headwise":
-		o.engine.OffloadMode = pulseinfer.OffloadHeadWise
-	default:
-		return o, fmt.Errorf("--offload expects off, solohead or headwise, got %q", *offload)
+	if o.engine.OffloadMode, err = pick("--offload", *offload, []string{"off", "solohead", "headwise"},
+		[]pulseinfer.OffloadMode{pulseinfer.OffloadOff, pulseinfer.OffloadSoloHead,
+			pulseinfer.OffloadHeadWise}); err != nil {
+		return o, err
 	}
 	return o, nil
+}
+
+// pick is the value that `name` stands for among names (values in the same order).
+func pick[T any](flag, name string, names []string, values []T) (T, error) {
+	for i, candidate := range names {
+		if candidate == name {
+			return values[i], nil
+		}
+	}
+	var none T
+	return none, fmt.Errorf("%s expects one of %s, got %q", flag, strings.Join(names, ", "), name)
 }
 
 func main() {

@@ -93,24 +93,12 @@ func (f *samplingFields) samplingParams() (pulseinfer.SamplingParams, *apiError)
 		return sampling, invalid("max_tokens", "max_tokens must be at least 1, got %d",
 			sampling.MaxTokens)
 	}
-	if f.Temperature != nil {
-		sampling.Temperature = *f.Temperature
-	}
-	if f.TopP != nil {
-		sampling.TopP = *f.TopP
-	}
-	if f.TopK != nil {
-		sampling.TopK = *f.TopK
-	}
-	if f.MinP != nil {
-		sampling.MinP = *f.MinP
-	}
-	if f.RepetitionPenalty != nil {
-		sampling.RepetitionPenalty = *f.RepetitionPenalty
-	}
-	if f.Seed != nil {
-		sampling.Seed = *f.Seed
-	}
+	override(&sampling.Temperature, f.Temperature)
+	override(&sampling.TopP, f.TopP)
+	override(&sampling.TopK, f.TopK)
+	override(&sampling.MinP, f.MinP)
+	override(&sampling.RepetitionPenalty, f.RepetitionPenalty)
+	override(&sampling.Seed, f.Seed)
 	sampling.IgnoreEOS = f.IgnoreEOS
 	sampling.StopTokens = f.StopTokenIDs
 	stop, err := stringOrList(f.Stop)
@@ -119,6 +107,13 @@ func (f *samplingFields) samplingParams() (pulseinfer.SamplingParams, *apiError)
 	}
 	sampling.StopStrings = stop
 	return sampling, nil
+}
+
+// override sets *field to the request's value, when it gave one.
+func override[T any](field *T, value *T) {
+	if value != nil {
+		*field = *value
+	}
 }
 
 // stringOrList decodes OpenAI's "a string or a list of strings" (absent or null: none).
