@@ -31,6 +31,7 @@
 #include "core/backend/block_estimator.h"
 #include "core/backend/block_scores.h"
 #include "core/backend/cuda/cuda_backend.h"
+#include "core/backend/sparse_tables.h"
 #include "tests/tools/tool_main.h"
 
 namespace pulse {
@@ -336,19 +337,20 @@ absl::Status BenchAttention(Backend& backend, Bench& bench) {
   return absl::OkStatus();
 }
 
-// One layer's selection and sparse attention in a SoloHead decode step of 8 requests of 16384
-// tokens at a budget of 2048 with the library's defaults (8-token blocks, every key scored from
-// its int4 copy): score every block's summary against the step's 8 query rows, aggregate the 32
-// heads' bounds into a score a block, pick each row's 256 best, and attend over the 256 picked
-// blocks of each row, scattered in the cache.
-absl::Status BenchSparseStep(Backend& backend, Bench& bench) {
-  constexpr int32_t kRows = 8;
-  constexpr int32_t kContext = 16384;
+// One layer's selection and sparse attention in a SoloHead decode step of `rows` requests of
+// `context` tokens at a budget of 2048 with the library's defaults (8-token blocks, every key
+// scored from its int4 copy, 8 sink and 32 window tokens): score every block's summary against
+// the step's query rows, aggregate the 32 heads' bounds into a score a block, pick each row's
+// 256 best, build the tables of offloaded rows whose blocks are all resident (every pick a hit),
+// and attend over the 256 picked blocks of each row, scattered in the cache.
+absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32_t context) {
   constexpr int32_t kBlockTokens = 8;
   constexpr int32_t kBudget = 2048;
-  constexpr int32_t kCandidates = kContext / kBlockTokens;
+  constexpr int32_t kSinkBlocks = 1;
+  constexpr int32_t kWindowBlocks = 4;
   constexpr int32_t kPicks = kBudget / kBlockTokens;
-  constexpr int32_t kCount = kRows * kCandidates;
+  const int32_t candidates = context / kBlockTokens;
+  const int32_t count = rows * candidates;
   const PagedKvLayout layout{.block_tokens = kBlockTokens,
                              .num_kv_heads = kKvHeads,
                              .head_dim = kHeadDim,
@@ -357,77 +359,153 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench) {
       ForBlocks({.boxes = 0, .radius = 0.0f, .precision = SummaryPrecision::kInt4}, kBlockTokens);
   const int64_t summary_bytes = SummaryBytes(layout, estimator);
   // Summaries of random keys (SummarizeBlocks), so the scales are real ones.
-  PULSE_ASSIGN_OR_RETURN(Cache keys, MakeCache(bench, kRows, kContext, 1, true, kBlockTokens));
-  std::vector<int32_t> ids(kCount);
+  PULSE_ASSIGN_OR_RETURN(Cache keys, MakeCache(bench, rows, context, 1, true, kBlockTokens));
+  std::vector<int32_t> ids(count);
   std::iota(ids.begin(), ids.end(), 0);
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer block_ids, bench.Ints(ids));
   std::shuffle(ids.begin(), ids.end(), std::mt19937(12));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer summary_ids, bench.Ints(ids));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer summaries, backend.Allocate(kCount * summary_bytes));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer summaries, backend.Allocate(count * summary_bytes));
   backend.SummarizeBlocks(keys.blocks.data(), layout, estimator, block_ids.as<int32_t>(),
-                          summary_ids.as<int32_t>(), kCount, summaries.data());
-  std::vector<int32_t> rows(kCount);
-  for (int32_t i = 0; i < kCount; ++i) rows[i] = i / kCandidates;
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer query_rows, bench.Ints(rows));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(kRows * kQkv, false, 13));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer bounds, backend.Allocate(int64_t{kHeads} * kCount * 4));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer scores, backend.Allocate(int64_t{kCount} * 4));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer picked, backend.Allocate(int64_t{kRows} * kPicks * 4));
+                          summary_ids.as<int32_t>(), count, summaries.data());
+  std::vector<int32_t> query_row_values(count);
+  for (int32_t i = 0; i < count; ++i) query_row_values[i] = i / candidates;
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer query_rows, bench.Ints(query_row_values));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(rows * kQkv, false, 13));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer bounds, backend.Allocate(int64_t{kHeads} * count * 4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer scores, backend.Allocate(int64_t{count} * 4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer picked, backend.Allocate(int64_t{rows} * kPicks * 4));
   std::vector<ScoreSegment> segment_values;
-  for (int32_t r = 0; r < kRows; ++r) {
-    segment_values.push_back({.first = r * kCandidates,
-                              .count = kCandidates,
+  std::vector<SparseTableRow> row_values;
+  for (int32_t r = 0; r < rows; ++r) {
+    segment_values.push_back({.first = r * candidates,
+                              .count = candidates,
                               .num_sets = 1,
                               .aggregate = HeadAggregate::kSoftmaxSum,
                               .logit_scale = 1.0f / std::sqrt(float{kHeadDim}),
-                              .scores_first = r * kCandidates,
+                              .scores_first = r * candidates,
                               .picks = kPicks,
                               .picks_first = r * kPicks});
+    row_values.push_back({.segment = r,
+                          .fixed_first = r * (kSinkBlocks + kWindowBlocks),
+                          .sink_blocks = kSinkBlocks,
+                          .window_blocks = kWindowBlocks,
+                          .kv_len = (kSinkBlocks + kPicks + kWindowBlocks) * kBlockTokens,
+                          .offloaded = 1,
+                          .picks_before = r * kPicks});
   }
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer segments,
                          backend.Allocate(segment_values.size() * sizeof(ScoreSegment)));
   backend.CopyToDevice(segments.data(), segment_values.data(),
                        segment_values.size() * sizeof(ScoreSegment));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer table_rows,
+                         backend.Allocate(row_values.size() * sizeof(SparseTableRow)));
+  backend.CopyToDevice(table_rows.data(), row_values.data(),
+                       row_values.size() * sizeof(SparseTableRow));
+  // The directory of an all-resident device tier: candidate i is host block i, in slot i.
+  std::vector<int32_t> identity(count);
+  std::iota(identity.begin(), identity.end(), 0);
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer slot_of_block, bench.Ints(identity));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer block_of_slot, bench.Ints(identity));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer candidate_blocks, bench.Ints(identity));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer last_used, bench.Ints(std::vector<int32_t>(count, 0)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer slot_scores, bench.Ints(std::vector<int32_t>(count, 0)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer pick_stamps, bench.Ints(std::vector<int32_t>(count, 0)));
+  PULSE_ASSIGN_OR_RETURN(
+      DeviceBuffer fixed_blocks,
+      bench.Ints(std::vector<int32_t>(size_t(rows) * (kSinkBlocks + kWindowBlocks), 0)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer step, bench.Ints({1}));
+  const int32_t table_stride = kSinkBlocks + kPicks + kWindowBlocks;
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer tables, backend.Allocate(int64_t{rows} * table_stride * 4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer kv_lens, backend.Allocate(int64_t{rows} * 4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer recall_entries,
+                         backend.Allocate(int64_t{count} * sizeof(RecallEntry)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer recall_counts, backend.Allocate(4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer counters,
+                         bench.Ints(std::vector<int32_t>(size_t(rows) * kSparseCounters * 2, 0)));
+  const SparseTableBuild build{.segments = segments.as<ScoreSegment>(),
+                               .rows = table_rows.as<SparseTableRow>(),
+                               .num_rows = rows,
+                               .num_sets = 1,
+                               .picked = picked.as<int32_t>(),
+                               .scores = scores.as<float>(),
+                               .candidate_blocks = candidate_blocks.as<int32_t>(),
+                               .summary_ids = summary_ids.as<int32_t>(),
+                               .fixed_blocks = fixed_blocks.as<int32_t>(),
+                               .step = step.as<int32_t>(),
+                               .pick_stamps = pick_stamps.as<int32_t>(),
+                               .num_summaries = count,
+                               .directory = {.num_sets = 1,
+                                             .num_slots = count,
+                                             .num_blocks = count,
+                                             .first_slot = 0,
+                                             .score_aware = 1,
+                                             .slot_of_block = slot_of_block.as<int32_t>(),
+                                             .block_of_slot = block_of_slot.as<int32_t>(),
+                                             .last_used = last_used.as<int32_t>(),
+                                             .score = slot_scores.as<float>()},
+                               .tables = tables.as<int32_t>(),
+                               .table_stride = table_stride,
+                               .kv_lens = kv_lens.as<int32_t>(),
+                               .recalls = {.entries = recall_entries.as<RecallEntry>(),
+                                           .counts = recall_counts.as<int32_t>(),
+                                           .capacity = count},
+                               .counters = reinterpret_cast<int64_t*>(counters.data())};
   PULSE_RETURN_IF_ERROR(backend.Synchronize());
 
-  const double summary_read = double(kCount) * summary_bytes;
-  const double bounds_bytes = double(kHeads) * kCount * 4;
+  const double summary_read = double(count) * summary_bytes;
+  const double bounds_bytes = double(kHeads) * count * 4;
+  const double pick_bytes = double(rows) * kPicks * 4;
+  // A pick's reads and writes: its index, summary id, stamp, block, score, slot, table entry
+  // and the slot's stamp and score.
+  const double table_bytes = pick_bytes * 10;
   const auto score = [&] {
     backend.ScoreBlocks(q.as<float>(), kQkv, kHeads, layout, estimator, summaries.data(),
-                        summary_ids.as<int32_t>(), query_rows.as<int32_t>(), kCount,
+                        summary_ids.as<int32_t>(), query_rows.as<int32_t>(), count,
                         bounds.as<float>());
   };
   const auto aggregate = [&] {
-    backend.AggregateScores(bounds.as<float>(), kHeads, kCount, segments.as<ScoreSegment>(), kRows,
-                            1, scores.as<float>());
+    backend.AggregateScores(bounds.as<float>(), kHeads, count, segments.as<ScoreSegment>(), rows, 1,
+                            scores.as<float>());
   };
   const auto select = [&] {
-    backend.SelectTopBlocks(scores.as<float>(), segments.as<ScoreSegment>(), kRows, 1,
+    backend.SelectTopBlocks(scores.as<float>(), segments.as<ScoreSegment>(), rows, 1,
                             picked.as<int32_t>());
   };
-  const std::string shape = absl::StrFormat("%dx%d budget %d", kRows, kContext, kBudget);
+  const auto build_tables = [&] { backend.BuildSparseTables(build); };
+  const std::string shape = absl::StrFormat("%dx%d budget %d", rows, context, kBudget);
   PULSE_RETURN_IF_ERROR(bench.Time("score int4 tokens " + shape,
-                                   summary_read + kCount * 8.0 + bounds_bytes, 0,
+                                   summary_read + count * 8.0 + bounds_bytes, 0,
                                    [&](int) { score(); }));
-  PULSE_RETURN_IF_ERROR(bench.Time("aggregate solohead " + shape, bounds_bytes + kCount * 4.0, 0,
+  PULSE_RETURN_IF_ERROR(bench.Time("aggregate solohead " + shape, bounds_bytes + count * 4.0, 0,
                                    [&](int) { aggregate(); }));
-  PULSE_RETURN_IF_ERROR(bench.Time("top-k " + shape, kCount * 4.0, 0, [&](int) { select(); }));
-  PULSE_RETURN_IF_ERROR(bench.Time("selection (all three) " + shape,
-                                   summary_read + kCount * 12.0 + 2 * bounds_bytes, 0, [&](int) {
+  PULSE_RETURN_IF_ERROR(bench.Time("top-k " + shape, count * 4.0, 0, [&](int) { select(); }));
+  PULSE_RETURN_IF_ERROR(
+      bench.Time("build tables, all hits " + shape, table_bytes, 0, [&](int) { build_tables(); }));
+  PULSE_RETURN_IF_ERROR(bench.Time("selection (all four) " + shape,
+                                   summary_read + count * 12.0 + 2 * bounds_bytes + table_bytes, 0,
+                                   [&](int) {
                                      score();
                                      aggregate();
                                      select();
+                                     build_tables();
                                    }));
 
   // The picked blocks, as sparse tables give them to attention: a row's kPicks blocks of its own,
   // scattered over the cache.
-  PULSE_ASSIGN_OR_RETURN(Cache picks, MakeCache(bench, kRows, kBudget, 1, true, kBlockTokens));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(kRows * kHeads * kHeadDim * 2));
-  const double kv_bytes = double(kRows) * kBudget * kKvHeads * kHeadDim * 2 * 2;
+  PULSE_ASSIGN_OR_RETURN(Cache picks, MakeCache(bench, rows, kBudget, 1, true, kBlockTokens));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(rows * kHeads * kHeadDim * 2));
+  const double kv_bytes = double(rows) * kBudget * kKvHeads * kHeadDim * 2 * 2;
   return bench.Time("sparse attention " + shape + " block 8", kv_bytes, 0, [&](int) {
     backend.Attention(q.as<float>(), kQkv, kHeads, picks.batch, 1.0f / std::sqrt(float{kHeadDim}),
                       out.data());
   });
+}
+
+// The sparse step's ops at the offloaded benchmark's two shapes.
+absl::Status BenchSparseSteps(Backend& backend, Bench& bench) {
+  PULSE_RETURN_IF_ERROR(BenchSparseStep(backend, bench, 8, 16384));
+  return BenchSparseStep(backend, bench, 32, 8192);
 }
 
 absl::Status BenchSampling(Backend& backend, Bench& bench) {
@@ -455,7 +533,7 @@ absl::Status BenchSampling(Backend& backend, Bench& bench) {
 absl::Status Run(const Args& args) {
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, CreateCudaBackend({}));
   Bench bench(*backend, args);
-  if (args.only_sparse_step) return BenchSparseStep(*backend, bench);
+  if (args.only_sparse_step) return BenchSparseSteps(*backend, bench);
   for (const int64_t m : {1, 8, 32}) PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, m));
   {
     // The same GEMMs with the fastest of cuBLASLt's candidates, timed on first use.
@@ -470,7 +548,7 @@ absl::Status Run(const Args& args) {
   for (const int64_t m : {8, 8192}) PULSE_RETURN_IF_ERROR(BenchPointwise(*backend, bench, m));
   PULSE_RETURN_IF_ERROR(BenchRopeAppend(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchAttention(*backend, bench));
-  PULSE_RETURN_IF_ERROR(BenchSparseStep(*backend, bench));
+  PULSE_RETURN_IF_ERROR(BenchSparseSteps(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchSampling(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, 8192));
   for (const int32_t blocks_per_sm : args.decode_blocks_per_sm) {

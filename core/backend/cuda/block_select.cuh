@@ -1,25 +1,27 @@
 // Selection of the k smallest keys of a list by one thread block (radix select): the top-k of a
 // sparse row's candidate scores, and the victims of a set's slots. CCCL 3.0 has no top-k; a
-// segmented sort would order every key to keep a few. Here each pass histograms one 8-bit digit
-// of the keys that match the digits fixed so far, a warp finds the digit that holds the k-th
-// smallest key, and after the last pass one ordered sweep emits the keys below that threshold
-// and the first of those equal to it, in increasing index order. Work: (bits / 8 + 1) reads of
-// each key, a few block barriers a pass.
+// segmented sort would order every key to keep a few. Each pass histograms one 8-bit digit of the
+// keys that match the digits fixed so far, and a warp finds the digit that holds the k-th smallest
+// key; the passes stop early once that digit's keys are exactly the ones still wanted (two passes
+// for most float scores). Then one ordered sweep, a contiguous range a warp counted by ballots,
+// emits the keys below the threshold and the first of those equal to it, in increasing index
+// order. Work: (passes + 2) reads of each key and four block barriers a pass.
 #pragma once
 
 #include <cstdint>
 
 #include "core/backend/cuda/device_math.cuh"
-#include "cub/block/block_scan.cuh"
 
 namespace pulse::cuda {
 
 template <int kThreads>
 struct BlockSelectScratch {
-  typename cub::BlockScan<int32_t, kThreads>::TempStorage scan;
   uint32_t histogram[256];
+  int32_t warp_less[kThreads / kWarp];
+  int32_t warp_equal[kThreads / kWarp];
   uint32_t digit;
   int32_t remaining;
+  int32_t settled;  // 1: every key matching the digits fixed so far is wanted
 };
 
 // Calls emit(position, index) for the k smallest pairs (key_of(index), index), index < n,
@@ -30,8 +32,10 @@ template <int kThreads, typename Key, typename KeyOf, typename Emit>
 __device__ void BlockSelectSmallest(int32_t n, int32_t k, KeyOf key_of, Emit emit,
                                     BlockSelectScratch<kThreads>& scratch) {
   static_assert(kThreads % kWarp == 0 && kThreads >= 256);
+  constexpr int kWarps = kThreads / kWarp;
   const int32_t tid = static_cast<int32_t>(threadIdx.x);
   const int lane = tid % kWarp;
+  const int warp = tid / kWarp;
   if (k <= 0) {
     __syncthreads();
     return;
@@ -85,6 +89,7 @@ __device__ void BlockSelectSmallest(int32_t n, int32_t k, KeyOf key_of, Emit emi
           if (rank <= running + counts[u]) {
             scratch.digit = static_cast<uint32_t>(8 * lane + u);
             scratch.remaining = static_cast<int32_t>(rank - running);
+            scratch.settled = rank - running == counts[u] ? 1 : 0;
             break;
           }
           running += counts[u];
@@ -95,29 +100,59 @@ __device__ void BlockSelectSmallest(int32_t n, int32_t k, KeyOf key_of, Emit emi
     prefix |= static_cast<Key>(scratch.digit) << shift;
     mask |= static_cast<Key>(255) << shift;
     remaining = scratch.remaining;
+    const bool settled = scratch.settled != 0;
     __syncthreads();  // the next pass clears the histogram
+    if (settled) break;
   }
-  // Every key below `prefix`, and the first `remaining` keys equal to it.
-  using Scan = cub::BlockScan<int32_t, kThreads>;
+  // Every key whose digits so far are below `prefix`, and the first `remaining` equal to it
+  // (all of them once settled). Warp w sweeps a contiguous range, first to count, then to emit:
+  // a key's position is the keys below before it plus min(the equal ones before it, remaining).
+  const int32_t span = static_cast<int32_t>(CeilDiv(CeilDiv(n, kWarps), kWarp)) * kWarp;
+  const int32_t begin = min(n, warp * span);
+  const int32_t end = min(n, begin + span);
+  const auto classify = [&](int32_t i, bool& less, bool& equal) {
+    less = false;
+    equal = false;
+    if (i < end) {
+      const Key masked = key_of(i) & mask;
+      less = masked < prefix;
+      equal = masked == prefix;
+    }
+  };
+  int32_t less_count = 0;
+  int32_t equal_count = 0;
+  for (int32_t base = begin; base < end; base += kWarp) {
+    bool less = false;
+    bool equal = false;
+    classify(base + lane, less, equal);
+    less_count += __popc(__ballot_sync(0xffffffffu, less));
+    equal_count += __popc(__ballot_sync(0xffffffffu, equal));
+  }
+  if (lane == 0) {
+    scratch.warp_less[warp] = less_count;
+    scratch.warp_equal[warp] = equal_count;
+  }
+  __syncthreads();
+  int32_t less_before = 0;
   int32_t equal_before = 0;
-  int32_t emitted_before = 0;
-  for (int32_t base = 0; base < n; base += kThreads) {
-    const int32_t i = base + tid;
-    const Key key = i < n ? key_of(i) : Key{0};
-    const int32_t equal = i < n && key == prefix ? 1 : 0;
-    int32_t equal_rank = 0;
-    int32_t equal_total = 0;
-    Scan(scratch.scan).ExclusiveSum(equal, equal_rank, equal_total);
-    __syncthreads();
-    const int32_t chosen =
-        i < n && (key < prefix || (equal != 0 && equal_before + equal_rank < remaining)) ? 1 : 0;
-    int32_t position = 0;
-    int32_t chosen_total = 0;
-    Scan(scratch.scan).ExclusiveSum(chosen, position, chosen_total);
-    __syncthreads();
-    if (chosen != 0) emit(emitted_before + position, i);
-    equal_before += equal_total;
-    emitted_before += chosen_total;
+  for (int w = 0; w < warp; ++w) {
+    less_before += scratch.warp_less[w];
+    equal_before += scratch.warp_equal[w];
+  }
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int32_t base = begin; base < end; base += kWarp) {
+    bool less = false;
+    bool equal = false;
+    const int32_t i = base + lane;
+    classify(i, less, equal);
+    const unsigned less_bits = __ballot_sync(0xffffffffu, less);
+    const unsigned equal_bits = __ballot_sync(0xffffffffu, equal);
+    const int32_t equal_rank = equal_before + __popc(equal_bits & lanes_below);
+    if (less || (equal && equal_rank < remaining)) {
+      emit(less_before + __popc(less_bits & lanes_below) + min(equal_rank, remaining), i);
+    }
+    less_before += __popc(less_bits);
+    equal_before += __popc(equal_bits);
   }
   __syncthreads();
 }

@@ -852,9 +852,10 @@ cudaError_t LaunchScoreBlocks(const float* q, int64_t q_stride, int32_t num_head
 // --- AggregateScores ---------------------------------------------------------------------------
 // Two grids, so that the work spreads over many SMs whatever the number of segments (a step has
 // one a sparse row: a few): first a block a (segment, head) for its softmax maximum and total over
-// the segment's candidates (a read of its bounds, an exp a bound), then blocks over each segment's
-// candidates that sum, head by head, the softmax shares of their set. Each grid reads the step's
-// bounds (a few MB) once; the doubles' exps are their work.
+// the segment's candidates (a read of its bounds, an exp a bound), then blocks over tiles of each
+// segment's candidates whose warps share out the heads (a thread's doubles' exps, one a head, were
+// the second grid's latency when a thread took every head). Each grid reads the step's bounds (a
+// few MB) once.
 namespace {
 
 __global__ void __launch_bounds__(kThreads)
@@ -886,11 +887,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// A tile of a warp's width of candidates a pass: warp w takes heads w, w + 8, ..., and warp 0
+// combines the eight partial results in warp order (a NaN bound makes the maximum NaN in any
+// order; the softmax shares are summed in doubles).
 __global__ void __launch_bounds__(kThreads)
     AggregateScoresKernel(const float* __restrict__ bounds, int32_t num_heads, int64_t stride,
                           const ScoreSegment* __restrict__ segments,
                           const double* __restrict__ head_stats, float* __restrict__ scores) {
   WaitForPriorGrids();
+  __shared__ double partial[kWarpsPerBlock][kWarp];
   const ScoreSegment segment = segments[blockIdx.x];
   const int32_t set = static_cast<int32_t>(blockIdx.y);
   if (set >= segment.num_sets || segment.count <= 0) return;
@@ -899,22 +904,45 @@ __global__ void __launch_bounds__(kThreads)
   float* out = scores + segment.scores_first + int64_t{set} * segment.count;
   const double* stats = head_stats + 2 * (int64_t{blockIdx.x} * num_heads + int64_t{set} * heads);
   const double scale = segment.logit_scale;
-  for (int32_t i = blockIdx.z * kThreads + threadIdx.x; i < segment.count;
-       i += gridDim.z * kThreads) {
-    if (segment.aggregate == HeadAggregate::kMax) {
-      float score = -INFINITY;
-      for (int32_t h = 0; h < heads; ++h) {
-        const float bound = set_bounds[h * stride + i];
-        if (!isnan(score) && !(bound <= score)) score = bound;  // a NaN, once met, stays
+  const bool by_max = segment.aggregate == HeadAggregate::kMax;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const auto keep_max = [](float score, float bound) {
+    return isnan(score) || bound <= score ? score : bound;  // a NaN, once met, stays
+  };
+  for (int32_t tile = static_cast<int32_t>(blockIdx.z) * kWarp; tile < segment.count;
+       tile += static_cast<int32_t>(gridDim.z) * kWarp) {
+    const int32_t i = tile + lane;
+    if (i < segment.count) {
+      if (by_max) {
+        float score = -INFINITY;
+        for (int32_t h = warp; h < heads; h += kWarpsPerBlock) {
+          score = keep_max(score, set_bounds[h * stride + i]);
+        }
+        partial[warp][lane] = score;
+      } else {
+        double sum = 0.0;
+        for (int32_t h = warp; h < heads; h += kWarpsPerBlock) {
+          sum += exp(scale * set_bounds[h * stride + i] - stats[2 * h]) / stats[2 * h + 1];
+        }
+        partial[warp][lane] = sum;
       }
-      out[i] = score;
-      continue;
     }
-    double sum = 0.0;
-    for (int32_t h = 0; h < heads; ++h) {
-      sum += exp(scale * set_bounds[h * stride + i] - stats[2 * h]) / stats[2 * h + 1];
+    __syncthreads();
+    if (warp == 0 && i < segment.count) {
+      if (by_max) {
+        float score = -INFINITY;
+        for (int w = 0; w < kWarpsPerBlock; ++w) {
+          score = keep_max(score, static_cast<float>(partial[w][lane]));
+        }
+        out[i] = score;
+      } else {
+        double sum = 0.0;
+        for (int w = 0; w < kWarpsPerBlock; ++w) sum += partial[w][lane];
+        out[i] = static_cast<float>(sum);
+      }
     }
-    out[i] = static_cast<float>(sum);
+    __syncthreads();
   }
 }
 
@@ -954,8 +982,8 @@ cudaError_t LaunchAggregateScores(const float* bounds, int32_t num_heads, int64_
       LaunchKernel(HeadSoftmaxStatsKernel, dim3(segments_x, static_cast<unsigned>(num_heads)),
                    kThreads, 0, stream, bounds, num_heads, bound_stride, segments, head_stats);
   if (launched != cudaSuccess) return launched;
-  // Blocks enough for an even share of the candidates a segment, twice over for uneven ones.
-  const int64_t chunks = 2 * CeilDiv(CeilDiv(bound_stride, num_segments), kThreads);
+  // Tiles enough for an even share of the candidates a segment, twice over for uneven ones.
+  const int64_t chunks = 2 * CeilDiv(CeilDiv(bound_stride, num_segments), kWarp);
   const auto chunks_z = static_cast<unsigned>(std::clamp<int64_t>(chunks, 1, 65535));
   return LaunchKernel(AggregateScoresKernel,
                       dim3(segments_x, static_cast<unsigned>(max_sets), chunks_z), kThreads, 0,

@@ -12,6 +12,7 @@
 #include "core/backend/cuda/device_math.cuh"
 #include "core/backend/cuda/launch.cuh"
 #include "core/backend/cuda/sparse_selection_kernels.h"
+#include "cub/block/block_scan.cuh"
 
 namespace pulse::cuda {
 namespace {
@@ -19,19 +20,34 @@ namespace {
 constexpr int kTopThreads = 256;
 constexpr int kTableThreads = 512;
 
+// A segment of at most this many candidates has its keys staged in shared memory, read there by
+// every pass; a longer one is read from global memory (L1 and L2) by each.
+constexpr int32_t kStagedKeys = 4096;
+
 __global__ void __launch_bounds__(kTopThreads)
     SelectTopBlocksKernel(const float* __restrict__ scores,
                           const ScoreSegment* __restrict__ segments, int32_t* __restrict__ picked) {
   WaitForPriorGrids();
   __shared__ BlockSelectScratch<kTopThreads> scratch;
+  __shared__ uint32_t staged[kStagedKeys];
   const ScoreSegment segment = segments[blockIdx.x];
   const auto set = static_cast<int32_t>(blockIdx.y);
   if (set >= segment.num_sets) return;
   const float* set_scores = scores + segment.scores_first + int64_t{set} * segment.count;
   int32_t* out = picked + segment.picks_first + int64_t{set} * segment.picks;
-  BlockSelectSmallest<kTopThreads, uint32_t>(
-      segment.count, segment.picks, [&](int32_t i) { return SelectionKey(set_scores[i]); },
-      [&](int32_t position, int32_t i) { out[position] = i; }, scratch);
+  const auto emit = [&](int32_t position, int32_t i) { out[position] = i; };
+  if (segment.count <= kStagedKeys) {
+    for (int32_t i = threadIdx.x; i < segment.count; i += kTopThreads) {
+      staged[i] = SelectionKey(set_scores[i]);
+    }
+    __syncthreads();
+    BlockSelectSmallest<kTopThreads, uint32_t>(
+        segment.count, segment.picks, [&](int32_t i) { return staged[i]; }, emit, scratch);
+  } else {
+    BlockSelectSmallest<kTopThreads, uint32_t>(
+        segment.count, segment.picks, [&](int32_t i) { return SelectionKey(set_scores[i]); }, emit,
+        scratch);
+  }
 }
 
 __device__ __forceinline__ float StoredScore(float score) {
@@ -55,43 +71,52 @@ __device__ int32_t RowOfPair(const SparseTableRow* rows, int32_t num_rows, int32
 
 struct TableShared {
   BlockSelectScratch<kTableThreads> select;
+  typename cub::BlockScan<int32_t, kTableThreads>::TempStorage scan;
   int32_t evictable;
   int32_t free;  // of the evictable slots, those holding no block
 };
 
-// Adds one to a row's counter (rows are few and picks spread over them: global atomics).
-__device__ __forceinline__ void Count(const SparseTableBuild& build, int32_t row,
-                                      SparseCounter counter) {
-  atomicAdd(reinterpret_cast<unsigned long long*>(build.counters + int64_t{row} * kSparseCounters +
-                                                  counter),
-            1ull);
+__device__ __forceinline__ unsigned long long* CounterOf(const SparseTableBuild& build, int32_t row,
+                                                         SparseCounter counter) {
+  return reinterpret_cast<unsigned long long*>(build.counters + int64_t{row} * kSparseCounters +
+                                               counter);
 }
 
-// A block a set: the rows' fixed entries, then their picks in (row, pick) order (hits resolved
-// and stamped, misses listed in that order), then the misses' victims.
+// Adds to a row's counter the lanes of the warp that count it: one global atomic for the lanes
+// that share a row (a warp's pairs are mostly one row's). Every lane of the warp calls it.
+__device__ __forceinline__ void CountInWarp(const SparseTableBuild& build, bool counted,
+                                            int32_t row, SparseCounter counter) {
+  const unsigned peers = __match_any_sync(0xffffffffu, counted ? row : -1);
+  if (counted && static_cast<int>(threadIdx.x % kWarp) == __ffs(peers) - 1) {
+    atomicAdd(CounterOf(build, row, counter), static_cast<unsigned long long>(__popc(peers)));
+  }
+}
+
+// A block a set: the rows' fixed entries (a warp a row), then their picks in (row, pick) order
+// (hits resolved and stamped, misses listed in that order), then the misses' victims.
 __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseTableBuild build) {
   WaitForPriorGrids();
   __shared__ TableShared shared;
   const auto set = static_cast<int32_t>(blockIdx.x);
   const auto tid = static_cast<int32_t>(threadIdx.x);
+  const int lane = tid % kWarp;
   const SlotDirectoryView& directory = build.directory;
   const int32_t step = *build.step;
   const int64_t stride = build.table_stride;
-  for (int32_t r = 0; r < build.num_rows; ++r) {
+  for (int32_t r = tid / kWarp; r < build.num_rows; r += kTableThreads / kWarp) {
     const SparseTableRow row = build.rows[r];
     const int32_t picks = build.segments[row.segment].picks;
     const int32_t table_row = r * build.num_sets + set;
     int32_t* table = build.tables + table_row * stride;
     const int32_t fixed = row.sink_blocks + row.window_blocks;
-    for (int32_t i = tid; i < fixed; i += kTableThreads) {
+    for (int32_t i = lane; i < fixed; i += kWarp) {
       table[i < row.sink_blocks ? i : i + picks] = build.fixed_blocks[row.fixed_first + i];
     }
-    if (tid == 0) build.kv_lens[table_row] = row.kv_len;
+    if (lane == 0) build.kv_lens[table_row] = row.kv_len;
   }
   const bool listed = set < directory.num_sets;
   RecallEntry* recalls =
       listed ? build.recalls.entries + int64_t{set} * build.recalls.capacity : nullptr;
-  __syncthreads();
 
   const SparseTableRow& last = build.rows[build.num_rows - 1];
   const int32_t pairs = last.picks_before + build.segments[last.segment].picks;
@@ -100,9 +125,12 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
   for (int32_t base = 0; base < pairs; base += kTableThreads) {
     const int32_t pair = base + tid;
     int32_t missed = 0;
+    bool reused = false;
+    bool hit = false;
+    int32_t r = 0;
     RecallEntry miss{};
     if (pair < pairs) {
-      const int32_t r = RowOfPair(build.rows, build.num_rows, pair);
+      r = RowOfPair(build.rows, build.num_rows, pair);
       const SparseTableRow row = build.rows[r];
       const ScoreSegment segment = build.segments[row.segment];
       const int32_t j = pair - row.picks_before;
@@ -110,7 +138,7 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
       const int32_t candidate = segment.first + pick;
       int32_t& stamp =
           build.pick_stamps[int64_t{set} * build.num_summaries + build.summary_ids[candidate]];
-      if (stamp == step - 1) Count(build, r, kSparseReused);
+      reused = stamp == step - 1;
       stamp = step;
       const int32_t block = build.candidate_blocks[candidate];
       const int64_t entry = (int64_t{r} * build.num_sets + set) * stride + row.sink_blocks + j;
@@ -125,7 +153,7 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
           directory.last_used[at] = step;
           directory.score[at] = StoredScore(score);
           build.tables[entry] = directory.first_slot + slot;
-          Count(build, r, kSparseHits);
+          hit = true;
         } else {
           // Slot 0 until a victim is found (the table never names a block outside the cache).
           build.tables[entry] = directory.first_slot;
@@ -134,9 +162,11 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
         }
       }
     }
+    CountInWarp(build, reused, r, kSparseReused);
+    CountInWarp(build, hit, r, kSparseHits);
     int32_t position = 0;
     int32_t total = 0;
-    Scan(shared.select.scan).ExclusiveSum(missed, position, total);
+    Scan(shared.scan).ExclusiveSum(missed, position, total);
     __syncthreads();
     if (missed != 0 && misses + position < build.recalls.capacity) {
       recalls[misses + position] = miss;
@@ -178,7 +208,7 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
       const int32_t is_free = slot < directory.num_slots && free_slot(slot) ? 1 : 0;
       int32_t position = 0;
       int32_t total = 0;
-      Scan(shared.select.scan).ExclusiveSum(is_free, position, total);
+      Scan(shared.scan).ExclusiveSum(is_free, position, total);
       __syncthreads();
       if (is_free != 0 && found + position < victims) recalls[found + position].slot = slot;
       found += total;
@@ -193,20 +223,26 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
         },
         [&](int32_t position, int32_t slot) { recalls[position].slot = slot; }, shared.select);
   }
-  for (int32_t i = tid; i < victims; i += kTableThreads) {
-    RecallEntry& miss = recalls[i];
-    const auto row = static_cast<int32_t>(miss.table_index / stride / build.num_sets);
-    const int64_t at = int64_t{set} * directory.num_slots + miss.slot;
-    if (const int32_t evicted = directory.block_of_slot[at]; evicted >= 0) {
-      directory.slot_of_block[int64_t{set} * directory.num_blocks + evicted] = -1;
-      Count(build, row, kSparseEvictions);
+  for (int32_t base = 0; base < victims; base += kTableThreads) {
+    const int32_t i = base + tid;
+    bool evicted_one = false;
+    int32_t row = 0;
+    if (i < victims) {
+      RecallEntry& miss = recalls[i];
+      row = static_cast<int32_t>(miss.table_index / stride / build.num_sets);
+      const int64_t at = int64_t{set} * directory.num_slots + miss.slot;
+      if (const int32_t evicted = directory.block_of_slot[at]; evicted >= 0) {
+        directory.slot_of_block[int64_t{set} * directory.num_blocks + evicted] = -1;
+        evicted_one = true;
+      }
+      directory.slot_of_block[int64_t{set} * directory.num_blocks + miss.host_block] = miss.slot;
+      directory.block_of_slot[at] = miss.host_block;
+      directory.last_used[at] = step;
+      directory.score[at] = StoredScore(miss.score);
+      build.tables[miss.table_index] = directory.first_slot + miss.slot;
     }
-    Count(build, row, kSparseMisses);
-    directory.slot_of_block[int64_t{set} * directory.num_blocks + miss.host_block] = miss.slot;
-    directory.block_of_slot[at] = miss.host_block;
-    directory.last_used[at] = step;
-    directory.score[at] = StoredScore(miss.score);
-    build.tables[miss.table_index] = directory.first_slot + miss.slot;
+    CountInWarp(build, evicted_one, row, kSparseEvictions);
+    CountInWarp(build, i < victims, row, kSparseMisses);
   }
   if (tid == 0) build.recalls.counts[set] = victims;
   // The misses past the victims (an overflow, which the plan prevents) are the offloaded picks
@@ -222,7 +258,7 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
         build.picked[segment.picks_first + int64_t{set} * segment.picks + pair - row.picks_before];
     const int32_t block = build.candidate_blocks[segment.first + pick];
     if (directory.slot_of_block[int64_t{set} * directory.num_blocks + block] < 0) {
-      Count(build, r, kSparseOverflow);
+      atomicAdd(CounterOf(build, r, kSparseOverflow), 1ull);
     }
   }
 }
