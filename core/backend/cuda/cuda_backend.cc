@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
     attention_scratch_ = DeviceBuffer();
     sampling_scratch_ = DeviceBuffer();
     aggregate_scratch_ = DeviceBuffer();
+    table_scratch_ = DeviceBuffer();
     gemm_workspace_ = DeviceBuffer();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (capture_stream_ != nullptr) cudaStreamDestroy(capture_stream_);
@@ -499,7 +500,10 @@ class CudaBackend final : public Backend {
 
   void BuildSparseTables(const SparseTableBuild& build) override {
     absl::MutexLock lock(&mu_);
-    Record(cuda::LaunchBuildSparseTables(build, stream()), "BuildSparseTables");
+    const int64_t bytes = cuda::BuildSparseTablesScratchBytes(build);
+    if (bytes > 0 && !Grow(table_scratch_, static_cast<size_t>(bytes))) return;
+    Record(cuda::LaunchBuildSparseTables(build, table_scratch_.data(), stream()),
+           "BuildSparseTables");
   }
 
   void ForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,
@@ -747,6 +751,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer attention_scratch_ ABSL_GUARDED_BY(mu_);
   DeviceBuffer sampling_scratch_ ABSL_GUARDED_BY(mu_);
   DeviceBuffer aggregate_scratch_ ABSL_GUARDED_BY(mu_);
+  DeviceBuffer table_scratch_ ABSL_GUARDED_BY(mu_);  // BuildSparseTables' pending misses
   uint64_t scratch_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped when a scratch buffer moves
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   Capture capture_ ABSL_GUARDED_BY(mu_);

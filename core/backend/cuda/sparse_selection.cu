@@ -69,13 +69,6 @@ __device__ int32_t RowOfPair(const SparseTableRow* rows, int32_t num_rows, int32
   return low;
 }
 
-struct TableShared {
-  BlockSelectScratch<kTableThreads> select;
-  typename cub::BlockScan<int32_t, kTableThreads>::TempStorage scan;
-  int32_t evictable;
-  int32_t free;  // of the evictable slots, those holding no block
-};
-
 __device__ __forceinline__ unsigned long long* CounterOf(const SparseTableBuild& build, int32_t row,
                                                          SparseCounter counter) {
   return reinterpret_cast<unsigned long long*>(build.counters + int64_t{row} * kSparseCounters +
@@ -92,18 +85,34 @@ __device__ __forceinline__ void CountInWarp(const SparseTableBuild& build, bool 
   }
 }
 
-// A block a set: the rows' fixed entries (a warp a row), then their picks in (row, pick) order
-// (hits resolved and stamped, misses listed in that order), then the misses' victims.
-__global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseTableBuild build) {
+// The table build's two grids: the first resolves the picks, a thread a (pick, set), so that the
+// chains of dependent loads a pick makes (its row, its candidate, the summary's stamp, the block's
+// slot) run all at once rather than a block's width at a time; the second, a block a set of the
+// directory, lists the misses in order and chooses their victims. Between them a pick block's
+// misses wait in pick order, with their count.
+constexpr int kResolveThreads = 256;
+constexpr int kFixedRowsPerBlock = kResolveThreads / kWarp;  // a warp a row
+
+struct PendingMisses {
+  RecallEntry* entries = nullptr;  // [directory sets][pick_blocks * kResolveThreads]
+  int32_t* counts = nullptr;       // [directory sets][pick_blocks]
+  int32_t pick_blocks = 0;         // blocks enough for every row's table width in picks
+};
+
+// The blocks past the pick blocks fill the rows' fixed entries, a warp a row.
+__global__ void __launch_bounds__(kResolveThreads)
+    ResolvePicksKernel(SparseTableBuild build, PendingMisses pending) {
   WaitForPriorGrids();
-  __shared__ TableShared shared;
-  const auto set = static_cast<int32_t>(blockIdx.x);
+  using Scan = cub::BlockScan<int32_t, kResolveThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const auto set = static_cast<int32_t>(blockIdx.y);
+  const auto block = static_cast<int32_t>(blockIdx.x);
   const auto tid = static_cast<int32_t>(threadIdx.x);
-  const int lane = tid % kWarp;
-  const SlotDirectoryView& directory = build.directory;
-  const int32_t step = *build.step;
   const int64_t stride = build.table_stride;
-  for (int32_t r = tid / kWarp; r < build.num_rows; r += kTableThreads / kWarp) {
+  if (block >= pending.pick_blocks) {
+    const int32_t r = (block - pending.pick_blocks) * kFixedRowsPerBlock + tid / kWarp;
+    if (r >= build.num_rows) return;
+    const int lane = tid % kWarp;
     const SparseTableRow row = build.rows[r];
     const int32_t picks = build.segments[row.segment].picks;
     const int32_t table_row = r * build.num_sets + set;
@@ -113,67 +122,115 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
       table[i < row.sink_blocks ? i : i + picks] = build.fixed_blocks[row.fixed_first + i];
     }
     if (lane == 0) build.kv_lens[table_row] = row.kv_len;
+    return;
   }
+  const SlotDirectoryView& directory = build.directory;
   const bool listed = set < directory.num_sets;
-  RecallEntry* recalls =
-      listed ? build.recalls.entries + int64_t{set} * build.recalls.capacity : nullptr;
-
   const SparseTableRow& last = build.rows[build.num_rows - 1];
   const int32_t pairs = last.picks_before + build.segments[last.segment].picks;
-  using Scan = cub::BlockScan<int32_t, kTableThreads>;
-  int32_t misses = 0;
-  for (int32_t base = 0; base < pairs; base += kTableThreads) {
-    const int32_t pair = base + tid;
-    int32_t missed = 0;
-    bool reused = false;
-    bool hit = false;
-    int32_t r = 0;
-    RecallEntry miss{};
-    if (pair < pairs) {
-      r = RowOfPair(build.rows, build.num_rows, pair);
-      const SparseTableRow row = build.rows[r];
-      const ScoreSegment segment = build.segments[row.segment];
-      const int32_t j = pair - row.picks_before;
-      const int32_t pick = build.picked[segment.picks_first + int64_t{set} * segment.picks + j];
-      const int32_t candidate = segment.first + pick;
-      int32_t& stamp =
-          build.pick_stamps[int64_t{set} * build.num_summaries + build.summary_ids[candidate]];
-      reused = stamp == step - 1;
-      stamp = step;
-      const int32_t block = build.candidate_blocks[candidate];
-      const int64_t entry = (int64_t{r} * build.num_sets + set) * stride + row.sink_blocks + j;
-      if (row.offloaded == 0 || !listed) {
-        build.tables[entry] = block;
+  if (block * kResolveThreads >= pairs) {  // the whole block
+    if (listed && tid == 0) pending.counts[int64_t{set} * pending.pick_blocks + block] = 0;
+    return;
+  }
+  const int32_t step = *build.step;
+  const int32_t pair = block * kResolveThreads + tid;
+  int32_t missed = 0;
+  bool reused = false;
+  bool hit = false;
+  int32_t r = 0;
+  RecallEntry miss{};
+  if (pair < pairs) {
+    r = RowOfPair(build.rows, build.num_rows, pair);
+    const SparseTableRow row = build.rows[r];
+    const ScoreSegment segment = build.segments[row.segment];
+    const int32_t j = pair - row.picks_before;
+    const int32_t pick = build.picked[segment.picks_first + int64_t{set} * segment.picks + j];
+    const int32_t candidate = segment.first + pick;
+    int32_t& stamp =
+        build.pick_stamps[int64_t{set} * build.num_summaries + build.summary_ids[candidate]];
+    reused = stamp == step - 1;
+    stamp = step;
+    const int32_t host_block = build.candidate_blocks[candidate];
+    const int64_t entry = (int64_t{r} * build.num_sets + set) * stride + row.sink_blocks + j;
+    if (row.offloaded == 0 || !listed) {
+      build.tables[entry] = host_block;
+    } else {
+      const float score = build.scores[segment.scores_first + int64_t{set} * segment.count + pick];
+      const int32_t slot =
+          directory.slot_of_block[int64_t{set} * directory.num_blocks + host_block];
+      if (slot >= 0) {
+        const int64_t at = int64_t{set} * directory.num_slots + slot;
+        directory.last_used[at] = step;
+        directory.score[at] = StoredScore(score);
+        build.tables[entry] = directory.first_slot + slot;
+        hit = true;
       } else {
-        const float score =
-            build.scores[segment.scores_first + int64_t{set} * segment.count + pick];
-        const int32_t slot = directory.slot_of_block[int64_t{set} * directory.num_blocks + block];
-        if (slot >= 0) {
-          const int64_t at = int64_t{set} * directory.num_slots + slot;
-          directory.last_used[at] = step;
-          directory.score[at] = StoredScore(score);
-          build.tables[entry] = directory.first_slot + slot;
-          hit = true;
-        } else {
-          // Slot 0 until a victim is found (the table never names a block outside the cache).
-          build.tables[entry] = directory.first_slot;
-          missed = 1;
-          miss = {block, -1, static_cast<int32_t>(entry), score};
-        }
+        // Slot 0 until a victim is found (the table never names a block outside the cache).
+        build.tables[entry] = directory.first_slot;
+        missed = 1;
+        miss = {host_block, -1, static_cast<int32_t>(entry), score};
       }
     }
-    CountInWarp(build, reused, r, kSparseReused);
-    CountInWarp(build, hit, r, kSparseHits);
-    int32_t position = 0;
+  }
+  CountInWarp(build, reused, r, kSparseReused);
+  CountInWarp(build, hit, r, kSparseHits);
+  if (!listed) return;  // the whole block
+  int32_t position = 0;
+  int32_t total = 0;
+  Scan(scan).ExclusiveSum(missed, position, total);
+  const int64_t first = int64_t{set} * pending.pick_blocks + block;
+  if (missed != 0) pending.entries[first * kResolveThreads + position] = miss;
+  if (tid == 0) pending.counts[first] = total;
+}
+
+struct FinishShared {
+  BlockSelectScratch<kTableThreads> select;
+  typename cub::BlockScan<int32_t, kTableThreads>::TempStorage scan;
+  int32_t block_counts[kTableThreads];
+  int32_t block_offsets[kTableThreads];
+  int32_t evictable;
+  int32_t free;  // of the evictable slots, those holding no block
+};
+
+// A block a set of the directory: the pick blocks' misses listed in order (a warp a pick block),
+// then their victims.
+__global__ void __launch_bounds__(kTableThreads)
+    FinishTablesKernel(SparseTableBuild build, PendingMisses pending) {
+  WaitForPriorGrids();
+  __shared__ FinishShared shared;
+  using Scan = cub::BlockScan<int32_t, kTableThreads>;
+  const auto set = static_cast<int32_t>(blockIdx.x);
+  const auto tid = static_cast<int32_t>(threadIdx.x);
+  const int lane = tid % kWarp;
+  const int warp = tid / kWarp;
+  const SlotDirectoryView& directory = build.directory;
+  const int32_t step = *build.step;
+  const int64_t stride = build.table_stride;
+  RecallEntry* recalls = build.recalls.entries + int64_t{set} * build.recalls.capacity;
+  const int32_t* counts = pending.counts + int64_t{set} * pending.pick_blocks;
+  int32_t misses = 0;
+  for (int32_t base = 0; base < pending.pick_blocks; base += kTableThreads) {
+    const int32_t b = base + tid;
+    const int32_t count = b < pending.pick_blocks ? counts[b] : 0;
+    int32_t offset = 0;
     int32_t total = 0;
-    Scan(shared.scan).ExclusiveSum(missed, position, total);
+    Scan(shared.scan).ExclusiveSum(count, offset, total);
+    shared.block_counts[tid] = count;
+    shared.block_offsets[tid] = misses + offset;
     __syncthreads();
-    if (missed != 0 && misses + position < build.recalls.capacity) {
-      recalls[misses + position] = miss;
+    const int32_t chunk = min(kTableThreads, pending.pick_blocks - base);
+    for (int32_t c = warp; c < chunk; c += kTableThreads / kWarp) {
+      const RecallEntry* from =
+          pending.entries + (int64_t{set} * pending.pick_blocks + base + c) * kResolveThreads;
+      const int32_t at = shared.block_offsets[c];
+      for (int32_t i = lane; i < shared.block_counts[c] && at + i < build.recalls.capacity;
+           i += kWarp) {
+        recalls[at + i] = from[i];
+      }
     }
     misses += total;
+    __syncthreads();
   }
-  if (!listed) return;
   if (misses == 0) {
     if (tid == 0) build.recalls.counts[set] = 0;
     return;
@@ -183,7 +240,7 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
     shared.evictable = 0;
     shared.free = 0;
   }
-  __syncthreads();  // the hits' stamps and the misses are written
+  __syncthreads();
   const int64_t set_slots = int64_t{set} * directory.num_slots;
   const auto free_slot = [&](int32_t slot) {
     return directory.last_used[set_slots + slot] < step &&
@@ -249,6 +306,8 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
   // whose blocks are still not resident.
   if (victims == misses) return;
   __syncthreads();
+  const SparseTableRow& last = build.rows[build.num_rows - 1];
+  const int32_t pairs = last.picks_before + build.segments[last.segment].picks;
   for (int32_t pair = tid; pair < pairs; pair += kTableThreads) {
     const int32_t r = RowOfPair(build.rows, build.num_rows, pair);
     const SparseTableRow row = build.rows[r];
@@ -261,6 +320,16 @@ __global__ void __launch_bounds__(kTableThreads) BuildSparseTablesKernel(SparseT
       atomicAdd(CounterOf(build, r, kSparseOverflow), 1ull);
     }
   }
+}
+
+PendingMisses PendingLayout(const SparseTableBuild& build, void* scratch) {
+  PendingMisses pending;
+  pending.pick_blocks =
+      static_cast<int32_t>(CeilDiv(int64_t{build.num_rows} * build.table_stride, kResolveThreads));
+  const int64_t entries = int64_t{build.directory.num_sets} * pending.pick_blocks * kResolveThreads;
+  pending.entries = static_cast<RecallEntry*>(scratch);
+  pending.counts = reinterpret_cast<int32_t*>(pending.entries + entries);
+  return pending;
 }
 
 __global__ void ForgetSlotsKernel(SlotDirectoryView directory, const int32_t* __restrict__ blocks,
@@ -361,14 +430,31 @@ cudaError_t LaunchSelectTopBlocks(const float* scores, const ScoreSegment* segme
                       kTopThreads, 0, stream, scores, segments, picked);
 }
 
-cudaError_t LaunchBuildSparseTables(const SparseTableBuild& build, cudaStream_t stream) {
+int64_t BuildSparseTablesScratchBytes(const SparseTableBuild& build) {
+  const int64_t pick_blocks =
+      CeilDiv(int64_t{build.num_rows} * build.table_stride, kResolveThreads);
+  const int64_t sets = build.directory.num_sets;
+  return sets * pick_blocks * (kResolveThreads * int64_t{sizeof(RecallEntry)} + sizeof(int32_t));
+}
+
+cudaError_t LaunchBuildSparseTables(const SparseTableBuild& build, void* scratch,
+                                    cudaStream_t stream) {
   if (build.num_rows < 0 || build.num_sets < 1 || build.num_sets > 65535 ||
+      build.table_stride < 0 ||
       (build.directory.num_sets != 0 && build.directory.num_sets != build.num_sets)) {
     return cudaErrorInvalidValue;
   }
   if (build.num_rows == 0) return cudaSuccess;
-  return LaunchKernel(BuildSparseTablesKernel, dim3(static_cast<unsigned>(build.num_sets)),
-                      kTableThreads, 0, stream, build);
+  const PendingMisses pending = PendingLayout(build, scratch);
+  const int64_t blocks = pending.pick_blocks + CeilDiv(build.num_rows, kFixedRowsPerBlock);
+  if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  const cudaError_t resolved =
+      LaunchKernel(ResolvePicksKernel,
+                   dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(build.num_sets)),
+                   kResolveThreads, 0, stream, build, pending);
+  if (resolved != cudaSuccess || build.directory.num_sets == 0) return resolved;
+  return LaunchKernel(FinishTablesKernel, dim3(static_cast<unsigned>(build.num_sets)),
+                      kTableThreads, 0, stream, build, pending);
 }
 
 cudaError_t LaunchForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,

@@ -17,8 +17,13 @@ namespace pulse::cuda {
 cudaError_t LaunchSelectTopBlocks(const float* scores, const ScoreSegment* segments,
                                   int32_t num_segments, int32_t max_sets, int32_t* picked,
                                   cudaStream_t stream);
-// Backend::BuildSparseTables: a block a set.
-cudaError_t LaunchBuildSparseTables(const SparseTableBuild& build, cudaStream_t stream);
+// Backend::BuildSparseTables: a grid that resolves each (pick, set) and fills the fixed entries,
+// then, when the directory has sets, a block a set that lists the misses and chooses their
+// victims. `scratch` is device memory of BuildSparseTablesScratchBytes(build) bytes, where the
+// misses wait between the two.
+int64_t BuildSparseTablesScratchBytes(const SparseTableBuild& build);
+cudaError_t LaunchBuildSparseTables(const SparseTableBuild& build, void* scratch,
+                                    cudaStream_t stream);
 // Backend::ForgetSlots.
 cudaError_t LaunchForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,
                               int32_t count, cudaStream_t stream);
