@@ -491,6 +491,23 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
                                      build_tables();
                                    }));
 
+  // A few misses a step among all the context's slots: every 512th block forgotten before each
+  // build (the forgetting timed alone too), so the victims are chosen over every slot.
+  std::vector<int32_t> forgotten;
+  for (int32_t i = 0; i < count; i += 512) forgotten.push_back(i);
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer forget_blocks, bench.Ints(forgotten));
+  const auto forget = [&] {
+    backend.ForgetSlots(build.directory, forget_blocks.as<int32_t>(),
+                        static_cast<int32_t>(forgotten.size()));
+  };
+  PULSE_RETURN_IF_ERROR(bench.Time("forget 1/512 of the slots " + shape, forgotten.size() * 16.0, 0,
+                                   [&](int) { forget(); }));
+  PULSE_RETURN_IF_ERROR(
+      bench.Time("the same, then build tables " + shape, table_bytes, 0, [&](int) {
+        forget();
+        build_tables();
+      }));
+
   // The picked blocks, as sparse tables give them to attention: a row's kPicks blocks of its own,
   // scattered over the cache.
   PULSE_ASSIGN_OR_RETURN(Cache picks, MakeCache(bench, rows, kBudget, 1, true, kBlockTokens));

@@ -6,6 +6,7 @@
 // Floors: these read a few KB a layer (scores: 4 bytes a candidate; picks and directory entries:
 // 4-16 bytes a pick; a set's slot state when it has misses: 12 bytes a slot, once a radix pass),
 // so each is a launch and a few block barriers: a few microseconds, 32 layers a step.
+#include <algorithm>
 #include <climits>
 
 #include "core/backend/cuda/block_select.cuh"
@@ -17,8 +18,7 @@
 namespace pulse::cuda {
 namespace {
 
-constexpr int kTopThreads = 256;
-constexpr int kTableThreads = 512;
+constexpr int kTopThreads = 512;
 
 // A segment of at most this many candidates has its keys staged in shared memory, read there by
 // every pass; a longer one is read from global memory (L1 and L2) by each.
@@ -85,23 +85,36 @@ __device__ __forceinline__ void CountInWarp(const SparseTableBuild& build, bool 
   }
 }
 
-// The table build's two grids: the first resolves the picks, a thread a (pick, set), so that the
+// The table build's two grids. The first resolves the picks, a thread a (pick, set), so that the
 // chains of dependent loads a pick makes (its row, its candidate, the summary's stamp, the block's
-// slot) run all at once rather than a block's width at a time; the second, a block a set of the
-// directory, lists the misses in order and chooses their victims. Between them a pick block's
-// misses wait in pick order, with their count.
+// slot) run all at once rather than a block's width at a time; a pick block's misses wait in pick
+// order in scratch, with their count. The second, when a set has misses, computes every slot's
+// victim key, a block a chunk of slots, and keeps each chunk's smallest few; the last chunk of a
+// set to finish lists the misses and chooses their victims among those candidates (or among all
+// the keys, when the misses are more than a chunk keeps). One block sweeping every slot was the
+// step's largest cost when the device tier holds whole contexts of many requests.
 constexpr int kResolveThreads = 256;
 constexpr int kFixedRowsPerBlock = kResolveThreads / kWarp;  // a warp a row
+constexpr int kVictimThreads = 256;
+constexpr int32_t kChunkSlots = 1024;
+constexpr int32_t kChunkCandidates = 64;
+constexpr int32_t kStagedVictimKeys = 4096;
 
-struct PendingMisses {
-  RecallEntry* entries = nullptr;  // [directory sets][pick_blocks * kResolveThreads]
-  int32_t* counts = nullptr;       // [directory sets][pick_blocks]
-  int32_t pick_blocks = 0;         // blocks enough for every row's table width in picks
+struct TableScratch {
+  RecallEntry* pending = nullptr;      // [directory sets][pick_blocks * kResolveThreads]
+  int32_t* pending_counts = nullptr;   // [directory sets][pick_blocks]
+  int32_t pick_blocks = 0;             // blocks enough for every row's table width in picks
+  int32_t chunks = 0;                  // of kChunkSlots slots
+  uint64_t* keys = nullptr;            // [directory sets][slots]: VictimKey, ~0 if used this step
+  uint64_t* candidate_keys = nullptr;  // [directory sets][chunks * kChunkCandidates]
+  int32_t* candidate_slots = nullptr;  // the same
+  int32_t* chunk_evictable = nullptr;  // [directory sets][chunks]
+  uint32_t* chunks_done = nullptr;     // [directory sets], zeroed by the first grid
 };
 
 // The blocks past the pick blocks fill the rows' fixed entries, a warp a row.
 __global__ void __launch_bounds__(kResolveThreads)
-    ResolvePicksKernel(SparseTableBuild build, PendingMisses pending) {
+    ResolvePicksKernel(SparseTableBuild build, TableScratch scratch) {
   WaitForPriorGrids();
   using Scan = cub::BlockScan<int32_t, kResolveThreads>;
   __shared__ typename Scan::TempStorage scan;
@@ -109,8 +122,9 @@ __global__ void __launch_bounds__(kResolveThreads)
   const auto block = static_cast<int32_t>(blockIdx.x);
   const auto tid = static_cast<int32_t>(threadIdx.x);
   const int64_t stride = build.table_stride;
-  if (block >= pending.pick_blocks) {
-    const int32_t r = (block - pending.pick_blocks) * kFixedRowsPerBlock + tid / kWarp;
+  if (block == 0 && tid == 0 && set < build.directory.num_sets) scratch.chunks_done[set] = 0;
+  if (block >= scratch.pick_blocks) {
+    const int32_t r = (block - scratch.pick_blocks) * kFixedRowsPerBlock + tid / kWarp;
     if (r >= build.num_rows) return;
     const int lane = tid % kWarp;
     const SparseTableRow row = build.rows[r];
@@ -129,7 +143,7 @@ __global__ void __launch_bounds__(kResolveThreads)
   const SparseTableRow& last = build.rows[build.num_rows - 1];
   const int32_t pairs = last.picks_before + build.segments[last.segment].picks;
   if (block * kResolveThreads >= pairs) {  // the whole block
-    if (listed && tid == 0) pending.counts[int64_t{set} * pending.pick_blocks + block] = 0;
+    if (listed && tid == 0) scratch.pending_counts[int64_t{set} * scratch.pick_blocks + block] = 0;
     return;
   }
   const int32_t step = *build.step;
@@ -178,28 +192,54 @@ __global__ void __launch_bounds__(kResolveThreads)
   int32_t position = 0;
   int32_t total = 0;
   Scan(scan).ExclusiveSum(missed, position, total);
-  const int64_t first = int64_t{set} * pending.pick_blocks + block;
-  if (missed != 0) pending.entries[first * kResolveThreads + position] = miss;
-  if (tid == 0) pending.counts[first] = total;
+  const int64_t first = int64_t{set} * scratch.pick_blocks + block;
+  if (missed != 0) scratch.pending[first * kResolveThreads + position] = miss;
+  if (tid == 0) scratch.pending_counts[first] = total;
 }
 
 struct FinishShared {
-  BlockSelectScratch<kTableThreads> select;
-  typename cub::BlockScan<int32_t, kTableThreads>::TempStorage scan;
-  int32_t block_counts[kTableThreads];
-  int32_t block_offsets[kTableThreads];
+  BlockSelectScratch<kVictimThreads> select;
+  typename cub::BlockScan<int32_t, kVictimThreads>::TempStorage scan;
+  uint64_t staged[kStagedVictimKeys];
+  int32_t block_counts[kVictimThreads];
+  int32_t block_offsets[kVictimThreads];
+  int32_t misses;
   int32_t evictable;
-  int32_t free;  // of the evictable slots, those holding no block
+  int32_t last;
 };
 
-// A block a set of the directory: the pick blocks' misses listed in order (a warp a pick block),
-// then their victims.
-__global__ void __launch_bounds__(kTableThreads)
-    FinishTablesKernel(SparseTableBuild build, PendingMisses pending) {
+// Sums a value over the block into `total` (zeroed by the caller before a barrier); every thread
+// reads the sum after the barrier this ends with.
+__device__ __forceinline__ int32_t BlockSum(int32_t value, int32_t& total) {
+  if (value != 0) atomicAdd(&total, value);
+  __syncthreads();
+  return total;
+}
+
+// The k smallest of n keys (ties: the lower index), from shared memory when they fit:
+// emit(position, index) in increasing index order. The keys are other blocks' writes: read past L1.
+template <typename Emit>
+__device__ void SelectSmallestKeys(const uint64_t* keys, int32_t n, int32_t k, Emit emit,
+                                   FinishShared& shared) {
+  if (n <= kStagedVictimKeys) {
+    for (int32_t i = threadIdx.x; i < n; i += kVictimThreads) shared.staged[i] = __ldcg(keys + i);
+    __syncthreads();
+    BlockSelectSmallest<kVictimThreads, uint64_t>(
+        n, k, [&](int32_t i) { return shared.staged[i]; }, emit, shared.select);
+  } else {
+    BlockSelectSmallest<kVictimThreads, uint64_t>(
+        n, k, [&](int32_t i) { return __ldcg(keys + i); }, emit, shared.select);
+  }
+}
+
+// A block a (chunk of slots, set of the directory); nothing when the set has no misses.
+__global__ void __launch_bounds__(kVictimThreads)
+    FinishTablesKernel(SparseTableBuild build, TableScratch scratch) {
   WaitForPriorGrids();
   __shared__ FinishShared shared;
-  using Scan = cub::BlockScan<int32_t, kTableThreads>;
-  const auto set = static_cast<int32_t>(blockIdx.x);
+  using Scan = cub::BlockScan<int32_t, kVictimThreads>;
+  const auto set = static_cast<int32_t>(blockIdx.y);
+  const auto chunk = static_cast<int32_t>(blockIdx.x);
   const auto tid = static_cast<int32_t>(threadIdx.x);
   const int lane = tid % kWarp;
   const int warp = tid / kWarp;
@@ -207,87 +247,112 @@ __global__ void __launch_bounds__(kTableThreads)
   const int32_t step = *build.step;
   const int64_t stride = build.table_stride;
   RecallEntry* recalls = build.recalls.entries + int64_t{set} * build.recalls.capacity;
-  const int32_t* counts = pending.counts + int64_t{set} * pending.pick_blocks;
-  int32_t misses = 0;
-  for (int32_t base = 0; base < pending.pick_blocks; base += kTableThreads) {
+  const int32_t* pending_counts = scratch.pending_counts + int64_t{set} * scratch.pick_blocks;
+  if (tid == 0) {
+    shared.misses = 0;
+    shared.evictable = 0;
+  }
+  __syncthreads();
+  int32_t pending = 0;
+  for (int32_t b = tid; b < scratch.pick_blocks; b += kVictimThreads) pending += pending_counts[b];
+  const int32_t misses = BlockSum(pending, shared.misses);
+  if (misses == 0) {
+    if (chunk == 0 && tid == 0) build.recalls.counts[set] = 0;
+    return;
+  }
+
+  // This chunk's keys, its evictable slots and its smallest keys.
+  const int64_t set_slots = int64_t{set} * directory.num_slots;
+  const int32_t chunk_first = chunk * kChunkSlots;
+  const int32_t n = max(0, min(kChunkSlots, directory.num_slots - chunk_first));
+  int32_t evictable = 0;
+  for (int32_t i = tid; i < n; i += kVictimThreads) {
+    const int32_t slot = chunk_first + i;
+    const bool used = directory.last_used[set_slots + slot] >= step;
+    const uint64_t key = used ? ~uint64_t{0} : VictimKey(directory, set, slot);
+    shared.staged[i] = key;
+    scratch.keys[set_slots + slot] = key;
+    evictable += used ? 0 : 1;
+  }
+  const int64_t candidates_first = (int64_t{set} * scratch.chunks + chunk) * kChunkCandidates;
+  for (int32_t i = tid; i < kChunkCandidates; i += kVictimThreads) {
+    scratch.candidate_keys[candidates_first + i] = ~uint64_t{0};  // none
+    scratch.candidate_slots[candidates_first + i] = -1;
+  }
+  const int32_t chunk_evictable = BlockSum(evictable, shared.evictable);
+  BlockSelectSmallest<kVictimThreads, uint64_t>(
+      n, min(misses, kChunkCandidates), [&](int32_t i) { return shared.staged[i]; },
+      [&](int32_t position, int32_t i) {
+        scratch.candidate_keys[candidates_first + position] = shared.staged[i];
+        scratch.candidate_slots[candidates_first + position] = chunk_first + i;
+      },
+      shared.select);
+  if (tid == 0) scratch.chunk_evictable[int64_t{set} * scratch.chunks + chunk] = chunk_evictable;
+  // The last chunk of the set to finish goes on.
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    shared.last =
+        atomicAdd(scratch.chunks_done + set, 1u) == static_cast<uint32_t>(scratch.chunks - 1);
+    shared.evictable = 0;
+  }
+  __syncthreads();
+  if (shared.last == 0) return;
+  __threadfence();
+
+  // The misses, in pick order: a warp copies a pick block's.
+  int32_t listed = 0;
+  for (int32_t base = 0; base < scratch.pick_blocks; base += kVictimThreads) {
     const int32_t b = base + tid;
-    const int32_t count = b < pending.pick_blocks ? counts[b] : 0;
+    const int32_t count = b < scratch.pick_blocks ? pending_counts[b] : 0;
     int32_t offset = 0;
     int32_t total = 0;
     Scan(shared.scan).ExclusiveSum(count, offset, total);
     shared.block_counts[tid] = count;
-    shared.block_offsets[tid] = misses + offset;
+    shared.block_offsets[tid] = listed + offset;
     __syncthreads();
-    const int32_t chunk = min(kTableThreads, pending.pick_blocks - base);
-    for (int32_t c = warp; c < chunk; c += kTableThreads / kWarp) {
+    const int32_t blocks = min(kVictimThreads, scratch.pick_blocks - base);
+    for (int32_t c = warp; c < blocks; c += kVictimThreads / kWarp) {
       const RecallEntry* from =
-          pending.entries + (int64_t{set} * pending.pick_blocks + base + c) * kResolveThreads;
+          scratch.pending + (int64_t{set} * scratch.pick_blocks + base + c) * kResolveThreads;
       const int32_t at = shared.block_offsets[c];
       for (int32_t i = lane; i < shared.block_counts[c] && at + i < build.recalls.capacity;
            i += kWarp) {
         recalls[at + i] = from[i];
       }
     }
-    misses += total;
+    listed += total;
     __syncthreads();
   }
-  if (misses == 0) {
-    if (tid == 0) build.recalls.counts[set] = 0;
-    return;
+  int32_t all_evictable = 0;
+  for (int32_t c = tid; c < scratch.chunks; c += kVictimThreads) {
+    all_evictable += __ldcg(scratch.chunk_evictable + int64_t{set} * scratch.chunks + c);
   }
-  // The slots the step has not used, and the misses' victims among them.
-  if (tid == 0) {
-    shared.evictable = 0;
-    shared.free = 0;
-  }
-  __syncthreads();
-  const int64_t set_slots = int64_t{set} * directory.num_slots;
-  const auto free_slot = [&](int32_t slot) {
-    return directory.last_used[set_slots + slot] < step &&
-           directory.block_of_slot[set_slots + slot] < 0;
-  };
-  int32_t evictable = 0;
-  int32_t free = 0;
-  for (int32_t slot = tid; slot < directory.num_slots; slot += kTableThreads) {
-    evictable += directory.last_used[set_slots + slot] < step ? 1 : 0;
-    free += free_slot(slot) ? 1 : 0;
-  }
-  if (evictable != 0) atomicAdd(&shared.evictable, evictable);
-  if (free != 0) atomicAdd(&shared.free, free);
-  __syncthreads();
-  const int32_t victims = min(min(misses, build.recalls.capacity), shared.evictable);
-  if (shared.free >= victims) {
-    // Free slots leave first (VictimKey 0), the lower slot first: the victims are the first free
-    // slots, found in one sweep instead of a radix select over every slot's key.
-    int32_t found = 0;  // the same in every thread (the scan's total)
-    for (int32_t base = 0; base < directory.num_slots && found < victims; base += kTableThreads) {
-      const int32_t slot = base + tid;
-      const int32_t is_free = slot < directory.num_slots && free_slot(slot) ? 1 : 0;
-      int32_t position = 0;
-      int32_t total = 0;
-      Scan(shared.scan).ExclusiveSum(is_free, position, total);
-      __syncthreads();
-      if (is_free != 0 && found + position < victims) recalls[found + position].slot = slot;
-      found += total;
-    }
-    __syncthreads();
-  } else {
-    BlockSelectSmallest<kTableThreads, uint64_t>(
-        directory.num_slots, victims,
-        [&](int32_t slot) {
-          return directory.last_used[set_slots + slot] < step ? VictimKey(directory, set, slot)
-                                                              : ~uint64_t{0};
+  const int32_t victims =
+      min(min(misses, build.recalls.capacity), BlockSum(all_evictable, shared.evictable));
+  if (victims <= kChunkCandidates) {
+    // Each chunk kept its min(misses, kChunkCandidates) smallest keys in slot order, so the
+    // victims are the smallest of the candidates, which lie in slot order too.
+    const int64_t first = int64_t{set} * scratch.chunks * kChunkCandidates;
+    SelectSmallestKeys(
+        scratch.candidate_keys + first, scratch.chunks * kChunkCandidates, victims,
+        [&](int32_t position, int32_t i) {
+          recalls[position].slot = __ldcg(scratch.candidate_slots + first + i);
         },
-        [&](int32_t position, int32_t slot) { recalls[position].slot = slot; }, shared.select);
+        shared);
+  } else {
+    SelectSmallestKeys(
+        scratch.keys + set_slots, directory.num_slots, victims,
+        [&](int32_t position, int32_t slot) { recalls[position].slot = slot; }, shared);
   }
-  for (int32_t base = 0; base < victims; base += kTableThreads) {
+  for (int32_t base = 0; base < victims; base += kVictimThreads) {
     const int32_t i = base + tid;
     bool evicted_one = false;
     int32_t row = 0;
     if (i < victims) {
       RecallEntry& miss = recalls[i];
       row = static_cast<int32_t>(miss.table_index / stride / build.num_sets);
-      const int64_t at = int64_t{set} * directory.num_slots + miss.slot;
+      const int64_t at = set_slots + miss.slot;
       if (const int32_t evicted = directory.block_of_slot[at]; evicted >= 0) {
         directory.slot_of_block[int64_t{set} * directory.num_blocks + evicted] = -1;
         evicted_one = true;
@@ -308,7 +373,7 @@ __global__ void __launch_bounds__(kTableThreads)
   __syncthreads();
   const SparseTableRow& last = build.rows[build.num_rows - 1];
   const int32_t pairs = last.picks_before + build.segments[last.segment].picks;
-  for (int32_t pair = tid; pair < pairs; pair += kTableThreads) {
+  for (int32_t pair = tid; pair < pairs; pair += kVictimThreads) {
     const int32_t r = RowOfPair(build.rows, build.num_rows, pair);
     const SparseTableRow row = build.rows[r];
     if (row.offloaded == 0) continue;
@@ -322,14 +387,31 @@ __global__ void __launch_bounds__(kTableThreads)
   }
 }
 
-PendingMisses PendingLayout(const SparseTableBuild& build, void* scratch) {
-  PendingMisses pending;
-  pending.pick_blocks =
+// The scratch's arrays, one after another, each from a multiple of 8 bytes; `bytes`, their size.
+TableScratch ScratchLayout(const SparseTableBuild& build, char* memory, int64_t& bytes) {
+  TableScratch scratch;
+  scratch.pick_blocks =
       static_cast<int32_t>(CeilDiv(int64_t{build.num_rows} * build.table_stride, kResolveThreads));
-  const int64_t entries = int64_t{build.directory.num_sets} * pending.pick_blocks * kResolveThreads;
-  pending.entries = static_cast<RecallEntry*>(scratch);
-  pending.counts = reinterpret_cast<int32_t*>(pending.entries + entries);
-  return pending;
+  scratch.chunks =
+      static_cast<int32_t>(std::max<int64_t>(1, CeilDiv(build.directory.num_slots, kChunkSlots)));
+  const int64_t sets = build.directory.num_sets;
+  const int64_t pick_blocks = scratch.pick_blocks;
+  const int64_t candidates = sets * scratch.chunks * kChunkCandidates;
+  bytes = 0;
+  const auto take = [&](int64_t size) {
+    const int64_t start = bytes;
+    bytes += CeilDiv(size, 8) * 8;
+    return memory == nullptr ? nullptr : memory + start;
+  };
+  scratch.pending = reinterpret_cast<RecallEntry*>(
+      take(sets * pick_blocks * kResolveThreads * int64_t{sizeof(RecallEntry)}));
+  scratch.keys = reinterpret_cast<uint64_t*>(take(sets * build.directory.num_slots * 8));
+  scratch.candidate_keys = reinterpret_cast<uint64_t*>(take(candidates * 8));
+  scratch.candidate_slots = reinterpret_cast<int32_t*>(take(candidates * 4));
+  scratch.pending_counts = reinterpret_cast<int32_t*>(take(sets * pick_blocks * 4));
+  scratch.chunk_evictable = reinterpret_cast<int32_t*>(take(sets * scratch.chunks * 4));
+  scratch.chunks_done = reinterpret_cast<uint32_t*>(take(sets * 4));
+  return scratch;
 }
 
 __global__ void ForgetSlotsKernel(SlotDirectoryView directory, const int32_t* __restrict__ blocks,
@@ -431,30 +513,30 @@ cudaError_t LaunchSelectTopBlocks(const float* scores, const ScoreSegment* segme
 }
 
 int64_t BuildSparseTablesScratchBytes(const SparseTableBuild& build) {
-  const int64_t pick_blocks =
-      CeilDiv(int64_t{build.num_rows} * build.table_stride, kResolveThreads);
-  const int64_t sets = build.directory.num_sets;
-  return sets * pick_blocks * (kResolveThreads * int64_t{sizeof(RecallEntry)} + sizeof(int32_t));
+  int64_t bytes = 0;
+  ScratchLayout(build, nullptr, bytes);
+  return bytes;
 }
 
-cudaError_t LaunchBuildSparseTables(const SparseTableBuild& build, void* scratch,
+cudaError_t LaunchBuildSparseTables(const SparseTableBuild& build, void* memory,
                                     cudaStream_t stream) {
   if (build.num_rows < 0 || build.num_sets < 1 || build.num_sets > 65535 ||
-      build.table_stride < 0 ||
+      build.table_stride < 0 || build.directory.num_slots < 0 ||
       (build.directory.num_sets != 0 && build.directory.num_sets != build.num_sets)) {
     return cudaErrorInvalidValue;
   }
   if (build.num_rows == 0) return cudaSuccess;
-  const PendingMisses pending = PendingLayout(build, scratch);
-  const int64_t blocks = pending.pick_blocks + CeilDiv(build.num_rows, kFixedRowsPerBlock);
+  int64_t bytes = 0;
+  const TableScratch scratch = ScratchLayout(build, static_cast<char*>(memory), bytes);
+  const int64_t blocks = scratch.pick_blocks + CeilDiv(build.num_rows, kFixedRowsPerBlock);
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  const auto sets = static_cast<unsigned>(build.num_sets);
   const cudaError_t resolved =
-      LaunchKernel(ResolvePicksKernel,
-                   dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(build.num_sets)),
-                   kResolveThreads, 0, stream, build, pending);
+      LaunchKernel(ResolvePicksKernel, dim3(static_cast<unsigned>(blocks), sets), kResolveThreads,
+                   0, stream, build, scratch);
   if (resolved != cudaSuccess || build.directory.num_sets == 0) return resolved;
-  return LaunchKernel(FinishTablesKernel, dim3(static_cast<unsigned>(build.num_sets)),
-                      kTableThreads, 0, stream, build, pending);
+  return LaunchKernel(FinishTablesKernel, dim3(static_cast<unsigned>(scratch.chunks), sets),
+                      kVictimThreads, 0, stream, build, scratch);
 }
 
 cudaError_t LaunchForgetSlots(const SlotDirectoryView& directory, const int32_t* blocks,

@@ -2,8 +2,9 @@
 // core/backend/reference/sparse_selection.h), which must agree bit for bit: SelectTopBlocks over
 // random scores with ties, -0, NaN and infinities at small and large candidate counts;
 // BuildSparseTables over many random steps (solohead and headwise, LRU and score-aware, few and
-// many slots), comparing tables, recall lists, counters and the whole directory after each step;
-// ForgetSlots, and AdoptFreeSlots. Skipped without a CUDA device.
+// many slots: victims chosen among the chunks' candidates and among every slot, keys in shared
+// memory and past it), comparing tables, recall lists, counters and the whole directory after each
+// step; ForgetSlots, and AdoptFreeSlots. Skipped without a CUDA device.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -103,7 +104,8 @@ struct TableCase {
 TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
   for (const TableCase& c :
        {TableCase{1, 40, false}, TableCase{1, 40, true}, TableCase{8, 24, false},
-        TableCase{1, 4096, false}, TableCase{2, 3000, true}}) {
+        TableCase{1, 4096, false}, TableCase{2, 3000, true}, TableCase{1, 5000, true},
+        TableCase{1, 70000, false}}) {
     SCOPED_TRACE(::testing::Message()
                  << c.sets << " sets, " << c.slots << " slots, score-aware " << c.score_aware);
     std::mt19937 rng(static_cast<uint32_t>(c.sets * 7919 + c.slots));
