@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 
 namespace pulse {
 namespace {
@@ -18,6 +19,22 @@ class ScopedCurrentPool {
  private:
   const ThreadPool* saved_;
 };
+
+// How long a thread spins for the next loop, or for the workers to finish one, before sleeping.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+// Spins until done() or kSpin has passed; returns done().
+template <typename Done>
+bool SpinUntil(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) return done();
+  }
+}
 
 int32_t ResolveThreads(int32_t threads) {
   if (threads > 0) return threads;
@@ -39,11 +56,14 @@ ThreadPool::ThreadPool(int32_t threads) : num_threads_(ResolveThreads(threads)) 
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
+  stopping_.store(true);
+  Wake();
   for (std::thread& worker : workers_) worker.join();
+}
+
+void ThreadPool::Wake() {
+  // A sleeper re-checks its condition when the mutex is released.
+  if (sleepers_.load() > 0) absl::MutexLock lock(&mu_);
 }
 
 void ThreadPool::RunRanges(Loop& loop) {
@@ -68,39 +88,43 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   absl::MutexLock submit_lock(&submit_mu_);
   ScopedCurrentPool scoped(this);
   Loop loop{fn, n, chunk};
+  loop_.store(&loop);
+  generation_.fetch_add(1);
+  Wake();
+  RunRanges(loop);
+  // Every range is claimed now. Retire the loop, then wait for the workers that took it: a worker
+  // counts itself busy before it reads loop_ (both sequentially consistent), so once busy_ is 0
+  // after the retirement no worker can still touch the loop.
+  loop_.store(nullptr);
+  const auto idle = [this] { return busy_.load() == 0; };
+  if (SpinUntil(idle)) return;
+  sleepers_.fetch_add(1);
   {
     absl::MutexLock lock(&mu_);
-    loop_ = &loop;
-    ++generation_;
+    mu_.Await(absl::Condition(&idle));
   }
-  RunRanges(loop);
-  // Every range is claimed now; wait for the workers still running one, then retire the loop so
-  // that a worker waking late does not touch it.
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int32_t* busy) { return *busy == 0; }, &busy_workers_));
-  loop_ = nullptr;
+  sleepers_.fetch_sub(1);
 }
 
 void ThreadPool::WorkerMain() {
   ScopedCurrentPool scoped(this);
   uint64_t seen_generation = 0;
+  const auto ready = [&] { return stopping_.load() || generation_.load() != seen_generation; };
   for (;;) {
-    Loop* loop;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || (loop_ != nullptr && generation_ != seen_generation);
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stopping_) return;
-      seen_generation = generation_;
-      loop = loop_;
-      ++busy_workers_;
+    if (!SpinUntil(ready)) {
+      sleepers_.fetch_add(1);
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(&ready));
+      }
+      sleepers_.fetch_sub(1);
     }
-    RunRanges(*loop);
-    absl::MutexLock lock(&mu_);
-    --busy_workers_;
+    if (stopping_.load()) return;
+    seen_generation = generation_.load();
+    busy_.fetch_add(1);
+    if (Loop* loop = loop_.load(); loop != nullptr) RunRanges(*loop);
+    busy_.fetch_sub(1);
+    Wake();  // the caller may sleep until busy_ is 0
   }
 }
 

@@ -1,6 +1,7 @@
 // A fixed set of worker threads that run data-parallel loops with the calling thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -26,6 +27,10 @@ class ThreadPool {
   // `grain` long (but the last), and returns when all calls have returned. The caller runs ranges
   // too. Calls from several threads at once run one after another; a call from inside fn (on any
   // thread of this loop) runs fn(0, n) inline. Callers must not depend on how [0, n) is split.
+  //
+  // Between loops the workers, and the caller waiting for them, spin for a short while before
+  // sleeping on the mutex: a decode step runs hundreds of loops of a few microseconds, and waking
+  // a sleeping thread costs more than most of them.
   void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
 
  private:
@@ -34,14 +39,18 @@ class ThreadPool {
   void WorkerMain();
   // Claims and runs ranges of `loop` until none is left.
   static void RunRanges(Loop& loop);
+  // Lets the threads sleeping on mu_ re-check what they wait for.
+  void Wake();
 
   const int32_t num_threads_;
   absl::Mutex submit_mu_;  // held by the one caller whose loop is running
+  // Only for sleeping: the loop's state is in the atomics, sequentially consistent.
   absl::Mutex mu_;
-  Loop* loop_ ABSL_GUARDED_BY(mu_) = nullptr;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  int32_t busy_workers_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<Loop*> loop_{nullptr};
+  std::atomic<uint64_t> generation_{0};  // loops published
+  std::atomic<int32_t> busy_{0};         // workers that may be running the current loop
+  std::atomic<int32_t> sleepers_{0};     // threads sleeping on mu_, or about to
+  std::atomic<bool> stopping_{false};
   std::vector<std::thread> workers_;
 };
 
