@@ -28,12 +28,23 @@ absl::StatusOr<BackendKind> ParseBackend(absl::string_view name) {
       absl::StrCat("pulse_model_params.backend is '", name, "'; expected auto, cpu or cuda"));
 }
 
-absl::StatusOr<DType> ParseWeightType(absl::string_view name, BackendKind backend) {
-  if (name == "auto") return backend == BackendKind::kCpu ? DType::kF32 : DType::kBF16;
-  if (name == "f32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("pulse_model_params.weight_type is '", name, "'; expected auto, f32 or bf16"));
+// Sets the plan's weight type (and whether matrices stay in their blocks) from `name`.
+absl::Status ParseWeightType(absl::string_view name, BackendKind backend, ModelLoadPlan& plan) {
+  const DType wide = backend == BackendKind::kCpu ? DType::kF32 : DType::kBF16;
+  if (name == "auto") {
+    plan.weight_type = wide;
+  } else if (name == "f32") {
+    plan.weight_type = DType::kF32;
+  } else if (name == "bf16") {
+    plan.weight_type = DType::kBF16;
+  } else if (name == "quantized") {
+    plan.weight_type = wide;
+    plan.keep_blocks = true;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("pulse_model_params.weight_type is '", name,
+                                                   "'; expected auto, f32, bf16 or quantized"));
+  }
+  return absl::OkStatus();
 }
 
 // `path` names a config.json or a directory holding one.
@@ -104,7 +115,7 @@ absl::StatusOr<ModelLoadPlan> PlanModelLoad(const pulse_model_params& params) {
   }
   PULSE_ASSIGN_OR_RETURN(const BackendKind backend, ParseBackend(OrAuto(params.backend)));
   ModelLoadPlan plan;
-  PULSE_ASSIGN_OR_RETURN(plan.weight_type, ParseWeightType(OrAuto(params.weight_type), backend));
+  PULSE_RETURN_IF_ERROR(ParseWeightType(OrAuto(params.weight_type), backend, plan));
   if (backend == BackendKind::kCuda) {
     CudaBackendOptions options;
     options.memory_limit_bytes = static_cast<size_t>(params.memory_limit_bytes);
@@ -130,6 +141,7 @@ absl::StatusOr<std::unique_ptr<pulse_model>> LoadModel(const std::string& path,
   }
   ModelLoadOptions options;
   options.weight_type = plan.weight_type;
+  options.keep_blocks = plan.keep_blocks;
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
                          Model::Load(plan.backend, *source, options));
 
@@ -137,7 +149,8 @@ absl::StatusOr<std::unique_ptr<pulse_model>> LoadModel(const std::string& path,
   handle->architecture = std::string(ArchitectureName(model->config().architecture));
   handle->format = std::string(model->format());
   handle->stored_type = std::string(model->stored_type());
-  handle->weight_type = std::string(DTypeName(model->weight_type()));
+  handle->weight_type =
+      model->weights_in_blocks() ? "quantized" : std::string(DTypeName(model->weight_type()));
   handle->backend = std::string(model->backend().name());
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tokenizer,
                          LoadTokenizer(path, handle->format));

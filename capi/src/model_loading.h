@@ -17,6 +17,7 @@ namespace pulse::capi {
 struct ModelLoadPlan {
   std::shared_ptr<Backend> backend;
   DType weight_type = DType::kF32;
+  bool keep_blocks = false;  // "quantized": matrices stay in the file's blocks where computed on
   bool random_weights = false;
   uint64_t random_seed = 0;
 };

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "core/base/ggml_blocks.h"
 
 namespace pulse {
 
@@ -12,6 +13,12 @@ std::string_view DTypeName(DType type) {
       return "f32";
     case DType::kBF16:
       return "bf16";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ4_1:
+      return "q4_1";
   }
   return "unknown";
 }
@@ -28,11 +35,40 @@ absl::StatusOr<size_t> WeightBytes(std::span<const float> values, int64_t rows, 
         "UploadWeight: shape [%d][%d] needs %d values, got %u", rows, cols, count, values.size()));
   }
   const size_t element_bytes = DTypeBytes(type);
+  if (element_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "UploadWeight: %s is a block type (UploadBlocks keeps blocks)", DTypeName(type)));
+  }
   if (static_cast<size_t>(count) > std::numeric_limits<size_t>::max() / element_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("UploadWeight: [%d][%d] is too large", rows, cols));
   }
   return static_cast<size_t>(count) * element_bytes;
+}
+
+absl::StatusOr<Weight> Backend::UploadBlocks(std::span<const std::byte> /*blocks*/,
+                                             int64_t /*rows*/, int64_t /*cols*/, DType type) {
+  return absl::UnimplementedError(
+      absl::StrFormat("the %s backend keeps no %s weights", name(), DTypeName(type)));
+}
+
+absl::Status CheckWeightBlocks(std::span<const std::byte> blocks, int64_t rows, int64_t cols,
+                               DType type) {
+  const int64_t block_bytes = BlockTypeBytes(type);
+  if (block_bytes == 0 || rows < 0 || cols < 0 || cols % kGgmlBlockValues != 0 ||
+      (cols != 0 && rows > std::numeric_limits<int64_t>::max() / cols)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "UploadBlocks: a [%d][%d] weight of %s (block types: q8_0, q4_0, q4_1; cols a multiple "
+        "of 32)",
+        rows, cols, DTypeName(type)));
+  }
+  const int64_t bytes = rows * (cols / kGgmlBlockValues) * block_bytes;
+  if (static_cast<size_t>(bytes) != blocks.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("UploadBlocks: a [%d][%d] weight of %s is %d bytes, got %u", rows, cols,
+                        DTypeName(type), bytes, blocks.size()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pulse

@@ -119,7 +119,8 @@ class StepGraph {
   const Backend* backend_;
 };
 
-// A row-major weight matrix [rows][cols] in backend memory (rows = output features).
+// A row-major weight matrix [rows][cols] in backend memory (rows = output features); of a block
+// type, each row is cols / 32 blocks.
 struct MatrixView {
   const void* data = nullptr;
   DType type = DType::kF32;
@@ -139,6 +140,10 @@ struct Weight {
 // shape or a value count that does not match it, ResourceExhausted when it cannot be addressed.
 absl::StatusOr<size_t> WeightBytes(std::span<const float> values, int64_t rows, int64_t cols,
                                    DType type);
+// The same check for `blocks`, a [rows][cols] weight of block type `type`: InvalidArgument unless
+// cols is a multiple of 32 and `blocks` holds exactly the rows' blocks.
+absl::Status CheckWeightBlocks(std::span<const std::byte> blocks, int64_t rows, int64_t cols,
+                               DType type);
 
 class Backend {
  public:
@@ -163,6 +168,11 @@ class Backend {
   // Uploads a host fp32 matrix [rows][cols] into backend memory as `type`.
   virtual absl::StatusOr<Weight> UploadWeight(std::span<const float> values, int64_t rows,
                                               int64_t cols, DType type) = 0;
+  // Uploads a weight kept in ggml's blocks (`type` a block type; `blocks` row after row, as
+  // CheckWeightBlocks checks). Unimplemented where the backend does not compute on the type: the
+  // caller then uploads the values with UploadWeight.
+  virtual absl::StatusOr<Weight> UploadBlocks(std::span<const std::byte> blocks, int64_t rows,
+                                              int64_t cols, DType type);
   // Copies host memory into backend memory; `src` may be reused when the call returns.
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   // Waits for the ops enqueued so far, then copies backend memory to host memory. Returns the

@@ -1,4 +1,6 @@
-// Element types of backend memory. Math always accumulates in fp32. (C++17: kernels include it.)
+// Element types of backend memory, and ggml's block types (32 values a block,
+// core/base/ggml_blocks.h) that a backend may keep weights in. Math always accumulates in fp32.
+// (C++17: kernels include it.)
 #pragma once
 
 #include <cstddef>
@@ -6,13 +8,27 @@
 #include <string_view>
 
 #include "core/backend/host_device.h"
+#include "core/base/ggml_blocks.h"
 
 namespace pulse {
 
-enum class DType : uint8_t { kF32, kBF16 };
+enum class DType : uint8_t { kF32, kBF16, kQ8_0, kQ4_0, kQ4_1 };
 
 std::string_view DTypeName(DType type);
 
-PULSE_HOST_DEVICE constexpr size_t DTypeBytes(DType type) { return type == DType::kBF16 ? 2 : 4; }
+// Bytes of an element; 0 for a block type.
+PULSE_HOST_DEVICE constexpr size_t DTypeBytes(DType type) {
+  return type == DType::kBF16 ? 2 : (type == DType::kF32 ? 4 : 0);
+}
+
+constexpr bool IsBlockType(DType type) { return type != DType::kF32 && type != DType::kBF16; }
+
+// Bytes of a block of 32 values of a block type; 0 for an element type.
+constexpr int64_t BlockTypeBytes(DType type) {
+  return type == DType::kQ8_0   ? kQ8_0BlockBytes
+         : type == DType::kQ4_0 ? kQ4_0BlockBytes
+         : type == DType::kQ4_1 ? kQ4_1BlockBytes
+                                : 0;
+}
 
 }  // namespace pulse

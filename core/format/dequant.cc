@@ -73,8 +73,6 @@ uint16_t LoadU16(const std::byte* p) {
   return value;
 }
 
-float LoadHalf(const std::byte* p) { return HalfToFloat(LoadU16(p)); }
-
 const uint8_t* AsBytes(const std::byte* p) { return reinterpret_cast<const uint8_t*>(p); }
 
 // --- one block of each type, as ggml's dequantize_row_* ---------------------------------------
@@ -82,34 +80,6 @@ const uint8_t* AsBytes(const std::byte* p) { return reinterpret_cast<const uint8
 void DecodeF16(const std::byte* block, float* out) { *out = LoadHalf(block); }
 
 void DecodeBf16(const std::byte* block, float* out) { *out = Bf16ToFloat(LoadU16(block)); }
-
-// block_q8_0 { ggml_half d; int8_t qs[32]; }
-void DecodeQ8_0(const std::byte* block, float* out) {
-  const float d = LoadHalf(block);
-  const auto* qs = reinterpret_cast<const int8_t*>(block + 2);
-  for (int j = 0; j < 32; ++j) out[j] = qs[j] * d;
-}
-
-// block_q4_0 { ggml_half d; uint8_t qs[16]; }: low nibbles are values 0..15, high ones 16..31.
-void DecodeQ4_0(const std::byte* block, float* out) {
-  const float d = LoadHalf(block);
-  const uint8_t* qs = AsBytes(block + 2);
-  for (int j = 0; j < 16; ++j) {
-    out[j] = ((qs[j] & 0x0F) - 8) * d;
-    out[j + 16] = ((qs[j] >> 4) - 8) * d;
-  }
-}
-
-// block_q4_1 { ggml_half d; ggml_half m; uint8_t qs[16]; }
-void DecodeQ4_1(const std::byte* block, float* out) {
-  const float d = LoadHalf(block);
-  const float m = LoadHalf(block + 2);
-  const uint8_t* qs = AsBytes(block + 4);
-  for (int j = 0; j < 16; ++j) {
-    out[j] = (qs[j] & 0x0F) * d + m;
-    out[j + 16] = (qs[j] >> 4) * d + m;
-  }
-}
 
 // ggml's get_scale_min_k4: 6-bit scale and min j of the 12 packed scale bytes.
 void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
@@ -172,33 +142,6 @@ void DecodeBlocks(std::span<const std::byte> src, std::span<float> dst) {
 }
 
 }  // namespace
-
-float HalfToFloat(uint16_t bits) {
-  const uint32_t sign = uint32_t{bits & 0x8000u} << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1F;
-  const uint32_t mantissa = bits & 0x3FF;
-  uint32_t out;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in float.
-    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-    std::memcpy(&out, &magnitude, sizeof(out));
-    out |= sign;
-  } else if (exponent == 0x1F) {
-    out = sign | 0x7F800000u | (mantissa << 13);
-  } else {
-    out = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  }
-  float value;
-  std::memcpy(&value, &out, sizeof(value));
-  return value;
-}
-
-float Bf16ToFloat(uint16_t bits) {
-  const uint32_t out = uint32_t{bits} << 16;
-  float value;
-  std::memcpy(&value, &out, sizeof(value));
-  return value;
-}
 
 absl::StatusOr<GgmlType> GgmlTypeFromNumber(uint32_t value) {
   const TypeTraits* traits = FindTraits(value);

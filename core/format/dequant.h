@@ -7,6 +7,7 @@
 #include <span>
 #include <string_view>
 
+#include "core/base/ggml_blocks.h"  // IWYU pragma: export (HalfToFloat, Bf16ToFloat)
 #include "core/base/status.h"
 
 namespace pulse {
@@ -68,9 +69,5 @@ absl::StatusOr<int64_t> TensorBytes(GgmlType type, int64_t elements);
 // Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; others give Unimplemented naming the
 // type; a size mismatch gives InvalidArgument.
 absl::Status Dequantize(GgmlType type, std::span<const std::byte> src, std::span<float> dst);
-
-// IEEE half and bfloat16 to float, exact (every value, subnormals, inf and NaN payloads).
-float HalfToFloat(uint16_t bits);
-float Bf16ToFloat(uint16_t bits);
 
 }  // namespace pulse

@@ -221,17 +221,31 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
 
 // Undoes llama.cpp's q/k row interleaving: within each head of `head_rows` rows, GGUF row 2i + j
 // holds Hugging Face row j * head_rows / 2 + i (convert_hf_to_gguf.py's permute()).
-void UnpermuteRows(std::span<float> values, int64_t rows, int64_t cols, int64_t head_rows) {
-  const std::vector<float> gguf(values.begin(), values.end());
+void UnpermuteRows(std::span<std::byte> bytes, int64_t rows, int64_t row_bytes, int64_t head_rows) {
+  const std::vector<std::byte> gguf(bytes.begin(), bytes.end());
   const int64_t half = head_rows / 2;
   for (int64_t head = 0; head < rows / head_rows; ++head) {
     for (int64_t i = 0; i < half; ++i) {
       for (int64_t j = 0; j < 2; ++j) {
         const int64_t src = head * head_rows + 2 * i + j;
         const int64_t dst = head * head_rows + j * half + i;
-        std::memcpy(&values[dst * cols], &gguf[src * cols], cols * sizeof(float));
+        std::memcpy(&bytes[dst * row_bytes], &gguf[src * row_bytes], row_bytes);
       }
     }
+  }
+}
+
+// The backend type of a GGUF block type that backends may compute on.
+std::optional<DType> BlockDType(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return DType::kQ8_0;
+    case GgmlType::kQ4_0:
+      return DType::kQ4_0;
+    case GgmlType::kQ4_1:
+      return DType::kQ4_1;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -244,8 +258,16 @@ class GgufSource final : public TensorSource {
   std::span<const TensorInfo> tensors() const override { return tensors_; }
   const std::map<std::string, std::string>& metadata() const override { return metadata_; }
   absl::Status Read(std::string_view name, std::span<float> out) const override;
+  absl::StatusOr<DType> ReadBlocks(std::string_view name,
+                                   std::vector<std::byte>& out) const override;
 
  private:
+  // The tensor `name`, or NotFound.
+  absl::StatusOr<const MappedTensor*> Find(std::string_view name) const;
+  // Restores the Hugging Face order of a permuted q or k tensor's rows of `row_bytes` bytes.
+  absl::Status Unpermute(const MappedTensor& tensor, std::span<std::byte> bytes,
+                         int64_t row_bytes) const;
+
   GgufSource(GgufFile file, ModelConfig config)
       : file_(std::move(file)), config_(std::move(config)) {}
   absl::Status MapTensors();
@@ -298,12 +320,33 @@ absl::Status GgufSource::MapTensors() {
   return absl::OkStatus();
 }
 
-absl::Status GgufSource::Read(std::string_view name, std::span<float> out) const {
+absl::StatusOr<const MappedTensor*> GgufSource::Find(std::string_view name) const {
   const auto it = by_name_.find(std::string(name));
   if (it == by_name_.end()) {
     return absl::NotFoundError(absl::StrFormat("GGUF '%s' has no tensor '%s'", file_.path(), name));
   }
-  const GgufTensorInfo& info = *it->second.gguf;
+  return &it->second;
+}
+
+absl::Status GgufSource::Unpermute(const MappedTensor& tensor, std::span<std::byte> bytes,
+                                   int64_t row_bytes) const {
+  if (tensor.order == RowOrder::kHf) return absl::OkStatus();
+  const GgufTensorInfo& info = *tensor.gguf;
+  const int64_t rows = info.ne.size() == 2 ? info.ne[1] : info.ne[0];
+  const int32_t heads =
+      tensor.order == RowOrder::kPermutedQ ? config_.num_heads : config_.num_kv_heads;
+  if (rows % heads != 0 || (rows / heads) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "GGUF '%s': tensor '%s' has %d rows, not an even number per head for %d heads",
+        file_.path(), info.name, rows, heads));
+  }
+  UnpermuteRows(bytes, rows, row_bytes, rows / heads);
+  return absl::OkStatus();
+}
+
+absl::Status GgufSource::Read(std::string_view name, std::span<float> out) const {
+  PULSE_ASSIGN_OR_RETURN(const MappedTensor* tensor, Find(name));
+  const GgufTensorInfo& info = *tensor->gguf;
   if (out.size() != static_cast<size_t>(info.elements)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("reading '%s': output holds %d values, the tensor has %d", name, out.size(),
@@ -314,18 +357,26 @@ absl::Status GgufSource::Read(std::string_view name, std::span<float> out) const
     return absl::Status(decoded.code(), absl::StrFormat("reading '%s' (GGUF '%s'): %s", name,
                                                         info.name, decoded.message()));
   }
-  if (it->second.order == RowOrder::kHf) return absl::OkStatus();
-  const int64_t rows = info.ne.size() == 2 ? info.ne[1] : info.ne[0];
   const int64_t cols = info.ne.size() == 2 ? info.ne[0] : 1;
-  const int32_t heads =
-      it->second.order == RowOrder::kPermutedQ ? config_.num_heads : config_.num_kv_heads;
-  if (rows % heads != 0 || (rows / heads) % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "GGUF '%s': tensor '%s' has %d rows, not an even number per head for %d heads",
-        file_.path(), info.name, rows, heads));
+  return Unpermute(*tensor, std::as_writable_bytes(out),
+                   cols * static_cast<int64_t>(sizeof(float)));
+}
+
+absl::StatusOr<DType> GgufSource::ReadBlocks(std::string_view name,
+                                             std::vector<std::byte>& out) const {
+  PULSE_ASSIGN_OR_RETURN(const MappedTensor* tensor, Find(name));
+  const GgufTensorInfo& info = *tensor->gguf;
+  const std::optional<DType> type = BlockDType(info.type);
+  if (!type.has_value() || info.ne.size() != 2) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "GGUF '%s': tensor '%s' is %s, not a matrix of a block type backends compute on",
+        file_.path(), info.name, GgmlTypeName(info.type)));
   }
-  UnpermuteRows(out, rows, cols, rows / heads);
-  return absl::OkStatus();
+  const std::span<const std::byte> data = file_.TensorData(info);
+  out.assign(data.begin(), data.end());
+  const int64_t row_bytes = info.ne[0] / GgmlBlockElements(info.type) * GgmlBlockBytes(info.type);
+  PULSE_RETURN_IF_ERROR(Unpermute(*tensor, out, row_bytes));
+  return *type;
 }
 
 }  // namespace

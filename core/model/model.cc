@@ -1,6 +1,7 @@
 #include "core/model/model.h"
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -15,13 +16,18 @@ namespace {
 // host memory peaks at the largest (fused) tensor.
 class WeightUploader {
  public:
-  WeightUploader(Backend& backend, const TensorSource& source, DType type)
-      : backend_(backend), source_(source), type_(type) {
+  WeightUploader(Backend& backend, const TensorSource& source, DType type, bool keep_blocks)
+      : backend_(backend), source_(source), type_(type), keep_blocks_(keep_blocks) {
     for (const TensorInfo& tensor : source.tensors()) elements_[tensor.name] = tensor.elements();
   }
 
-  // The tensors `names` (each [rows_i][cols]) stacked row-wise into one matrix.
+  // The tensors `names` (each [rows_i][cols]) stacked row-wise into one matrix: in their blocks
+  // when kept so, every one is stored in the same block type and the backend computes on it.
   absl::StatusOr<Weight> Matrix(std::initializer_list<std::string> names, int64_t cols) {
+    if (keep_blocks_) {
+      PULSE_ASSIGN_OR_RETURN(std::optional<Weight> blocks, Blocks(names, cols));
+      if (blocks.has_value()) return *std::move(blocks);
+    }
     PULSE_ASSIGN_OR_RETURN(const std::span<const float> values, Read(names));
     return backend_.UploadWeight(values, static_cast<int64_t>(values.size()) / cols, cols, type_);
   }
@@ -39,6 +45,31 @@ class WeightUploader {
   }
 
  private:
+  // nullopt when a tensor is not in a block type, the types differ or the backend keeps no such
+  // weights.
+  absl::StatusOr<std::optional<Weight>> Blocks(std::initializer_list<std::string> names,
+                                               int64_t cols) {
+    std::optional<DType> type;
+    block_scratch_.clear();
+    for (const std::string& name : names) {
+      absl::StatusOr<DType> read = source_.ReadBlocks(name, tensor_blocks_);
+      if (absl::IsUnimplemented(read.status())) return std::nullopt;
+      if (!read.ok()) {
+        return absl::Status(read.status().code(),
+                            absl::StrCat("reading ", name, ": ", read.status().message()));
+      }
+      if (type.has_value() && *type != *read) return std::nullopt;
+      type = *read;
+      block_scratch_.insert(block_scratch_.end(), tensor_blocks_.begin(), tensor_blocks_.end());
+    }
+    int64_t rows = 0;
+    for (const std::string& name : names) rows += elements_.at(name) / cols;
+    absl::StatusOr<Weight> weight = backend_.UploadBlocks(block_scratch_, rows, cols, *type);
+    if (absl::IsUnimplemented(weight.status())) return std::nullopt;
+    PULSE_RETURN_IF_ERROR(weight.status());
+    return std::optional<Weight>(*std::move(weight));
+  }
+
   absl::StatusOr<std::span<const float>> Read(std::initializer_list<std::string> names) {
     size_t total = 0;
     for (const std::string& name : names) total += static_cast<size_t>(elements_.at(name));
@@ -59,9 +90,12 @@ class WeightUploader {
   Backend& backend_;
   const TensorSource& source_;
   const DType type_;
+  const bool keep_blocks_;
   // Every tensor the loader reads is in here: CheckTensors ran first.
   absl::flat_hash_map<std::string, int64_t> elements_;
   std::vector<float> scratch_;
+  std::vector<std::byte> block_scratch_;  // a matrix's blocks
+  std::vector<std::byte> tensor_blocks_;  // one tensor's
 };
 
 absl::StatusOr<LayerWeights> LoadLayer(WeightUploader& uploader, const ModelConfig& config,
@@ -126,7 +160,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(std::shared_ptr<Backend
   model.stored_type_ = DominantStoredType(source);
   model.metadata_ = source.metadata();
 
-  WeightUploader uploader(*model.backend_, source, options.weight_type);
+  WeightUploader uploader(*model.backend_, source, options.weight_type, options.keep_blocks);
   ModelWeights& weights = model.weights_;
   PULSE_ASSIGN_OR_RETURN(weights.embed,
                          uploader.Matrix({"model.embed_tokens.weight"}, config.hidden_size));
@@ -141,6 +175,9 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(std::shared_ptr<Backend
                            uploader.Matrix({"lm_head.weight"}, config.hidden_size));
   }
   PULSE_ASSIGN_OR_RETURN(weights.rope_inv_freq, uploader.Upload(config.RopeInverseFrequencies()));
+  model.weights_in_blocks_ = IsBlockType(weights.embed.type) ||
+                             IsBlockType(weights.output().type) ||
+                             (!weights.layers.empty() && IsBlockType(weights.layers[0].qkv.type));
   return std::make_shared<const Model>(std::move(model));
 }
 

@@ -37,6 +37,9 @@ struct ModelWeights {
 
 struct ModelLoadOptions {
   DType weight_type = DType::kBF16;
+  // Matrices stored in a block type the backend computes on (Backend::UploadBlocks) stay in
+  // their blocks; the others are uploaded as weight_type.
+  bool keep_blocks = false;
 };
 
 class Model {
@@ -44,7 +47,8 @@ class Model {
   // Validates the config and checks the source's tensors against it (InvalidArgument naming
   // every missing tensor and shape mismatch), then reads them one at a time through one reusable
   // host buffer (peak host memory: the largest fused tensor) and uploads the matrices as
-  // options.weight_type, q/k/v and gate/up fused; norms and RoPE frequencies stay fp32.
+  // options.weight_type (or in their blocks, options.keep_blocks), q/k/v and gate/up fused;
+  // norms and RoPE frequencies stay fp32.
   static absl::StatusOr<std::shared_ptr<const Model>> Load(std::shared_ptr<Backend> backend,
                                                            const TensorSource& source,
                                                            const ModelLoadOptions& options);
@@ -54,6 +58,8 @@ class Model {
   Backend& backend() const { return *backend_; }
   const std::shared_ptr<Backend>& shared_backend() const { return backend_; }
   DType weight_type() const { return weight_type_; }
+  // Whether some matrix stayed in its file's blocks (ModelLoadOptions::keep_blocks).
+  bool weights_in_blocks() const { return weights_in_blocks_; }
   std::string_view format() const { return format_; }
   // The source's stored type holding the most weights ("Q4_1", "bf16", "random"...).
   std::string_view stored_type() const { return stored_type_; }
@@ -67,6 +73,7 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   DType weight_type_ = DType::kF32;
+  bool weights_in_blocks_ = false;
   std::string format_;
   std::string stored_type_;
   std::map<std::string, std::string> metadata_;

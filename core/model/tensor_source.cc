@@ -15,6 +15,12 @@ int64_t TensorInfo::elements() const {
   return count;
 }
 
+absl::StatusOr<DType> TensorSource::ReadBlocks(std::string_view name,
+                                               std::vector<std::byte>& /*out*/) const {
+  return absl::UnimplementedError(
+      absl::StrFormat("%s source: '%s' is not kept in blocks", format(), name));
+}
+
 absl::StatusOr<std::unique_ptr<TensorSource>> OpenTensorSource(const std::string& path) {
   std::error_code error;
   const std::filesystem::file_status status = std::filesystem::status(path, error);

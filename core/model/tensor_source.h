@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend/dtype.h"
 #include "core/base/status.h"
 #include "core/format/config.h"
 
@@ -35,6 +36,12 @@ class TensorSource {
   // permuted q/k rows are restored). `out` must hold exactly elements() values.
   // NotFound when the source has no such tensor.
   virtual absl::Status Read(std::string_view name, std::span<float> out) const = 0;
+  // Replaces `out` with the matrix's blocks as stored, rows in Hugging Face order, when it is
+  // stored in a block type that backends compute on (core/backend/dtype.h), and returns the type;
+  // Unimplemented when it is stored otherwise (the caller reads the values), NotFound when the
+  // source has no such tensor.
+  virtual absl::StatusOr<DType> ReadBlocks(std::string_view name,
+                                           std::vector<std::byte>& out) const;
   // String metadata of the file (GGUF key/values rendered as text, config.json fields), for
   // `pulseinfer info` and later the tokenizer.
   virtual const std::map<std::string, std::string>& metadata() const = 0;

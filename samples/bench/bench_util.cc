@@ -136,10 +136,12 @@ std::string Fixed(double value, int digits) {
   return buffer;
 }
 
-pulse_model* LoadModel(const std::string& path, const std::string& backend, bool random_weights) {
+pulse_model* LoadModel(const std::string& path, const std::string& backend, bool random_weights,
+                       const std::string& weight_type) {
   pulse_model_params params;
   Check(pulse_model_params_init(&params, sizeof(params)), "pulse_model_params_init");
   params.backend = backend.c_str();
+  params.weight_type = weight_type.c_str();
   params.random_weights = random_weights ? 1 : 0;
   pulse_model* model = nullptr;
   const auto start = std::chrono::steady_clock::now();
@@ -155,7 +157,12 @@ ModelFacts Describe(pulse_model* model, const std::string& path) {
   facts.info.struct_size = sizeof(facts.info);
   Check(pulse_model_info_get(model, &facts.info), "pulse_model_info_get");
   const pulse_model_info& info = facts.info;
-  const double element_bytes = std::strcmp(info.weight_type, "f32") == 0 ? 4.0 : 2.0;
+  // Kept in blocks, the file's dominant block type's bytes a value (its embedding may differ).
+  const double element_bytes = std::strcmp(info.weight_type, "f32") == 0    ? 4.0
+                               : std::strcmp(info.weight_type, "bf16") == 0 ? 2.0
+                               : std::strcmp(info.stored_type, "Q8_0") == 0 ? 34.0 / 32
+                               : std::strcmp(info.stored_type, "Q4_0") == 0 ? 18.0 / 32
+                                                                            : 20.0 / 32;
   const double embedding = static_cast<double>(info.vocab_size) * info.hidden_size;
   const double read = info.tie_word_embeddings ? double(info.parameter_count)
                                                : double(info.parameter_count) - embedding;

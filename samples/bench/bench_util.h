@@ -71,7 +71,8 @@ std::string Fixed(double value, int digits);
 // The model at `path` on `backend` ("auto", "cpu" or "cuda"), with seeded random weights when
 // `random_weights` (then `path` is a config.json); Fail when it cannot be loaded. Prints the load
 // time on stderr.
-pulse_model* LoadModel(const std::string& path, const std::string& backend, bool random_weights);
+pulse_model* LoadModel(const std::string& path, const std::string& backend, bool random_weights,
+                       const std::string& weight_type = "auto");
 
 struct ModelFacts {
   pulse_model_info info{};

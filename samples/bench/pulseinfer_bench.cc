@@ -1,6 +1,7 @@
 // pulseinfer-bench: decode and prefill throughput through the public C ABI, as JSON Lines.
 //
 //   pulseinfer-bench --model PATH [--random-weights] [--backend auto|cpu|cuda]
+//       [--weight-type auto|f32|bf16|quantized]
 //       [--decode 1x4096,8x16384] [--decode-steps N] [--prefill CONTEXT]
 //       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
 //       [--modes dense,solohead,headwise] [--budget 2048] [--sink 8] [--window 32]
@@ -87,6 +88,7 @@ struct Args {
   std::string model;
   bool random_weights = false;
   std::string backend = "auto";
+  std::string weight_type = "auto";
   std::vector<Shape> decode;
   int32_t decode_steps = 32;
   int32_t prefill_context = 0;
@@ -178,6 +180,8 @@ Args ParseArgs(int argc, char** argv) {
       args.model = value;
     } else if (flag == "--backend") {
       args.backend = value;
+    } else if (flag == "--weight-type") {
+      args.weight_type = value;
     } else if (flag == "--decode") {
       args.decode = ParseShapes(value);
     } else if (flag == "--decode-steps") {
@@ -448,8 +452,9 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
           ", \"graphs\": " + (setting.graphs ? "true" : "false") + ", \"micro_batches\": " +
           std::to_string(setting.micro_batches) + ", \"split_step_share\": " +
           Number(double(after.split_steps - before.split_steps) / double(decode_ms.size())) +
-          ", \"model\": " + JsonString(facts.name) + ", \"backend\": " +
-          JsonString(facts.info.backend) + ", \"batch\": " + std::to_string(shape.batch) +
+          ", \"model\": " + JsonString(facts.name) +
+          ", \"backend\": " + JsonString(facts.info.backend) + ", \"weight_type\": " +
+          JsonString(facts.info.weight_type) + ", \"batch\": " + std::to_string(shape.batch) +
           ", \"context\": " + std::to_string(shape.context) + ", \"budget\": " + budget +
           ", \"gpu_kv_cap_gib\": " + Number(kv_gib) + ", \"tpot_ms_p50\": " + Number(p50) +
           ", \"tpot_ms_p99\": " + Number(p99) +
@@ -492,8 +497,8 @@ void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args,
   records.Write(
       "prefill",
       "\"model\": " + JsonString(facts.name) + ", \"backend\": " + JsonString(info.backend) +
-          ", \"context\": " + std::to_string(context) +
-          ", \"chunk\": " + std::to_string(args.prefill_chunk) +
+          ", \"weight_type\": " + JsonString(info.weight_type) + ", \"context\": " +
+          std::to_string(context) + ", \"chunk\": " + std::to_string(args.prefill_chunk) +
           ", \"seconds\": " + Number(seconds) + ", \"gemm_tflop\": " + Number(gemm_flops / 1e12) +
           ", \"attention_tflop\": " + Number(attention_flops / 1e12) +
           ", \"tflops\": " + Number(tflops) + ", \"peak_tflops\": " + Number(args.peak_tflops) +
@@ -505,7 +510,8 @@ void BenchPrefill(pulse_model* model, const ModelFacts& facts, const Args& args,
 int main(int argc, char** argv) {
   pulse_bench::SetProgramName("pulseinfer-bench");
   const Args args = ParseArgs(argc, argv);
-  pulse_model* model = pulse_bench::LoadModel(args.model, args.backend, args.random_weights);
+  pulse_model* model =
+      pulse_bench::LoadModel(args.model, args.backend, args.random_weights, args.weight_type);
   const ModelFacts facts = Describe(model, args.model);
   Records records(args.out, args.device, args.commit, args.command);
   LiveTable table({"mode", "graphs", "mb", "fill", "shape", "budget", "TPOT p50 ms", "p99 ms",

@@ -119,7 +119,9 @@ typedef struct pulse_model_params {
    * NULL means "auto". */
   const char* backend;
   /* How weights are stored on the backend: "auto" (default: f32 on the CPU, bf16 on CUDA),
-   * "f32", "bf16". NULL means "auto". */
+   * "f32", "bf16", or "quantized": matrices a GGUF file stores in Q8_0, Q4_0 or Q4_1 stay in
+   * those blocks where the backend computes on them (the CPU backend), the rest as auto. NULL
+   * means "auto". */
   const char* weight_type;
   /* Seed of the random weights (used only when random_weights is nonzero). Default 0. */
   uint64_t random_seed;
@@ -175,7 +177,7 @@ typedef struct pulse_model_info {
   const char* architecture; /* "llama", "mistral", "qwen2" */
   const char* format;       /* "gguf", "safetensors", "random" */
   const char* stored_type;  /* the file's type holding most weights: "Q4_1", "bf16"... */
-  const char* weight_type;  /* as stored on the backend: "f32", "bf16" */
+  const char* weight_type;  /* as stored on the backend: "f32", "bf16", "quantized" */
   const char* backend;      /* "cpu", "cuda" */
   /* The tokenizer's special tokens, -1 when it has none (or there is no tokenizer). */
   int32_t bos_token;

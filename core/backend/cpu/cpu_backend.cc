@@ -116,6 +116,10 @@ class CpuBackend final : public Backend {
       case DType::kF32:
         if (count != 0) std::memcpy(buffer.data(), values.data(), values.size_bytes());
         break;
+      case DType::kQ8_0:
+      case DType::kQ4_0:
+      case DType::kQ4_1:
+        break;  // WeightBytes refused them
       case DType::kBF16: {
         uint16_t* out = buffer.as<uint16_t>();
         pool_.ParallelFor(count, 1 << 16, [&](int64_t begin, int64_t end) {
@@ -124,6 +128,14 @@ class CpuBackend final : public Backend {
         break;
       }
     }
+    return Weight{std::move(buffer), type, rows, cols};
+  }
+
+  absl::StatusOr<Weight> UploadBlocks(std::span<const std::byte> blocks, int64_t rows, int64_t cols,
+                                      DType type) override {
+    PULSE_RETURN_IF_ERROR(CheckWeightBlocks(blocks, rows, cols, type));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer buffer, Allocate(blocks.size()));
+    if (!blocks.empty()) std::memcpy(buffer.data(), blocks.data(), blocks.size());
     return Weight{std::move(buffer), type, rows, cols};
   }
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/backend/cpu/lanes.h"
+#include "core/backend/cpu/quant_gemm.h"
 
 namespace pulse::cpu {
 namespace {
@@ -122,6 +123,11 @@ void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, cons
       return;
     case DType::kBF16:
       GemmTiles<uint16_t>(pool, args);
+      return;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+      QuantizedGemm(pool, x, m, w, bias, y);
       return;
   }
 }

@@ -9,7 +9,8 @@
 namespace pulse::cpu {
 
 // x [m][w.cols], y [m][w.rows], bias [w.rows] or null; every element of y is one Dot-order sum
-// (lanes.h) over w.cols, so rows are independent of m, of each other, and of the split.
+// (lanes.h) over w.cols, so rows are independent of m, of each other, and of the split. A weight
+// of a block type goes to QuantizedGemm (quant_gemm.h), whose rows are independent too.
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, const float* bias,
           float* y);
 

@@ -6,6 +6,7 @@
 
 #include "core/backend/cpu/exp.h"
 #include "core/backend/cpu/lanes.h"
+#include "core/backend/cpu/quant_gemm.h"
 
 namespace pulse::cpu {
 namespace {
@@ -37,6 +38,20 @@ void Embed(ThreadPool& pool, const MatrixView& table, const int32_t* tokens, int
     case DType::kBF16:
       EmbedRows<uint16_t>(pool, table, tokens, count, out);
       return;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1: {
+      const int64_t row_bytes = BlockRowBytes(table.type, table.cols);
+      const auto* rows = static_cast<const std::byte*>(table.data);
+      pool.ParallelFor(count, RowGrain(table.cols), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          assert(tokens[i] >= 0 && tokens[i] < table.rows);
+          DecodeBlockRow(table.type, rows + int64_t{tokens[i]} * row_bytes, table.cols,
+                         out + i * table.cols);
+        }
+      });
+      return;
+    }
   }
 }
 

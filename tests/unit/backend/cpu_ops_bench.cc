@@ -1,15 +1,18 @@
 // Google Benchmark of the CPU backend's Gemm at SmolLM2-135M shapes (not part of ctest):
 //   build-cpu/bin/cpu_ops_bench [--benchmark_filter=...]
-// Counters: weight_bytes/s (the weight matrix streamed once per call) and FLOP/s (2*m*n*k).
+// Counters: weight_bytes/s (the weight matrix streamed once per call) and FLOP/s (2*m*n*k); f32,
+// bf16 and the block types the CPU backend keeps (random blocks).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/base/thread_pool.h"
+#include "tests/unit/backend/random_blocks.h"
 
 namespace pulse {
 namespace {
@@ -37,6 +40,19 @@ std::vector<float> RandomValues(size_t count, uint32_t seed) {
   return values;
 }
 
+// A [rows][cols] weight of `type`: random values, or random blocks of a block type.
+Weight RandomWeight(Backend& backend, DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  if (IsBlockType(type))
+    return *backend.UploadBlocks(testing::RandomBlocks(type, rows, cols, seed, false), rows, cols,
+                                 type);
+  return *backend.UploadWeight(RandomValues(rows * cols, seed), rows, cols, type);
+}
+
+double WeightBytes(const Weight& w) {
+  return IsBlockType(w.type) ? double(w.rows) * w.cols / kGgmlBlockValues * BlockTypeBytes(w.type)
+                             : double(w.rows) * w.cols * DTypeBytes(w.type);
+}
+
 Backend& SharedBackend() {
   static const std::shared_ptr<Backend> backend = *CreateCpuBackend({});
   return *backend;
@@ -45,8 +61,7 @@ Backend& SharedBackend() {
 void BM_Gemm(benchmark::State& state, Shape shape, DType type) {
   Backend& backend = SharedBackend();
   const int64_t m = state.range(0);
-  const Weight w =
-      *backend.UploadWeight(RandomValues(shape.n * shape.k, 1), shape.n, shape.k, type);
+  const Weight w = RandomWeight(backend, type, shape.n, shape.k, 1);
   const std::vector<float> x = RandomValues(m * shape.k, 2);
   std::vector<float> y(m * shape.n);
   for (auto _ : state) {
@@ -55,7 +70,7 @@ void BM_Gemm(benchmark::State& state, Shape shape, DType type) {
   }
   const double calls = static_cast<double>(state.iterations());
   state.counters["weight_bytes/s"] =
-      benchmark::Counter(calls * shape.n * shape.k * DTypeBytes(type), benchmark::Counter::kIsRate);
+      benchmark::Counter(calls * WeightBytes(w), benchmark::Counter::kIsRate);
   state.counters["FLOP/s"] =
       benchmark::Counter(calls * 2.0 * m * shape.n * shape.k, benchmark::Counter::kIsRate);
 }
@@ -69,18 +84,16 @@ void BM_ModelStep(benchmark::State& state, DType type) {
   for (int layer = 0; layer < kLayers; ++layer) {
     for (int s = 0; s < 4; ++s) {
       const Shape& shape = kShapes[s];
-      weights.push_back(*backend.UploadWeight(RandomValues(shape.n * shape.k, layer * 4 + s),
-                                              shape.n, shape.k, type));
+      weights.push_back(RandomWeight(backend, type, shape.n, shape.k, layer * 4 + s));
     }
   }
-  weights.push_back(*backend.UploadWeight(RandomValues(kShapes[4].n * kShapes[4].k, 999),
-                                          kShapes[4].n, kShapes[4].k, type));
+  weights.push_back(RandomWeight(backend, type, kShapes[4].n, kShapes[4].k, 999));
   const std::vector<float> x = RandomValues(m * 1536, 2);
   std::vector<float> y(m * 49152);
   double bytes = 0;
   double flops = 0;
   for (const Weight& w : weights) {
-    bytes += static_cast<double>(w.rows) * w.cols * DTypeBytes(type);
+    bytes += WeightBytes(w);
     flops += 2.0 * m * w.rows * w.cols;
   }
   for (auto _ : state) {
@@ -177,7 +190,7 @@ void RegisterAll() {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("ParallelForOverhead", BM_ParallelForOverhead)->UseRealTime();
-  for (DType type : {DType::kF32, DType::kBF16}) {
+  for (DType type : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
     for (const Shape& shape : kShapes) {
       benchmark::RegisterBenchmark(
           (std::string("Gemm/") + shape.name + "/" + std::string(DTypeName(type))).c_str(), BM_Gemm,

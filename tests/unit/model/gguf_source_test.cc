@@ -9,8 +9,11 @@
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/format/dequant.h"
 #include "core/format/gguf_reader.h"
+#include "core/kv/kv_cache.h"
 #include "core/model/expected_tensors.h"
+#include "core/model/forward.h"
 #include "core/model/model.h"
+#include "core/model/step_batch.h"
 #include "core/model/tensor_source.h"
 #include "core/sched/engine.h"
 #include "gmock/gmock.h"
@@ -338,6 +341,122 @@ TEST(SmolLm2Test, QkUnpermutationRoundTrips) {
       EXPECT_EQ(PermuteLikeConverter(hf, heads, rows, 576), gguf) << layer << " " << gguf_name;
     }
   }
+}
+
+// Matrices read in their blocks decode to the values Read gives, permuted q and k rows included;
+// other tensors are not offered in blocks.
+TEST(SmolLm2Test, BlocksReadAsStoredDecodeToTheValues) {
+  const std::string path = SmolLm2Path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
+  absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  for (const auto& [name, type] :
+       {std::pair{"model.layers.0.self_attn.q_proj.weight", GgmlType::kQ4_1},
+        std::pair{"model.layers.29.self_attn.k_proj.weight", GgmlType::kQ4_1},
+        std::pair{"model.layers.7.mlp.down_proj.weight", GgmlType::kQ4_1},
+        std::pair{"model.embed_tokens.weight", GgmlType::kQ8_0}}) {
+    std::vector<std::byte> blocks;
+    const absl::StatusOr<DType> kept = (*source)->ReadBlocks(name, blocks);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(*kept, type == GgmlType::kQ4_1 ? DType::kQ4_1 : DType::kQ8_0);
+    const std::vector<float> values = ReadAll(**source, name);
+    std::vector<float> decoded(values.size());
+    ASSERT_TRUE(Dequantize(type, blocks, decoded).ok());
+    EXPECT_EQ(decoded, values) << name;
+  }
+  std::vector<std::byte> blocks;
+  EXPECT_EQ((*source)->ReadBlocks("model.norm.weight", blocks).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ((*source)->ReadBlocks("no.such.tensor", blocks).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Kept in their blocks on the CPU backend (the activations quantized to 8 bits a block of 32 for
+// the integer products), the logits of every position of a generated text stay close to the f32
+// weights'. Measured here: 27 of 32 positions keep their top token (the others are near ties of
+// a 135M model on its own greedy text) and the worst position's largest error is 0.71 of its
+// logits' standard deviation. The bounds guard against a regression; they are no accuracy claim
+// (that is the float64 comparison against llama.cpp's the CPU issue asks for).
+TEST(SmolLm2Test, WeightsKeptInBlocksGiveCloseLogits) {
+  const std::string path = SmolLm2Path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
+  const auto load = [&](bool keep_blocks) {
+    absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend({.threads = 2});
+    absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
+    EXPECT_TRUE(source.ok()) << source.status();
+    absl::StatusOr<std::shared_ptr<const Model>> model =
+        Model::Load(*backend, **source, {.weight_type = DType::kF32, .keep_blocks = keep_blocks});
+    EXPECT_TRUE(model.ok()) << model.status();
+    return *model;
+  };
+  const std::shared_ptr<const Model> f32 = load(false);
+  const std::shared_ptr<const Model> kept = load(true);
+  EXPECT_FALSE(f32->weights_in_blocks());
+  EXPECT_TRUE(kept->weights_in_blocks());
+  EXPECT_EQ(kept->weights().layers[3].gate_up.type, DType::kQ4_1);
+  EXPECT_EQ(kept->weights().embed.type, DType::kQ8_0);
+
+  // A text: the prompt and the f32 model's greedy continuation.
+  std::vector<int32_t> text = {1, 504, 3458, 282};
+  {
+    std::unique_ptr<Engine> engine = *Engine::Create(f32, {.max_context = 64});
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    greedy.max_tokens = 28;
+    const RequestId id = *engine->Submit(text, greedy, nullptr);
+    while (engine->pending() > 0) ASSERT_TRUE(engine->Step().ok());
+    const std::vector<int32_t> generated = engine->Snapshot(id)->tokens;
+    text.insert(text.end(), generated.begin(), generated.end());
+  }
+  const auto logits = [&](const std::shared_ptr<const Model>& model) {
+    const ModelConfig& config = model->config();
+    const PagedKvLayout layout{.block_tokens = 32,
+                               .num_kv_heads = config.num_kv_heads,
+                               .head_dim = config.head_dim,
+                               .type = model->backend().kv_type()};
+    const auto tokens = static_cast<int32_t>(text.size());
+    const int32_t blocks = (tokens + 31) / 32;
+    KvCache cache = *KvCache::Create(model->backend(), layout, config.num_layers, blocks);
+    ModelRunner runner = *ModelRunner::Create(model, std::move(cache),
+                                              {.max_step_tokens = tokens,
+                                               .max_seqs = 1,
+                                               .max_blocks_per_seq = blocks,
+                                               .max_logit_rows = tokens});
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    StepBatch batch;
+    batch.AddSequence(text, 0, table, LogitRows::kAll);
+    std::vector<float> out(text.size() * static_cast<size_t>(config.vocab_size));
+    EXPECT_TRUE(runner.Forward(batch, out).ok());
+    return out;
+  };
+  const std::vector<float> reference = logits(f32);
+  const std::vector<float> actual = logits(kept);
+  const size_t vocab = reference.size() / text.size();
+  int agree = 0;
+  double worst = 0;
+  for (size_t p = 0; p < text.size(); ++p) {
+    const std::span<const float> want(reference.data() + p * vocab, vocab);
+    const std::span<const float> got(actual.data() + p * vocab, vocab);
+    double mean = 0;
+    for (const float v : want) mean += v;
+    mean /= static_cast<double>(vocab);
+    double variance = 0;
+    double largest_error = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      variance += (want[i] - mean) * (want[i] - mean);
+      largest_error = std::max(largest_error, std::abs(double{got[i]} - want[i]));
+    }
+    worst = std::max(worst, largest_error / std::sqrt(variance / static_cast<double>(vocab)));
+    agree += std::max_element(want.begin(), want.end()) - want.begin() ==
+                     std::max_element(got.begin(), got.end()) - got.begin()
+                 ? 1
+                 : 0;
+  }
+  RecordProperty("top1_agreement", agree);
+  RecordProperty("worst_error_in_stddevs", std::to_string(worst));
+  EXPECT_GE(agree, static_cast<int>(text.size()) * 3 / 4) << "of " << text.size();
+  EXPECT_LE(worst, 1.0) << "the largest logit error of a position, in its logits' stddevs";
 }
 
 }  // namespace

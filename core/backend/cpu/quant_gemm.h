@@ -1,0 +1,37 @@
+// y = x * w^T (+ bias) on the CPU for weights kept in ggml's 32-value blocks (Q8_0, Q4_0, Q4_1),
+// read as stored: a decode step reads a fifth to an eighth of the bytes of fp32 weights.
+//
+// Each row of x is first quantized as ggml's q8 activations are: a block of 32 values gets the
+// scale d = max|x| / 127 and the integers round(x / d). An output is then the weight row's and
+// the x row's blocks multiplied as integers, exactly, in eight lanes of four values each (lane l:
+// values 4l..4l+3), each lane's integer sum times the block's d_w * d_x added to that lane's
+// float sum block after block; the lanes added by one fixed tree; then, for Q4_1, the sum over
+// blocks of m_w * d_x times the block's integer sum of x. That order depends on the shapes only,
+// so every kernel level gives the same bits, and a row's outputs depend on that row alone.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/backend/backend.h"
+#include "core/base/thread_pool.h"
+
+namespace pulse::cpu {
+
+// The instruction sets the kernels are built for; kBest is the best this CPU runs.
+enum class QuantKernelLevel : uint8_t { kBest, kScalar, kAvx2 };
+
+// Whether this CPU runs `level`.
+bool QuantKernelLevelSupported(QuantKernelLevel level);
+
+// x [m][w.cols], y [m][w.rows], bias [w.rows] or null; w of a block type with cols a multiple of
+// 32. `level` must be supported.
+void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w,
+                   const float* bias, float* y, QuantKernelLevel level = QuantKernelLevel::kBest);
+
+// Bytes of a row of `cols` values of block type `type`.
+int64_t BlockRowBytes(DType type, int64_t cols);
+// The values of a row of `cols` values of block type `type` at `row`.
+void DecodeBlockRow(DType type, const void* row, int64_t cols, float* out);
+
+}  // namespace pulse::cpu
