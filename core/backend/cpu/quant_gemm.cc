@@ -17,29 +17,38 @@ namespace pulse::cpu {
 namespace {
 
 constexpr int kBlockLanes = 8;  // of four values each
+// How far ahead of the block being multiplied the vector kernels prefetch the weights: a decode
+// step streams them from memory once, in rows too short for the hardware prefetcher to ramp up.
+constexpr int64_t kPrefetchBytes = 4096;
 
-// A row of x as q8 blocks.
-struct XBlock {
-  float d = 0.0f;
-  float sum = 0.0f;  // d times the sum of qs (Q4_1's minimum multiplies it)
-  std::array<int8_t, kGgmlBlockValues> qs{};
+// The rows of x as q8 blocks: block b of row r at index r * blocks + b of each array.
+struct QuantizedRows {
+  std::vector<int8_t> qs;  // 32 a block
+  std::vector<float> d;
+  std::vector<float> sum;  // d times the sum of the block's qs (Q4_1's minimum multiplies it)
 };
 
-void QuantizeRow(const float* x, int64_t blocks, XBlock* out) {
+// One row of QuantizedRows.
+struct XRow {
+  const int8_t* qs;
+  const float* d;
+  const float* sum;
+};
+
+void QuantizeRow(const float* x, int64_t blocks, int8_t* qs, float* d, float* sums) {
   for (int64_t b = 0; b < blocks; ++b) {
     const float* v = x + b * kGgmlBlockValues;
     float amax = 0.0f;
     for (int j = 0; j < kGgmlBlockValues; ++j) amax = std::max(amax, std::fabs(v[j]));
-    XBlock& block = out[b];
-    block.d = amax / 127.0f;
+    d[b] = amax / 127.0f;
     const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
     int32_t sum = 0;
     for (int j = 0; j < kGgmlBlockValues; ++j) {
       const auto q = static_cast<int8_t>(std::nearbyint(v[j] * inverse));
-      block.qs[static_cast<size_t>(j)] = q;
+      qs[b * kGgmlBlockValues + j] = q;
       sum += q;
     }
-    block.sum = block.d * static_cast<float>(sum);
+    sums[b] = d[b] * static_cast<float>(sum);
   }
 }
 
@@ -75,7 +84,7 @@ WBlock UnpackBlock(DType type, const std::byte* block) {
   return w;
 }
 
-// The fixed lane tree: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+// The fixed lane tree over eight lanes: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
 float ReduceBlockLanes(const float* lanes) {
   const float a0 = lanes[0] + lanes[4];
   const float a1 = lanes[1] + lanes[5];
@@ -84,24 +93,26 @@ float ReduceBlockLanes(const float* lanes) {
   return (a0 + a2) + (a1 + a3);
 }
 
-float DotScalar(DType type, const std::byte* w_row, const XBlock* x, int64_t blocks) {
+// Even blocks accumulate into lanes 0-7, odd ones into lanes 8-15 (the vector kernels' order).
+float DotScalar(DType type, const std::byte* w_row, const XRow& x, int64_t blocks) {
   const int64_t block_bytes = BlockTypeBytes(type);
-  std::array<float, kBlockLanes> lanes{};
+  std::array<float, 2 * kBlockLanes> lanes{};
   float minimum = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
     const WBlock w = UnpackBlock(type, w_row + b * block_bytes);
-    const float scale = w.d * x[b].d;
+    const float scale = w.d * x.d[b];
+    const int8_t* xq = x.qs + b * kGgmlBlockValues;
+    float* block_lanes = lanes.data() + (b % 2) * kBlockLanes;
     for (int l = 0; l < kBlockLanes; ++l) {
       int32_t sum = 0;
-      for (int j = 4 * l; j < 4 * l + 4; ++j) {
-        sum += int32_t{w.qs[static_cast<size_t>(j)]} * x[b].qs[static_cast<size_t>(j)];
-      }
-      lanes[static_cast<size_t>(l)] =
-          std::fma(static_cast<float>(sum), scale, lanes[static_cast<size_t>(l)]);
+      for (int j = 4 * l; j < 4 * l + 4; ++j) sum += int32_t{w.qs[static_cast<size_t>(j)]} * xq[j];
+      block_lanes[l] = std::fma(static_cast<float>(sum), scale, block_lanes[l]);
     }
-    if (type == DType::kQ4_1) minimum = std::fma(w.m, x[b].sum, minimum);
+    if (type == DType::kQ4_1) minimum = std::fma(w.m, x.sum[b], minimum);
   }
-  return ReduceBlockLanes(lanes.data()) + minimum;
+  std::array<float, kBlockLanes> folded{};
+  for (int l = 0; l < kBlockLanes; ++l) folded[l] = lanes[l] + lanes[l + kBlockLanes];
+  return ReduceBlockLanes(folded.data()) + minimum;
 }
 
 #if defined(__x86_64__)
@@ -120,118 +131,230 @@ PULSE_AVX2 inline __m256i LoadNibbles(const std::byte* qs) {
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
-// Up to kRows rows of x against one weight row, the weight block unpacked once for all of them.
-// maddubs multiplies unsigned by signed bytes: Q4_1's nibbles are unsigned already; Q8_0's and
-// Q4_0's (less 8) signed values go in as |w| against x * sign(w) (|w| <= 128, |x| <= 127: the
-// pair sums stay within int16).
-template <DType kType, int kRows>
-PULSE_AVX2 void DotRowsAvx2(const std::byte* w_row, const XBlock* const* x, int64_t blocks,
-                            float* out) {
-  constexpr int64_t kBytes = BlockTypeBytes(kType);
-  __m256 lanes[kRows];
-  float minimum[kRows];
-  for (int r = 0; r < kRows; ++r) {
-    lanes[r] = _mm256_setzero_ps();
-    minimum[r] = 0.0f;
-  }
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const std::byte* block = w_row + b * kBytes;
-    __m256i unsigned_w;
-    __m256i sign_w = _mm256_setzero_si256();
-    float d;
-    float m = 0.0f;
-    if constexpr (kType == DType::kQ4_1) {
-      uint32_t halves;
-      std::memcpy(&halves, block, sizeof(halves));
-      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
-      d = _mm_cvtss_f32(dm);
-      m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-      unsigned_w = LoadNibbles(block + 4);
-    } else {
-      d = HalfAvx2(block);
-      const __m256i w = kType == DType::kQ8_0
-                            ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2))
-                            : _mm256_sub_epi8(LoadNibbles(block + 2), _mm256_set1_epi8(8));
-      unsigned_w = _mm256_sign_epi8(w, w);
-      sign_w = w;
-    }
-    for (int r = 0; r < kRows; ++r) {
-      const XBlock& xb = x[r][b];
-      __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs.data()));
-      if constexpr (kType != DType::kQ4_1) xv = _mm256_sign_epi8(xv, sign_w);
-      const __m256i pairs = _mm256_maddubs_epi16(unsigned_w, xv);
-      const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-      lanes[r] = _mm256_fmadd_ps(sums, _mm256_set1_ps(d * xb.d), lanes[r]);
-      if constexpr (kType == DType::kQ4_1) minimum[r] = std::fma(m, xb.sum, minimum[r]);
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    alignas(32) float values[kBlockLanes];
-    _mm256_store_ps(values, lanes[r]);
-    out[r] = ReduceBlockLanes(values) + minimum[r];
-  }
-}
+// A weight block as unsigned bytes for maddubs and dpbusd, with the signs to move onto x: Q4_1's
+// nibbles are unsigned already; Q8_0's and Q4_0's (less 8) signed values go in as |w| against
+// x * sign(w) (|w| <= 128, |x| <= 127: maddubs's pair sums stay within int16).
+template <DType kType>
+struct UnpackedAvx2 {
+  __m256i magnitude;
+  __m256i sign;
+  float d;
+  float m;
+};
 
 template <DType kType>
-PULSE_AVX2 void DotAllRowsAvx2(const std::byte* w_row, const XBlock* x, int64_t m, int64_t blocks,
-                               float* out) {
-  constexpr int kTile = 4;
-  const XBlock* rows[kTile];
-  int64_t r = 0;
-  for (; r + kTile <= m; r += kTile) {
-    for (int i = 0; i < kTile; ++i) rows[i] = x + (r + i) * blocks;
-    DotRowsAvx2<kType, kTile>(w_row, rows, blocks, out + r);
+PULSE_AVX2 inline UnpackedAvx2<kType> UnpackAvx2(const std::byte* block) {
+  UnpackedAvx2<kType> w{};
+  if constexpr (kType == DType::kQ4_1) {
+    uint32_t halves;
+    std::memcpy(&halves, block, sizeof(halves));
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
+    w.d = _mm_cvtss_f32(dm);
+    w.m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+    w.magnitude = LoadNibbles(block + 4);
+  } else {
+    w.d = HalfAvx2(block);
+    const __m256i values = kType == DType::kQ8_0
+                               ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2))
+                               : _mm256_sub_epi8(LoadNibbles(block + 2), _mm256_set1_epi8(8));
+    w.magnitude = _mm256_sign_epi8(values, values);
+    w.sign = values;
   }
-  for (; r < m; ++r) {
-    rows[0] = x + r * blocks;
-    DotRowsAvx2<kType, 1>(w_row, rows, blocks, out + r);
+  return w;
+}
+
+// One block of weights against one block of x: lane l's integer sum of values 4l..4l+3.
+template <DType kType>
+PULSE_AVX2 inline __m256 BlockSumsAvx2(const UnpackedAvx2<kType>& w, const int8_t* xq) {
+  __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  if constexpr (kType != DType::kQ4_1) xv = _mm256_sign_epi8(xv, w.sign);
+  const __m256i pairs = _mm256_maddubs_epi16(w.magnitude, xv);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+PULSE_AVX2 inline float FoldLanes(__m256 even, __m256 odd) {
+  alignas(32) float values[kBlockLanes];
+  _mm256_store_ps(values, _mm256_add_ps(even, odd));
+  return ReduceBlockLanes(values);
+}
+
+// Up to kRows rows of x against one weight row, each weight block unpacked once for all of them;
+// even blocks into one accumulator, odd ones into another.
+template <DType kType, int kRows>
+PULSE_AVX2 void DotRowsAvx2(const std::byte* w_row, const XRow* x, int64_t blocks, float* out) {
+  constexpr int64_t kBytes = BlockTypeBytes(kType);
+  __m256 lanes[2][kRows];
+  float minimum[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    lanes[0][r] = _mm256_setzero_ps();
+    lanes[1][r] = _mm256_setzero_ps();
+    minimum[r] = 0.0f;
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    _mm_prefetch(reinterpret_cast<const char*>(w_row + b * kBytes) + kPrefetchBytes, _MM_HINT_T0);
+    const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row + b * kBytes);
+    __m256* acc = lanes[b % 2];
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 sums = BlockSumsAvx2<kType>(w, x[r].qs + b * kGgmlBlockValues);
+      acc[r] = _mm256_fmadd_ps(sums, _mm256_set1_ps(w.d * x[r].d[b]), acc[r]);
+      if constexpr (kType == DType::kQ4_1) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) out[r] = FoldLanes(lanes[0][r], lanes[1][r]) + minimum[r];
+}
+
+struct Avx2Kernel {
+  template <DType kType, int kRows>
+  PULSE_AVX2 static void Run(const std::byte* w_row, const XRow* x, int64_t blocks, float* out) {
+    DotRowsAvx2<kType, kRows>(w_row, x, blocks, out);
+  }
+};
+
+// GCC 12 reports the undefined vectors that avx512fintrin.h's own intrinsics pass to their masked
+// builtins as maybe-uninitialized; nothing here reads an undefined lane.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define PULSE_AVX512_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c,fma")))
+
+// Two blocks at once: the even one in the low 256 bits, the odd one in the high, so a lane of
+// the 512-bit accumulator is one of the sixteen lanes of the fixed order.
+template <DType kType, int kRows>
+PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, int64_t blocks,
+                                         float* out) {
+  constexpr int64_t kBytes = BlockTypeBytes(kType);
+  __m512 lanes[kRows];
+  float minimum[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    lanes[r] = _mm512_setzero_ps();
+    minimum[r] = 0.0f;
+  }
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const std::byte* even = w_row + b * kBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(even) + kPrefetchBytes, _MM_HINT_T0);
+    const UnpackedAvx2<kType> w0 = UnpackAvx2<kType>(even);
+    const UnpackedAvx2<kType> w1 = UnpackAvx2<kType>(even + kBytes);
+    const __m512i magnitude =
+        _mm512_inserti64x4(_mm512_zextsi256_si512(w0.magnitude), w1.magnitude, 1);
+    __mmask64 negative = 0;
+    if constexpr (kType != DType::kQ4_1) {
+      negative =
+          _mm512_movepi8_mask(_mm512_inserti64x4(_mm512_zextsi256_si512(w0.sign), w1.sign, 1));
+    }
+    for (int r = 0; r < kRows; ++r) {
+      __m512i xv = _mm512_loadu_si512(x[r].qs + b * kGgmlBlockValues);
+      if constexpr (kType != DType::kQ4_1) {
+        xv = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
+      }
+      const __m512 sums =
+          _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), magnitude, xv));
+      const __m512 scale =
+          _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(w0.d * x[r].d[b])),
+                             _mm256_set1_ps(w1.d * x[r].d[b + 1]), 1);
+      lanes[r] = _mm512_fmadd_ps(sums, scale, lanes[r]);
+      if constexpr (kType == DType::kQ4_1) {
+        minimum[r] = std::fma(w0.m, x[r].sum[b], minimum[r]);
+        minimum[r] = std::fma(w1.m, x[r].sum[b + 1], minimum[r]);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    __m256 even = _mm512_castps512_ps256(lanes[r]);
+    const __m256 odd = _mm512_extractf32x8_ps(lanes[r], 1);
+    if (b < blocks) {  // a last even block
+      const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row + b * kBytes);
+      const __m256 sums = BlockSumsAvx2<kType>(w, x[r].qs + b * kGgmlBlockValues);
+      even = _mm256_fmadd_ps(sums, _mm256_set1_ps(w.d * x[r].d[b]), even);
+      if constexpr (kType == DType::kQ4_1) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
+    }
+    out[r] = FoldLanes(even, odd) + minimum[r];
   }
 }
 
-PULSE_AVX2 void DotAllRowsAvx2For(DType type, const std::byte* w_row, const XBlock* x, int64_t m,
-                                  int64_t blocks, float* out) {
+struct Avx512VnniKernel {
+  template <DType kType, int kRows>
+  PULSE_AVX512_VNNI static void Run(const std::byte* w_row, const XRow* x, int64_t blocks,
+                                    float* out) {
+    DotRowsAvx512Vnni<kType, kRows>(w_row, x, blocks, out);
+  }
+};
+#pragma GCC diagnostic pop
+#endif
+
+// Every row of x against one weight row, four rows at a time.
+template <typename Kernel, DType kType>
+void DotAllRowsOf(const std::byte* w_row, const XRow* x, int64_t m, int64_t blocks, float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4) Kernel::template Run<kType, 4>(w_row, x + r, blocks, out + r);
+  for (; r < m; ++r) Kernel::template Run<kType, 1>(w_row, x + r, blocks, out + r);
+}
+
+template <typename Kernel>
+void DotAllRows(DType type, const std::byte* w_row, const XRow* x, int64_t m, int64_t blocks,
+                float* out) {
   switch (type) {
     case DType::kQ8_0:
-      return DotAllRowsAvx2<DType::kQ8_0>(w_row, x, m, blocks, out);
+      return DotAllRowsOf<Kernel, DType::kQ8_0>(w_row, x, m, blocks, out);
     case DType::kQ4_0:
-      return DotAllRowsAvx2<DType::kQ4_0>(w_row, x, m, blocks, out);
+      return DotAllRowsOf<Kernel, DType::kQ4_0>(w_row, x, m, blocks, out);
     default:
-      return DotAllRowsAvx2<DType::kQ4_1>(w_row, x, m, blocks, out);
+      return DotAllRowsOf<Kernel, DType::kQ4_1>(w_row, x, m, blocks, out);
   }
 }
-#endif
 
-bool CpuHasAvx2() {
+bool CpuRuns(QuantKernelLevel level) {
 #if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx2") != 0 &&
-                          __builtin_cpu_supports("f16c") != 0 && __builtin_cpu_supports("fma") != 0;
-  return has;
+  static const bool avx2 = __builtin_cpu_supports("avx2") != 0 &&
+                           __builtin_cpu_supports("f16c") != 0 &&
+                           __builtin_cpu_supports("fma") != 0;
+  static const bool avx512_vnni =
+      avx2 && __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512bw") != 0 &&
+      __builtin_cpu_supports("avx512vl") != 0 && __builtin_cpu_supports("avx512vnni") != 0;
+  switch (level) {
+    case QuantKernelLevel::kAvx512Vnni:
+      return avx512_vnni;
+    case QuantKernelLevel::kAvx2:
+      return avx2;
+    default:
+      return true;
+  }
 #else
-  return false;
+  return level == QuantKernelLevel::kScalar || level == QuantKernelLevel::kBest;
 #endif
+}
+
+QuantKernelLevel BestLevel() {
+  for (const QuantKernelLevel level : {QuantKernelLevel::kAvx512Vnni, QuantKernelLevel::kAvx2}) {
+    if (CpuRuns(level)) return level;
+  }
+  return QuantKernelLevel::kScalar;
 }
 
 }  // namespace
 
-bool QuantKernelLevelSupported(QuantKernelLevel level) {
-  return level != QuantKernelLevel::kAvx2 || CpuHasAvx2();
-}
+bool QuantKernelLevelSupported(QuantKernelLevel level) { return CpuRuns(level); }
 
 void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w,
                    const float* bias, float* y, QuantKernelLevel level) {
   assert(m >= 0 && w.rows >= 0 && w.cols % kGgmlBlockValues == 0);
   assert(QuantKernelLevelSupported(level));
   if (m == 0 || w.rows == 0) return;
-  if (level == QuantKernelLevel::kBest) {
-    level = CpuHasAvx2() ? QuantKernelLevel::kAvx2 : QuantKernelLevel::kScalar;
-  }
+  if (level == QuantKernelLevel::kBest) level = BestLevel();
   const int64_t blocks = w.cols / kGgmlBlockValues;
   const int64_t row_bytes = blocks * BlockTypeBytes(w.type);
-  std::vector<XBlock> xq(static_cast<size_t>(m * blocks));
+  QuantizedRows xq;
+  xq.qs.resize(static_cast<size_t>(m * w.cols));
+  xq.d.resize(static_cast<size_t>(m * blocks));
+  xq.sum.resize(static_cast<size_t>(m * blocks));
+  std::vector<XRow> x_rows(static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) {
+    x_rows[r] = {xq.qs.data() + r * w.cols, xq.d.data() + r * blocks, xq.sum.data() + r * blocks};
+  }
   pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      QuantizeRow(x + r * w.cols, blocks, xq.data() + r * blocks);
+      QuantizeRow(x + r * w.cols, blocks, xq.qs.data() + r * w.cols, xq.d.data() + r * blocks,
+                  xq.sum.data() + r * blocks);
     }
   });
   const auto* rows = static_cast<const std::byte*>(w.data);
@@ -240,18 +363,22 @@ void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView
     std::vector<float> dots(static_cast<size_t>(m));
     for (int64_t n = begin; n < end; ++n) {
       const std::byte* w_row = rows + n * row_bytes;
+      switch (level) {
 #if defined(__x86_64__)
-      if (level == QuantKernelLevel::kAvx2) {
-        DotAllRowsAvx2For(w.type, w_row, xq.data(), m, blocks, dots.data());
-      } else {
-        for (int64_t r = 0; r < m; ++r)
-          dots[r] = DotScalar(w.type, w_row, xq.data() + r * blocks, blocks);
-      }
-#else
-      for (int64_t r = 0; r < m; ++r) dots[r] = DotScalar(w.type, w_row, xq.data() + r * blocks, blocks);
+        case QuantKernelLevel::kAvx512Vnni:
+          DotAllRows<Avx512VnniKernel>(w.type, w_row, x_rows.data(), m, blocks, dots.data());
+          break;
+        case QuantKernelLevel::kAvx2:
+          DotAllRows<Avx2Kernel>(w.type, w_row, x_rows.data(), m, blocks, dots.data());
+          break;
 #endif
-      for (int64_t r = 0; r < m; ++r)
+        default:
+          for (int64_t r = 0; r < m; ++r) dots[r] = DotScalar(w.type, w_row, x_rows[r], blocks);
+          break;
+      }
+      for (int64_t r = 0; r < m; ++r) {
         y[r * w.rows + n] = bias != nullptr ? dots[r] + bias[n] : dots[r];
+      }
     }
   });
 }

@@ -4,9 +4,11 @@
 // Each row of x is first quantized as ggml's q8 activations are: a block of 32 values gets the
 // scale d = max|x| / 127 and the integers round(x / d). An output is then the weight row's and
 // the x row's blocks multiplied as integers, exactly, in eight lanes of four values each (lane l:
-// values 4l..4l+3), each lane's integer sum times the block's d_w * d_x added to that lane's
-// float sum block after block; the lanes added by one fixed tree; then, for Q4_1, the sum over
-// blocks of m_w * d_x times the block's integer sum of x. That order depends on the shapes only,
+// values 4l..4l+3), each lane's integer sum times the block's d_w * d_x fused-multiply-added to
+// that lane's float sum block after block (even blocks into one set of eight lanes, odd ones into
+// another: the AVX-512 kernel takes blocks in pairs); the two sets added lane by lane, the lanes
+// by one fixed tree; then, for Q4_1, the sum over blocks of m_w times d_x times the block's
+// integer sum of x. That order depends on the shapes only,
 // so every kernel level gives the same bits, and a row's outputs depend on that row alone.
 #pragma once
 
@@ -19,7 +21,7 @@
 namespace pulse::cpu {
 
 // The instruction sets the kernels are built for; kBest is the best this CPU runs.
-enum class QuantKernelLevel : uint8_t { kBest, kScalar, kAvx2 };
+enum class QuantKernelLevel : uint8_t { kBest, kScalar, kAvx2, kAvx512Vnni };
 
 // Whether this CPU runs `level`.
 bool QuantKernelLevelSupported(QuantKernelLevel level);

@@ -373,10 +373,11 @@ TEST(SmolLm2Test, BlocksReadAsStoredDecodeToTheValues) {
 
 // Kept in their blocks on the CPU backend (the activations quantized to 8 bits a block of 32 for
 // the integer products), the logits of every position of a generated text stay close to the f32
-// weights'. Measured here: 27 of 32 positions keep their top token (the others are near ties of
-// a 135M model on its own greedy text) and the worst position's largest error is 0.71 of its
-// logits' standard deviation. The bounds guard against a regression; they are no accuracy claim
-// (that is the float64 comparison against llama.cpp's the CPU issue asks for).
+// weights'. Measured here: 31 of 32 positions keep their top token (the other is a near tie of a
+// 135M model on its own greedy text; with the lanes summed in another order 27 did) and the worst
+// position's largest error is 0.76 of its logits' standard deviation. The bounds guard against a
+// regression; they are no accuracy claim (that is the float64 comparison against llama.cpp's the
+// CPU issue asks for).
 TEST(SmolLm2Test, WeightsKeptInBlocksGiveCloseLogits) {
   const std::string path = SmolLm2Path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
