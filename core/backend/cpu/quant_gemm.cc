@@ -25,6 +25,7 @@ constexpr int64_t kPrefetchBytes = 4096;
 struct QuantizedRows {
   std::vector<int8_t> qs;  // 32 a block
   std::vector<float> d;
+  std::vector<float> d8;   // each d eight times: the vector kernels' lanes
   std::vector<float> sum;  // d times the sum of the block's qs (Q4_1's minimum multiplies it)
 };
 
@@ -32,15 +33,17 @@ struct QuantizedRows {
 struct XRow {
   const int8_t* qs;
   const float* d;
+  const float* d8;
   const float* sum;
 };
 
-void QuantizeRow(const float* x, int64_t blocks, int8_t* qs, float* d, float* sums) {
+void QuantizeRow(const float* x, int64_t blocks, int8_t* qs, float* d, float* d8, float* sums) {
   for (int64_t b = 0; b < blocks; ++b) {
     const float* v = x + b * kGgmlBlockValues;
     float amax = 0.0f;
     for (int j = 0; j < kGgmlBlockValues; ++j) amax = std::max(amax, std::fabs(v[j]));
     d[b] = amax / 127.0f;
+    std::fill_n(d8 + b * kBlockLanes, kBlockLanes, d[b]);
     const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
     int32_t sum = 0;
     for (int j = 0; j < kGgmlBlockValues; ++j) {
@@ -193,10 +196,12 @@ PULSE_AVX2 void DotRowsAvx2(const std::byte* w_row, const XRow* x, int64_t block
   for (int64_t b = 0; b < blocks; ++b) {
     _mm_prefetch(reinterpret_cast<const char*>(w_row + b * kBytes) + kPrefetchBytes, _MM_HINT_T0);
     const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row + b * kBytes);
+    const __m256 dw = _mm256_set1_ps(w.d);
     __m256* acc = lanes[b % 2];
     for (int r = 0; r < kRows; ++r) {
       const __m256 sums = BlockSumsAvx2<kType>(w, x[r].qs + b * kGgmlBlockValues);
-      acc[r] = _mm256_fmadd_ps(sums, _mm256_set1_ps(w.d * x[r].d[b]), acc[r]);
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
+      acc[r] = _mm256_fmadd_ps(sums, scale, acc[r]);
       if constexpr (kType == DType::kQ4_1) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
     }
   }
@@ -242,6 +247,7 @@ PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, 
       negative =
           _mm512_movepi8_mask(_mm512_inserti64x4(_mm512_zextsi256_si512(w0.sign), w1.sign, 1));
     }
+    const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(w0.d), _mm256_set1_ps(w1.d), 1);
     for (int r = 0; r < kRows; ++r) {
       __m512i xv = _mm512_loadu_si512(x[r].qs + b * kGgmlBlockValues);
       if constexpr (kType != DType::kQ4_1) {
@@ -249,9 +255,7 @@ PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, 
       }
       const __m512 sums =
           _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), magnitude, xv));
-      const __m512 scale =
-          _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(w0.d * x[r].d[b])),
-                             _mm256_set1_ps(w1.d * x[r].d[b + 1]), 1);
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x[r].d8 + b * kBlockLanes));
       lanes[r] = _mm512_fmadd_ps(sums, scale, lanes[r]);
       if constexpr (kType == DType::kQ4_1) {
         minimum[r] = std::fma(w0.m, x[r].sum[b], minimum[r]);
@@ -265,7 +269,9 @@ PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, 
     if (b < blocks) {  // a last even block
       const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row + b * kBytes);
       const __m256 sums = BlockSumsAvx2<kType>(w, x[r].qs + b * kGgmlBlockValues);
-      even = _mm256_fmadd_ps(sums, _mm256_set1_ps(w.d * x[r].d[b]), even);
+      const __m256 scale =
+          _mm256_mul_ps(_mm256_set1_ps(w.d), _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
+      even = _mm256_fmadd_ps(sums, scale, even);
       if constexpr (kType == DType::kQ4_1) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
     }
     out[r] = FoldLanes(even, odd) + minimum[r];
@@ -346,15 +352,17 @@ void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView
   QuantizedRows xq;
   xq.qs.resize(static_cast<size_t>(m * w.cols));
   xq.d.resize(static_cast<size_t>(m * blocks));
+  xq.d8.resize(static_cast<size_t>(m * blocks * kBlockLanes));
   xq.sum.resize(static_cast<size_t>(m * blocks));
   std::vector<XRow> x_rows(static_cast<size_t>(m));
   for (int64_t r = 0; r < m; ++r) {
-    x_rows[r] = {xq.qs.data() + r * w.cols, xq.d.data() + r * blocks, xq.sum.data() + r * blocks};
+    x_rows[r] = {xq.qs.data() + r * w.cols, xq.d.data() + r * blocks,
+                 xq.d8.data() + r * blocks * kBlockLanes, xq.sum.data() + r * blocks};
   }
   pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       QuantizeRow(x + r * w.cols, blocks, xq.qs.data() + r * w.cols, xq.d.data() + r * blocks,
-                  xq.sum.data() + r * blocks);
+                  xq.d8.data() + r * blocks * kBlockLanes, xq.sum.data() + r * blocks);
     }
   });
   const auto* rows = static_cast<const std::byte*>(w.data);
