@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""This library and llama.cpp on the same GGUF file, on the CPU, in one run.
+
+    python3 samples/bench/side_by_side_llama_cpp.py --model .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf \
+        [--threads 2] [--runs 5] [--weight-types quantized,f32] [--out side_by_side.jsonl]
+        [--venv .cache/llama-cpp-venv] [--commit SHA]
+
+llama.cpp comes from PyPI's llama-cpp-python, installed by this script into its own virtual
+environment (--venv; pip builds it for this machine's instruction sets, ggml_cpu_options); it is
+never a dependency of the library. Each run measures, in a fresh process each: this library (build/bin/pulseinfer-bench,
+once per --weight-types) and llama.cpp, alternating A B A B: the time to the first token of a
+512-token random prompt (prefill tokens/s), the median time of 64 greedy decode steps of one
+request after it (batch-1 decode tokens/s), and the process's peak resident memory. The table
+printed last has the medians over the runs; every run is a JSON line in --out.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROMPT = 512
+DECODE = 64
+
+LLAMA_RUN = r"""
+import json, random, statistics, sys, time
+import llama_cpp
+model, threads, prompt_len, decode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llm = llama_cpp.Llama(model_path=model, n_threads=threads, n_threads_batch=threads,
+                      n_ctx=prompt_len + decode + 8, n_batch=prompt_len, verbose=False)
+rng = random.Random(7)
+tokens = [rng.randrange(llm.n_vocab()) for _ in range(prompt_len)]
+start = time.perf_counter()
+llm.eval(tokens)
+token = int(llm.sample(temp=0.0))
+prefill_s = time.perf_counter() - start
+steps = []
+for _ in range(decode):
+    start = time.perf_counter()
+    llm.eval([token])
+    token = int(llm.sample(temp=0.0))
+    steps.append(time.perf_counter() - start)
+print(json.dumps({"prefill_s": prefill_s, "decode_ms_p50": 1e3 * statistics.median(steps),
+                  "version": llama_cpp.__version__}))
+"""
+
+
+def ensure_llama_cpp(venv):
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    check = subprocess.run([python, "-c", "import llama_cpp"], capture_output=True)
+    if check.returncode != 0:
+        env = dict(os.environ, CMAKE_ARGS=" ".join(ggml_cpu_options()))
+        subprocess.run([python, "-m", "pip", "install", "--quiet", "llama-cpp-python"], check=True,
+                       env=env)
+    return python
+
+
+def ggml_cpu_options():
+    """ggml's instruction sets for this CPU, as -march=native would pick them, but without AMX:
+    a native build's AMX kernels crashed in llama_decode where the kernel grants no AMX tiles."""
+    flags = set()
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    options = ["-DGGML_NATIVE=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
+               "-DGGML_AMX_BF16=OFF"]
+    for flag, option in [("avx", "AVX"), ("avx2", "AVX2"), ("fma", "FMA"), ("f16c", "F16C"),
+                         ("avx_vnni", "AVX_VNNI"), ("avx512f", "AVX512"),
+                         ("avx512_vnni", "AVX512_VNNI"), ("avx512vbmi", "AVX512_VBMI"),
+                         ("avx512_bf16", "AVX512_BF16")]:
+        options.append(f"-DGGML_{option}={'ON' if flag in flags else 'OFF'}")
+    return options
+
+
+def measure(command):
+    """Runs command; returns its stdout and the process's peak resident memory in MiB."""
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0)
+        stderr.seek(0)
+        if process.returncode != 0:
+            sys.exit(f"{command[0]} failed ({process.returncode}): {stderr.read()[-2000:]}")
+        return stdout.read(), usage.ru_maxrss / 1024.0
+
+
+def run_pulse(model, weight_type):
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "pulse.jsonl")
+        command = [os.path.join(REPO, "build", "bin", "pulseinfer-bench"), "--model", model,
+                   "--backend", "cpu", "--weight-type", weight_type, "--modes", "dense",
+                   "--decode", f"1x{PROMPT}", "--decode-steps", str(DECODE + 2),
+                   "--prefill", str(PROMPT), "--out", out]
+        _, peak_mib = measure(command)
+        records = [json.loads(line) for line in open(out)]
+    decode = next(r for r in records if r["bench"] == "decode")
+    prefill = next(r for r in records if r["bench"] == "prefill")
+    return {"engine": f"pulseinfer {weight_type}", "prefill_s": prefill["seconds"],
+            "decode_ms_p50": decode["tpot_ms_p50"], "peak_mib": peak_mib}
+
+
+def run_llama(python, model, threads):
+    stdout, peak_mib = measure([python, "-c", LLAMA_RUN, model, str(threads), str(PROMPT),
+                                str(DECODE)])
+    result = json.loads(stdout.strip().splitlines()[-1])
+    return {"engine": f"llama.cpp {result['version']}", "prefill_s": result["prefill_s"],
+            "decode_ms_p50": result["decode_ms_p50"], "peak_mib": peak_mib}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    # pulseinfer-bench runs on every core (pulse_model_params.threads 0): llama.cpp gets as many.
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--weight-types", default="quantized,f32")
+    parser.add_argument("--out", default="side_by_side.jsonl")
+    parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--venv", default=os.path.join(REPO, ".cache", "llama-cpp-venv"),
+                        help="llama-cpp-python's virtual environment, made when absent")
+    args = parser.parse_args()
+    python = ensure_llama_cpp(args.venv)
+    results = {}
+    with open(args.out, "w") as out:
+        for run in range(args.runs):
+            measured = [run_pulse(args.model, w) for w in args.weight_types.split(",")]
+            measured.append(run_llama(python, args.model, args.threads))
+            for record in measured:
+                record.update({"bench": "side-by-side", "run": run, "threads": args.threads,
+                               "model": os.path.basename(args.model), "commit": args.commit,
+                               "prompt": PROMPT, "decode_steps": DECODE,
+                               "command": " ".join(sys.argv)})
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                results.setdefault(record["engine"], []).append(record)
+                print(f"run {run}: {record['engine']:28} prefill {PROMPT / record['prefill_s']:7.1f} "
+                      f"tok/s  decode {1e3 / record['decode_ms_p50']:6.1f} tok/s  "
+                      f"peak {record['peak_mib']:6.0f} MiB", flush=True)
+    print(f"\nmedians of {args.runs} runs, {args.threads} threads, {os.path.basename(args.model)}")
+    print(f"{'engine':28} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak MiB':>9}")
+    for engine, records in results.items():
+        prefill = statistics.median(PROMPT / r["prefill_s"] for r in records)
+        decode = statistics.median(1e3 / r["decode_ms_p50"] for r in records)
+        peak = statistics.median(r["peak_mib"] for r in records)
+        print(f"{engine:28} {prefill:14.1f} {decode:13.1f} {peak:9.0f}")
+
+
+if __name__ == "__main__":
+    main()
