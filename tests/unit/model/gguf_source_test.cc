@@ -460,5 +460,41 @@ TEST(SmolLm2Test, WeightsKeptInBlocksGiveCloseLogits) {
   EXPECT_LE(worst, 1.0) << "the largest logit error of a position, in its logits' stddevs";
 }
 
+// Kept in their blocks, requests decoding together give the tokens each gives alone: a row of
+// activations is quantized and multiplied on its own, whatever else the step holds.
+TEST(SmolLm2Test, WeightsKeptInBlocksBatchAsTheyRunAlone) {
+  const std::string path = SmolLm2Path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
+  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend({.threads = 2});
+  absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::shared_ptr<const Model>> model =
+      Model::Load(*backend, **source, {.weight_type = DType::kF32, .keep_blocks = true});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 504, 3458, 282}, {1, 2683, 314, 253, 1345, 28, 3575, 30, 2055}, {1, 4115}};
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 10;
+  SamplingParams sampled = greedy;
+  sampled.temperature = 0.8f;
+  sampled.seed = 5;
+  const std::vector<SamplingParams> params = {greedy, sampled, greedy};
+  const auto run = [&](const std::vector<size_t>& which, int32_t prefill_chunk) {
+    std::unique_ptr<Engine> engine =
+        *Engine::Create(*model, {.prefill_chunk = prefill_chunk, .max_context = 64});
+    std::vector<RequestId> ids;
+    for (const size_t i : which) ids.push_back(*engine->Submit(prompts[i], params[i], nullptr));
+    while (engine->pending() > 0) EXPECT_TRUE(engine->Step().ok());
+    std::vector<std::vector<int32_t>> tokens;
+    for (const RequestId id : ids) tokens.push_back(engine->Snapshot(id)->tokens);
+    return tokens;
+  };
+  const std::vector<std::vector<int32_t>> together = run({0, 1, 2}, 3);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(together[i], run({i}, 64)[0]) << "request " << i;
+  }
+}
+
 }  // namespace
 }  // namespace pulse
