@@ -3,7 +3,7 @@
 
     python3 samples/bench/side_by_side_llama_cpp.py --model .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf \
         [--threads 2] [--runs 5] [--weight-types quantized,f32] [--out side_by_side.jsonl]
-        [--venv .cache/llama-cpp-venv] [--commit SHA]
+        [--venv .cache/llama-cpp-venv] [--commit SHA] [--accuracy]
 
 llama.cpp comes from PyPI's llama-cpp-python, installed by this script into its own virtual
 environment (--venv; pip builds it for this machine's instruction sets, ggml_cpu_options); it is
@@ -12,6 +12,11 @@ once per --weight-types) and llama.cpp, alternating A B A B: the time to the fir
 512-token random prompt (prefill tokens/s), the median time of 64 greedy decode steps of one
 request after it (batch-1 decode tokens/s), and the process's peak resident memory. The table
 printed last has the medians over the runs; every run is a JSON line in --out.
+
+--accuracy instead compares the last position's logits of the three texts of
+tests/python/test_forward_numpy.py (tokenized by llama.cpp) with the float64 NumPy forward pass
+of tests/python/numpy_llama.py on the file's dequantized weights: the relative L2 error, and
+whether the top token is the reference's, of this library per --weight-types and of llama.cpp.
 """
 import argparse
 import json
@@ -47,6 +52,53 @@ for _ in range(decode):
 print(json.dumps({"prefill_s": prefill_s, "decode_ms_p50": 1e3 * statistics.median(steps),
                   "version": llama_cpp.__version__}))
 """
+
+
+LLAMA_LOGITS = r"""
+import json, sys
+import llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_threads=int(sys.argv[2]), n_ctx=512,
+                      n_batch=512, logits_all=True, verbose=False)
+out = []
+for text in json.loads(sys.argv[3]):
+    ids = llm.tokenize(text.encode(), add_bos=False, special=False)
+    llm.reset()
+    llm.eval(ids)
+    out.append({"ids": ids, "logits": [float(v) for v in llm.scores[len(ids) - 1]]})
+print(json.dumps(out))
+"""
+
+
+def accuracy(args, python):
+    sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+    import numpy as np
+    import numpy_llama
+    from ref_dump_logits import dump_logits, relative_error
+    from test_forward_numpy import TEXTS
+
+    stdout, _ = measure([python, "-c", LLAMA_LOGITS, args.model, str(args.threads),
+                         json.dumps(TEXTS)])
+    reference = numpy_llama.Model(numpy_llama.load_gguf(args.model))
+    tool = os.path.join(REPO, "build", "bin", "pulse-dump-logits")
+    with open(args.out, "w") as out, tempfile.TemporaryDirectory() as folder:
+        for index, entry in enumerate(json.loads(stdout.strip().splitlines()[-1])):
+            expected = reference.forward(entry["ids"])[-1]
+            engines = {"llama.cpp": np.asarray(entry["logits"])}
+            for weight_type in args.weight_types.split(","):
+                result = dump_logits(tool, args.model, entry["ids"], folder,
+                                     weight_type=weight_type, greedy=0)
+                engines[f"pulseinfer {weight_type}"] = result.logits
+            for engine, logits in engines.items():
+                record = {"bench": "side-by-side-accuracy", "engine": engine, "text": index,
+                          "tokens": len(entry["ids"]),
+                          "relative_error": relative_error(logits, expected),
+                          "top_token_kept": bool(np.argmax(logits) == np.argmax(expected)),
+                          "model": os.path.basename(args.model), "commit": args.commit,
+                          "command": " ".join(sys.argv)}
+                out.write(json.dumps(record) + "\n")
+                print(f"text {index} ({len(entry['ids'])} tokens): {engine:24} relative error "
+                      f"{record['relative_error']:.2e}, top token "
+                      f"{'kept' if record['top_token_kept'] else 'changed'}")
 
 
 def ensure_llama_cpp(venv):
@@ -128,8 +180,13 @@ def main():
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--venv", default=os.path.join(REPO, ".cache", "llama-cpp-venv"),
                         help="llama-cpp-python's virtual environment, made when absent")
+    parser.add_argument("--accuracy", action="store_true",
+                        help="compare logits with the float64 reference instead of timing")
     args = parser.parse_args()
     python = ensure_llama_cpp(args.venv)
+    if args.accuracy:
+        accuracy(args, python)
+        return
     results = {}
     with open(args.out, "w") as out:
         for run in range(args.runs):

@@ -2,7 +2,7 @@
 // compare against an independent forward pass.
 //
 //   pulse-dump-logits --model PATH|random:CONFIG_JSON --prompt-ids 1,2,3 [--backend cpu|cuda]
-//       [--weight-type f32|bf16] [--logits OUT.f32] [--all-logits OUT.f32] [--greedy N]
+//       [--weight-type f32|bf16|quantized] [--logits OUT.f32] [--all-logits OUT.f32] [--greedy N]
 //       [--chunk C] [--seed S]
 //
 // Loads PATH (GGUF file or Hugging Face directory), or seeded random weights (--seed, default 0)
@@ -46,7 +46,8 @@ static_assert(std::endian::native == std::endian::little, "the logits file is li
 
 constexpr std::string_view kUsage =
     "usage: pulse-dump-logits --model PATH|random:CONFIG_JSON --prompt-ids 1,2,3 "
-    "[--backend cpu|cuda] [--weight-type f32|bf16] [--logits OUT.f32] [--all-logits OUT.f32] "
+    "[--backend cpu|cuda] [--weight-type f32|bf16|quantized] [--logits OUT.f32] [--all-logits "
+    "OUT.f32] "
     "[--greedy N] [--chunk C] [--seed S]";
 constexpr absl::string_view kRandomPrefix = "random:";
 
@@ -55,6 +56,7 @@ struct Args {
   std::vector<int32_t> prompt;
   bool cuda = false;
   std::optional<DType> weight_type;  // default: the backend's
+  bool keep_blocks = false;
   std::string logits_path;
   std::string all_logits_path;
   int32_t greedy = 0;
@@ -84,6 +86,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
         args.weight_type = DType::kF32;
       } else if (value == "bf16") {
         args.weight_type = DType::kBF16;
+      } else if (value == "quantized") {  // blocks kept where computed on, the rest f32
+        args.weight_type = DType::kF32;
+        args.keep_blocks = true;
       } else {
         return bad_value();
       }
@@ -139,7 +144,8 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadModel(const Args& args) {
     PULSE_ASSIGN_OR_RETURN(backend, CreateCpuBackend({}));
   }
   const DType weight_type = args.weight_type.value_or(args.cuda ? DType::kBF16 : DType::kF32);
-  return Model::Load(std::move(backend), *source, {weight_type});
+  return Model::Load(std::move(backend), *source,
+                     {.weight_type = weight_type, .keep_blocks = args.keep_blocks});
 }
 
 // The logits of every prompt position, [prompt][vocab], by the ModelRunner in chunks.
