@@ -7,10 +7,11 @@
 
 llama.cpp comes from PyPI's llama-cpp-python, installed by this script into its own virtual
 environment (--venv; pip builds it for this machine's instruction sets, ggml_cpu_options); it is
-never a dependency of the library. Each run measures, in a fresh process each: this library (build/bin/pulseinfer-bench,
-once per --weight-types) and llama.cpp, alternating A B A B: the time to the first token of a
-512-token random prompt (prefill tokens/s), the median time of 64 greedy decode steps of one
-request after it (batch-1 decode tokens/s), and the process's peak resident memory. The table
+never a dependency of the library. Each run measures, each in a fresh process, this library
+(build/bin/pulseinfer-bench, once per --weight-types) and llama.cpp, alternating A B A B: the
+time to the first token of a 512-token random prompt (prefill tokens/s), the median time of 64
+greedy decode steps of one request after it (batch-1 decode tokens/s) and of 8 requests together
+(batch-8 decode tokens/s, 8 tokens a step), and the process's peak resident memory. The table
 printed last has the medians over the runs; every run is a JSON line in --out.
 
 --accuracy instead compares the last position's logits of the three texts of
@@ -30,29 +31,71 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPT = 512
 DECODE = 64
+BATCH = 8
 
+# llama.cpp through llama-cpp-python's bindings of its C API (its high-level Llama serves one
+# sequence): BATCH random prompts prefilled one after another (the first one timed), then decode
+# steps of the first sequence alone, then of all BATCH together, greedy.
 LLAMA_RUN = r"""
 import json, random, statistics, sys, time
+import numpy as np
 import llama_cpp
-model, threads, prompt_len, decode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-llm = llama_cpp.Llama(model_path=model, n_threads=threads, n_threads_batch=threads,
-                      n_ctx=prompt_len + decode + 8, n_batch=prompt_len, verbose=False)
+path, threads, batch_size, prompt_len, decode = sys.argv[1], *map(int, sys.argv[2:6])
+llama_cpp.llama_backend_init()
+model = llama_cpp.llama_model_load_from_file(path.encode(), llama_cpp.llama_model_default_params())
+n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+params = llama_cpp.llama_context_default_params()
+params.n_ctx = batch_size * (prompt_len + 2 * decode + 8)
+params.n_batch = params.n_ubatch = prompt_len
+params.n_seq_max = batch_size
+params.kv_unified = True
+params.n_threads = params.n_threads_batch = threads
+ctx = llama_cpp.llama_init_from_model(model, params)
+batch = llama_cpp.llama_batch_init(prompt_len, 0, batch_size)
+
+
+def submit(entries):  # (token, position, sequence, wants logits)
+    batch.n_tokens = len(entries)
+    for i, (token, pos, seq, logits) in enumerate(entries):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+        batch.seq_id[i][0], batch.logits[i] = seq, int(logits)
+    if llama_cpp.llama_decode(ctx, batch) != 0:
+        sys.exit("llama_decode failed")
+
+
+def argmax(i):
+    row = llama_cpp.llama_get_logits_ith(ctx, i)
+    return int(np.argmax(np.ctypeslib.as_array(row, shape=(n_vocab,))))
+
+
 rng = random.Random(7)
-tokens = [rng.randrange(llm.n_vocab()) for _ in range(prompt_len)]
-start = time.perf_counter()
-llm.eval(tokens)
-token = int(llm.sample(temp=0.0))
-prefill_s = time.perf_counter() - start
-steps = []
-for _ in range(decode):
+tokens, positions = [], []
+prefill_s = None
+for seq in range(batch_size):
+    prompt = [rng.randrange(n_vocab) for _ in range(prompt_len)]
     start = time.perf_counter()
-    llm.eval([token])
-    token = int(llm.sample(temp=0.0))
-    steps.append(time.perf_counter() - start)
-print(json.dumps({"prefill_s": prefill_s, "decode_ms_p50": 1e3 * statistics.median(steps),
+    submit([(t, p, seq, p == prompt_len - 1) for p, t in enumerate(prompt)])
+    tokens.append(argmax(prompt_len - 1))
+    prefill_s = prefill_s or time.perf_counter() - start
+    positions.append(prompt_len)
+
+
+def steps(sequences):
+    times = []
+    for _ in range(decode):
+        start = time.perf_counter()
+        submit([(tokens[s], positions[s], s, True) for s in sequences])
+        for i, s in enumerate(sequences):
+            tokens[s] = argmax(i)
+            positions[s] += 1
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+print(json.dumps({"prefill_s": prefill_s, "decode_ms_p50": steps([0]),
+                  "decode_batch_ms_p50": steps(list(range(batch_size))),
                   "version": llama_cpp.__version__}))
 """
-
 
 LLAMA_LOGITS = r"""
 import json, sys
@@ -150,22 +193,24 @@ def run_pulse(model, weight_type):
         out = os.path.join(folder, "pulse.jsonl")
         command = [os.path.join(REPO, "build", "bin", "pulseinfer-bench"), "--model", model,
                    "--backend", "cpu", "--weight-type", weight_type, "--modes", "dense",
-                   "--decode", f"1x{PROMPT}", "--decode-steps", str(DECODE + 2),
+                   "--decode", f"1x{PROMPT},{BATCH}x{PROMPT}", "--decode-steps", str(DECODE + 2),
                    "--prefill", str(PROMPT), "--out", out]
         _, peak_mib = measure(command)
         records = [json.loads(line) for line in open(out)]
-    decode = next(r for r in records if r["bench"] == "decode")
+    decode = {r["batch"]: r for r in records if r["bench"] == "decode"}
     prefill = next(r for r in records if r["bench"] == "prefill")
     return {"engine": f"pulseinfer {weight_type}", "prefill_s": prefill["seconds"],
-            "decode_ms_p50": decode["tpot_ms_p50"], "peak_mib": peak_mib}
+            "decode_ms_p50": decode[1]["tpot_ms_p50"],
+            "decode_batch_ms_p50": decode[BATCH]["tpot_ms_p50"], "peak_mib": peak_mib}
 
 
 def run_llama(python, model, threads):
-    stdout, peak_mib = measure([python, "-c", LLAMA_RUN, model, str(threads), str(PROMPT),
-                                str(DECODE)])
+    stdout, peak_mib = measure([python, "-c", LLAMA_RUN, model, str(threads), str(BATCH),
+                                str(PROMPT), str(DECODE)])
     result = json.loads(stdout.strip().splitlines()[-1])
     return {"engine": f"llama.cpp {result['version']}", "prefill_s": result["prefill_s"],
-            "decode_ms_p50": result["decode_ms_p50"], "peak_mib": peak_mib}
+            "decode_ms_p50": result["decode_ms_p50"],
+            "decode_batch_ms_p50": result["decode_batch_ms_p50"], "peak_mib": peak_mib}
 
 
 def main():
@@ -195,21 +240,24 @@ def main():
             for record in measured:
                 record.update({"bench": "side-by-side", "run": run, "threads": args.threads,
                                "model": os.path.basename(args.model), "commit": args.commit,
-                               "prompt": PROMPT, "decode_steps": DECODE,
+                               "prompt": PROMPT, "decode_steps": DECODE, "batch": BATCH,
                                "command": " ".join(sys.argv)})
                 out.write(json.dumps(record) + "\n")
                 out.flush()
                 results.setdefault(record["engine"], []).append(record)
                 print(f"run {run}: {record['engine']:28} prefill {PROMPT / record['prefill_s']:7.1f} "
-                      f"tok/s  decode {1e3 / record['decode_ms_p50']:6.1f} tok/s  "
+                      f"tok/s  decode {1e3 / record['decode_ms_p50']:6.1f} tok/s, batch {BATCH} "
+                      f"{BATCH * 1e3 / record['decode_batch_ms_p50']:6.1f} tok/s  "
                       f"peak {record['peak_mib']:6.0f} MiB", flush=True)
     print(f"\nmedians of {args.runs} runs, {args.threads} threads, {os.path.basename(args.model)}")
-    print(f"{'engine':28} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak MiB':>9}")
+    print(f"{'engine':28} {'prefill tok/s':>14} {'decode tok/s':>13} "
+          f"{f'batch {BATCH} tok/s':>14} {'peak MiB':>9}")
     for engine, records in results.items():
         prefill = statistics.median(PROMPT / r["prefill_s"] for r in records)
         decode = statistics.median(1e3 / r["decode_ms_p50"] for r in records)
+        batched = statistics.median(BATCH * 1e3 / r["decode_batch_ms_p50"] for r in records)
         peak = statistics.median(r["peak_mib"] for r in records)
-        print(f"{engine:28} {prefill:14.1f} {decode:13.1f} {peak:9.0f}")
+        print(f"{engine:28} {prefill:14.1f} {decode:13.1f} {batched:14.1f} {peak:9.0f}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #include "core/base/ggml_blocks.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -216,11 +217,14 @@ struct Avx2Kernel {
 };
 
 // GCC 12 reports the undefined vectors that avx512fintrin.h's own intrinsics pass to their masked
-// builtins as maybe-uninitialized; nothing here reads an undefined lane.
+// builtins as (maybe) uninitialized; nothing here reads an undefined lane.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #define PULSE_AVX512_VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c,fma")))
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,f16c,fma")))
 
 // Two blocks at once: the even one in the low 256 bits, the odd one in the high, so a lane of
 // the 512-bit accumulator is one of the sixteen lanes of the fixed order.
@@ -311,12 +315,17 @@ void DotAllRows(DType type, const std::byte* w_row, const XRow* x, int64_t m, in
 
 bool CpuRuns(QuantKernelLevel level) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") != 0 &&
-                           __builtin_cpu_supports("f16c") != 0 &&
-                           __builtin_cpu_supports("fma") != 0;
+  // F16C by cpuid: not every compiler's __builtin_cpu_supports knows it.
+  static const bool f16c = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
+  static const bool avx2 =
+      f16c && __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0;
   static const bool avx512_vnni =
       avx2 && __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512bw") != 0 &&
-      __builtin_cpu_supports("avx512vl") != 0 && __builtin_cpu_supports("avx512vnni") != 0;
+      __builtin_cpu_supports("avx512dq") != 0 && __builtin_cpu_supports("avx512vl") != 0 &&
+      __builtin_cpu_supports("avx512vnni") != 0;
   switch (level) {
     case QuantKernelLevel::kAvx512Vnni:
       return avx512_vnni;
