@@ -33,9 +33,10 @@ PROMPT = 512
 DECODE = 64
 BATCH = 8
 
-# llama.cpp through llama-cpp-python's bindings of its C API (its high-level Llama serves one
-# sequence): BATCH random prompts prefilled one after another (the first one timed), then decode
-# steps of the first sequence alone, then of all BATCH together, greedy.
+# llama.cpp: one sequence through llama-cpp-python's Llama (its prompt's prefill, then its
+# decode steps: the faster of the two ways measured here), then BATCH sequences through its
+# bindings of the C API (Llama serves one sequence) in one KV cache, prefilled one after another
+# and decoded together; greedy.
 LLAMA_RUN = r"""
 import json, random, statistics, sys, time
 import numpy as np
@@ -44,57 +45,67 @@ path, threads, batch_size, prompt_len, decode = sys.argv[1], *map(int, sys.argv[
 llama_cpp.llama_backend_init()
 model = llama_cpp.llama_model_load_from_file(path.encode(), llama_cpp.llama_model_default_params())
 n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-params = llama_cpp.llama_context_default_params()
-params.n_ctx = batch_size * (prompt_len + 2 * decode + 8)
-params.n_batch = params.n_ubatch = prompt_len
-params.n_seq_max = batch_size
-params.kv_unified = True
-params.n_threads = params.n_threads_batch = threads
-ctx = llama_cpp.llama_init_from_model(model, params)
-batch = llama_cpp.llama_batch_init(prompt_len, 0, batch_size)
-
-
-def submit(entries):  # (token, position, sequence, wants logits)
-    batch.n_tokens = len(entries)
-    for i, (token, pos, seq, logits) in enumerate(entries):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
-        batch.seq_id[i][0], batch.logits[i] = seq, int(logits)
-    if llama_cpp.llama_decode(ctx, batch) != 0:
-        sys.exit("llama_decode failed")
-
-
-def argmax(i):
-    row = llama_cpp.llama_get_logits_ith(ctx, i)
-    return int(np.argmax(np.ctypeslib.as_array(row, shape=(n_vocab,))))
-
-
 rng = random.Random(7)
-tokens, positions = [], []
-prefill_s = None
-for seq in range(batch_size):
-    prompt = [rng.randrange(n_vocab) for _ in range(prompt_len)]
-    start = time.perf_counter()
-    submit([(t, p, seq, p == prompt_len - 1) for p, t in enumerate(prompt)])
-    tokens.append(argmax(prompt_len - 1))
-    prefill_s = prefill_s or time.perf_counter() - start
-    positions.append(prompt_len)
 
 
-def steps(sequences):
-    times = []
-    for _ in range(decode):
+def run(sequences):
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = sequences * (prompt_len + decode + 8)
+    params.n_batch = params.n_ubatch = prompt_len
+    params.n_seq_max = sequences
+    params.kv_unified = True
+    params.n_threads = params.n_threads_batch = threads
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    batch = llama_cpp.llama_batch_init(prompt_len, 0, sequences)
+
+    def submit(entries):  # (token, position, sequence, wants logits)
+        batch.n_tokens = len(entries)
+        for i, (token, pos, seq, logits) in enumerate(entries):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq, int(logits)
+        if llama_cpp.llama_decode(ctx, batch) != 0:
+            sys.exit("llama_decode failed")
+
+    def argmax(i):
+        row = llama_cpp.llama_get_logits_ith(ctx, i)
+        return int(np.argmax(np.ctypeslib.as_array(row, shape=(n_vocab,))))
+
+    tokens, prefill_s = [], None
+    for seq in range(sequences):
+        prompt = [rng.randrange(n_vocab) for _ in range(prompt_len)]
         start = time.perf_counter()
-        submit([(tokens[s], positions[s], s, True) for s in sequences])
-        for i, s in enumerate(sequences):
-            tokens[s] = argmax(i)
-            positions[s] += 1
+        submit([(t, p, seq, p == prompt_len - 1) for p, t in enumerate(prompt)])
+        tokens.append(argmax(prompt_len - 1))
+        prefill_s = prefill_s or time.perf_counter() - start
+    times = []
+    for step in range(decode):
+        start = time.perf_counter()
+        submit([(tokens[s], prompt_len + step, s, True) for s in range(sequences)])
+        tokens = [argmax(s) for s in range(sequences)]
         times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    llama_cpp.llama_batch_free(batch)
+    llama_cpp.llama_free(ctx)
+    return prefill_s, 1e3 * statistics.median(times)
 
 
-print(json.dumps({"prefill_s": prefill_s, "decode_ms_p50": steps([0]),
-                  "decode_batch_ms_p50": steps(list(range(batch_size))),
-                  "version": llama_cpp.__version__}))
+llm = llama_cpp.Llama(model_path=path, n_threads=threads, n_threads_batch=threads,
+                      n_ctx=prompt_len + decode + 8, n_batch=prompt_len, verbose=False)
+prompt = [rng.randrange(n_vocab) for _ in range(prompt_len)]
+start = time.perf_counter()
+llm.eval(prompt)
+token = int(llm.sample(temp=0.0))
+prefill_s = time.perf_counter() - start
+times = []
+for _ in range(decode):
+    start = time.perf_counter()
+    llm.eval([token])
+    token = int(llm.sample(temp=0.0))
+    times.append(time.perf_counter() - start)
+decode_ms = 1e3 * statistics.median(times)
+del llm
+_, batch_ms = run(batch_size)
+print(json.dumps({"prefill_s": prefill_s, "decode_ms_p50": decode_ms,
+                  "decode_batch_ms_p50": batch_ms, "version": llama_cpp.__version__}))
 """
 
 LLAMA_LOGITS = r"""
