@@ -10,7 +10,7 @@ type ModelInfo struct {
 	Architecture string // "llama", "mistral", "qwen2"
 	Format       string // "gguf", "safetensors", "random"
 	StoredType   string // the file's type holding most weights: "Q4_1", "bf16"...
-	WeightType   string // as stored on the backend: "f32", "bf16"
+	WeightType   string // as stored on the backend: "f32", "bf16", "quantized"
 	Backend      string // "cpu", "cuda"
 
 	NumLayers         int32

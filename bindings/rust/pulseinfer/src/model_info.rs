@@ -28,7 +28,7 @@ pub struct ModelInfo {
     pub format: String,
     /// The file's type holding most weights: "Q4_1", "bf16"...
     pub stored_type: String,
-    /// As stored on the backend: "f32", "bf16".
+    /// As stored on the backend: "f32", "bf16", "quantized".
     pub weight_type: String,
     /// "cpu", "cuda".
     pub backend: String,
