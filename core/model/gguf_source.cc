@@ -373,9 +373,10 @@ absl::StatusOr<DType> GgufSource::ReadBlocks(std::string_view name,
         file_.path(), info.name, GgmlTypeName(info.type)));
   }
   const std::span<const std::byte> data = file_.TensorData(info);
-  out.assign(data.begin(), data.end());
+  const size_t start = out.size();
+  out.insert(out.end(), data.begin(), data.end());
   const int64_t row_bytes = info.ne[0] / GgmlBlockElements(info.type) * GgmlBlockBytes(info.type);
-  PULSE_RETURN_IF_ERROR(Unpermute(*tensor, out, row_bytes));
+  PULSE_RETURN_IF_ERROR(Unpermute(*tensor, std::span<std::byte>(out).subspan(start), row_bytes));
   return *type;
 }
 

@@ -52,7 +52,7 @@ class WeightUploader {
     std::optional<DType> type;
     block_scratch_.clear();
     for (const std::string& name : names) {
-      absl::StatusOr<DType> read = source_.ReadBlocks(name, tensor_blocks_);
+      absl::StatusOr<DType> read = source_.ReadBlocks(name, block_scratch_);
       if (absl::IsUnimplemented(read.status())) return std::nullopt;
       if (!read.ok()) {
         return absl::Status(read.status().code(),
@@ -60,7 +60,6 @@ class WeightUploader {
       }
       if (type.has_value() && *type != *read) return std::nullopt;
       type = *read;
-      block_scratch_.insert(block_scratch_.end(), tensor_blocks_.begin(), tensor_blocks_.end());
     }
     int64_t rows = 0;
     for (const std::string& name : names) rows += elements_.at(name) / cols;
@@ -94,8 +93,7 @@ class WeightUploader {
   // Every tensor the loader reads is in here: CheckTensors ran first.
   absl::flat_hash_map<std::string, int64_t> elements_;
   std::vector<float> scratch_;
-  std::vector<std::byte> block_scratch_;  // a matrix's blocks
-  std::vector<std::byte> tensor_blocks_;  // one tensor's
+  std::vector<std::byte> block_scratch_;  // a matrix's blocks, its tensors one after another
 };
 
 absl::StatusOr<LayerWeights> LoadLayer(WeightUploader& uploader, const ModelConfig& config,

@@ -36,7 +36,7 @@ class TensorSource {
   // permuted q/k rows are restored). `out` must hold exactly elements() values.
   // NotFound when the source has no such tensor.
   virtual absl::Status Read(std::string_view name, std::span<float> out) const = 0;
-  // Replaces `out` with the matrix's blocks as stored, rows in Hugging Face order, when it is
+  // Appends to `out` the matrix's blocks as stored, rows in Hugging Face order, when it is
   // stored in a block type that backends compute on (core/backend/dtype.h), and returns the type;
   // Unimplemented when it is stored otherwise (the caller reads the values), NotFound when the
   // source has no such tensor.

@@ -25,26 +25,24 @@ constexpr int64_t kPrefetchBytes = 4096;
 // The rows of x as q8 blocks: block b of row r at index r * blocks + b of each array.
 struct QuantizedRows {
   std::vector<int8_t> qs;  // 32 a block
-  std::vector<float> d;
-  std::vector<float> d8;   // each d eight times: the vector kernels' lanes
+  std::vector<float> d8;   // each block's scale d, eight times: the vector kernels' lanes
   std::vector<float> sum;  // d times the sum of the block's qs (Q4_1's minimum multiplies it)
 };
 
 // One row of QuantizedRows.
 struct XRow {
   const int8_t* qs;
-  const float* d;
   const float* d8;
   const float* sum;
 };
 
-void QuantizeRow(const float* x, int64_t blocks, int8_t* qs, float* d, float* d8, float* sums) {
+void QuantizeRow(const float* x, int64_t blocks, int8_t* qs, float* d8, float* sums) {
   for (int64_t b = 0; b < blocks; ++b) {
     const float* v = x + b * kGgmlBlockValues;
     float amax = 0.0f;
     for (int j = 0; j < kGgmlBlockValues; ++j) amax = std::max(amax, std::fabs(v[j]));
-    d[b] = amax / 127.0f;
-    std::fill_n(d8 + b * kBlockLanes, kBlockLanes, d[b]);
+    const float d = amax / 127.0f;
+    std::fill_n(d8 + b * kBlockLanes, kBlockLanes, d);
     const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
     int32_t sum = 0;
     for (int j = 0; j < kGgmlBlockValues; ++j) {
@@ -52,7 +50,7 @@ void QuantizeRow(const float* x, int64_t blocks, int8_t* qs, float* d, float* d8
       qs[b * kGgmlBlockValues + j] = q;
       sum += q;
     }
-    sums[b] = d[b] * static_cast<float>(sum);
+    sums[b] = d * static_cast<float>(sum);
   }
 }
 
@@ -104,7 +102,7 @@ float DotScalar(DType type, const std::byte* w_row, const XRow& x, int64_t block
   float minimum = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
     const WBlock w = UnpackBlock(type, w_row + b * block_bytes);
-    const float scale = w.d * x.d[b];
+    const float scale = w.d * x.d8[b * kBlockLanes];
     const int8_t* xq = x.qs + b * kGgmlBlockValues;
     float* block_lanes = lanes.data() + (b % 2) * kBlockLanes;
     for (int l = 0; l < kBlockLanes; ++l) {
@@ -360,17 +358,16 @@ void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView
   const int64_t row_bytes = blocks * BlockTypeBytes(w.type);
   QuantizedRows xq;
   xq.qs.resize(static_cast<size_t>(m * w.cols));
-  xq.d.resize(static_cast<size_t>(m * blocks));
   xq.d8.resize(static_cast<size_t>(m * blocks * kBlockLanes));
   xq.sum.resize(static_cast<size_t>(m * blocks));
   std::vector<XRow> x_rows(static_cast<size_t>(m));
   for (int64_t r = 0; r < m; ++r) {
-    x_rows[r] = {xq.qs.data() + r * w.cols, xq.d.data() + r * blocks,
-                 xq.d8.data() + r * blocks * kBlockLanes, xq.sum.data() + r * blocks};
+    x_rows[r] = {xq.qs.data() + r * w.cols, xq.d8.data() + r * blocks * kBlockLanes,
+                 xq.sum.data() + r * blocks};
   }
   pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      QuantizeRow(x + r * w.cols, blocks, xq.qs.data() + r * w.cols, xq.d.data() + r * blocks,
+      QuantizeRow(x + r * w.cols, blocks, xq.qs.data() + r * w.cols,
                   xq.d8.data() + r * blocks * kBlockLanes, xq.sum.data() + r * blocks);
     }
   });

@@ -242,6 +242,19 @@ std::string SmolLm2Path() {
          "/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+// The model at `path` on a CPU backend of `threads` threads, its matrices as f32 or kept in their
+// blocks.
+std::shared_ptr<const Model> LoadOnCpu(const std::string& path, bool keep_blocks, int32_t threads) {
+  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend({.threads = threads});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
+  EXPECT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::shared_ptr<const Model>> model =
+      Model::Load(*backend, **source, {.weight_type = DType::kF32, .keep_blocks = keep_blocks});
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *model;
+}
+
 TEST(SmolLm2Test, OpensWithTheKnownConfig) {
   const std::string path = SmolLm2Path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
@@ -290,16 +303,7 @@ TEST(SmolLm2Test, AFileTruncatedAfterTheLoadIsNotReadAgain) {
   const std::string path = SmolLm2Path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
   const auto generate = [](const std::string& file, bool truncate_after_load) {
-    absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend({.threads = 1});
-    std::shared_ptr<const Model> model;
-    {
-      absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(file);
-      EXPECT_TRUE(source.ok()) << source.status();
-      absl::StatusOr<std::shared_ptr<const Model>> loaded =
-          Model::Load(*backend, **source, {.weight_type = DType::kF32});
-      EXPECT_TRUE(loaded.ok()) << loaded.status();
-      model = *loaded;
-    }
+    const std::shared_ptr<const Model> model = LoadOnCpu(file, false, 1);
     if (truncate_after_load) std::filesystem::resize_file(file, 0);
     std::unique_ptr<Engine> engine = *Engine::Create(model, {.max_context = 64});
     SamplingParams greedy;
@@ -381,17 +385,8 @@ TEST(SmolLm2Test, BlocksReadAsStoredDecodeToTheValues) {
 TEST(SmolLm2Test, WeightsKeptInBlocksGiveCloseLogits) {
   const std::string path = SmolLm2Path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
-  const auto load = [&](bool keep_blocks) {
-    absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend({.threads = 2});
-    absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
-    EXPECT_TRUE(source.ok()) << source.status();
-    absl::StatusOr<std::shared_ptr<const Model>> model =
-        Model::Load(*backend, **source, {.weight_type = DType::kF32, .keep_blocks = keep_blocks});
-    EXPECT_TRUE(model.ok()) << model.status();
-    return *model;
-  };
-  const std::shared_ptr<const Model> f32 = load(false);
-  const std::shared_ptr<const Model> kept = load(true);
+  const std::shared_ptr<const Model> f32 = LoadOnCpu(path, false, 2);
+  const std::shared_ptr<const Model> kept = LoadOnCpu(path, true, 2);
   EXPECT_FALSE(f32->weights_in_blocks());
   EXPECT_TRUE(kept->weights_in_blocks());
   EXPECT_EQ(kept->weights().layers[3].gate_up.type, DType::kQ4_1);
@@ -465,12 +460,7 @@ TEST(SmolLm2Test, WeightsKeptInBlocksGiveCloseLogits) {
 TEST(SmolLm2Test, WeightsKeptInBlocksBatchAsTheyRunAlone) {
   const std::string path = SmolLm2Path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
-  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateCpuBackend({.threads = 2});
-  absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
-  ASSERT_TRUE(source.ok()) << source.status();
-  absl::StatusOr<std::shared_ptr<const Model>> model =
-      Model::Load(*backend, **source, {.weight_type = DType::kF32, .keep_blocks = true});
-  ASSERT_TRUE(model.ok()) << model.status();
+  const std::shared_ptr<const Model> model = LoadOnCpu(path, true, 2);
   const std::vector<std::vector<int32_t>> prompts = {
       {1, 504, 3458, 282}, {1, 2683, 314, 253, 1345, 28, 3575, 30, 2055}, {1, 4115}};
   SamplingParams greedy;
@@ -482,7 +472,7 @@ TEST(SmolLm2Test, WeightsKeptInBlocksBatchAsTheyRunAlone) {
   const std::vector<SamplingParams> params = {greedy, sampled, greedy};
   const auto run = [&](const std::vector<size_t>& which, int32_t prefill_chunk) {
     std::unique_ptr<Engine> engine =
-        *Engine::Create(*model, {.prefill_chunk = prefill_chunk, .max_context = 64});
+        *Engine::Create(model, {.prefill_chunk = prefill_chunk, .max_context = 64});
     std::vector<RequestId> ids;
     for (const size_t i : which) ids.push_back(*engine->Submit(prompts[i], params[i], nullptr));
     while (engine->pending() > 0) EXPECT_TRUE(engine->Step().ok());
