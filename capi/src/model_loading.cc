@@ -1,5 +1,6 @@
 #include "capi/src/model_loading.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <string_view>
 #include <system_error>
@@ -124,6 +125,15 @@ absl::StatusOr<ModelLoadPlan> PlanModelLoad(const pulse_model_params& params) {
     CpuBackendOptions options;
     options.threads = params.threads;
     options.memory_limit_bytes = static_cast<size_t>(params.memory_limit_bytes);
+    // The environment forces the kernels' instruction-set level (docs/design/cpu-backend.md).
+    if (const char* name = std::getenv("PULSEINFER_CPU_LEVEL"); name != nullptr) {
+      const absl::StatusOr<cpu::CpuLevel> level = cpu::ParseCpuLevel(name);
+      if (!level.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("PULSEINFER_CPU_LEVEL: ", level.status().message()));
+      }
+      options.kernel_level = *level;
+    }
     PULSE_ASSIGN_OR_RETURN(plan.backend, CreateCpuBackend(options));
   }
   plan.random_weights = params.random_weights != 0;

@@ -9,7 +9,7 @@
 #include "core/backend/cpu/exp.h"
 #include "core/backend/cpu/lanes.h"
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 namespace {
 
 // Start of kv head `kv_head`'s keys in logical block `logical_block` of sequence `seq`; the
@@ -45,7 +45,7 @@ void WeightedValues(const PagedKvBatch& kv, int32_t seq, int32_t kv_head, int64_
   if (width == kValueChunk) {
     Vec acc[kValueChunk / kLanes] = {};
     ForEachKey(kv, seq, kv_head, position, [&](int64_t t, const float* key) {
-      const Vec weight = Vec{} + p[t];
+      const Vec weight = Splat(p[t]);
 #pragma GCC unroll 4
       for (int c = 0; c < kValueChunk / kLanes; ++c) {
         acc[c] = MulAdd(weight, LoadVec(key + value_offset + c * kLanes), acc[c]);
@@ -139,4 +139,4 @@ void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_h
   });
 }
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

@@ -4,9 +4,10 @@
 #include <cstdint>
 
 #include "core/backend/backend.h"
+#include "core/backend/cpu/kernel_target.h"
 #include "core/base/thread_pool.h"
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 
 // As Backend::AppendKv: query row r of sequence s (position kv_lens[s] - q_len + i for its i-th
 // row) goes to slot position % block_tokens of logical block position / block_tokens.
@@ -18,4 +19,4 @@ void AppendKv(const float* k, const float* v, int64_t row_stride, const PagedKvB
 void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_heads,
                const PagedKvBatch& kv, float scale, float* out);
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

@@ -10,13 +10,9 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "core/backend/cpu/attention.h"
+#include "core/backend/bf16.h"
 #include "core/backend/cpu/copy_thread.h"
-#include "core/backend/cpu/gemm.h"
-#include "core/backend/cpu/lanes.h"
-#include "core/backend/cpu/norm.h"
-#include "core/backend/cpu/pointwise.h"
-#include "core/backend/cpu/rope.h"
+#include "core/backend/cpu/kernels.h"
 #include "core/backend/reference/block_summary.h"
 #include "core/backend/reference/sample_row.h"
 #include "core/backend/reference/sparse_selection.h"
@@ -75,7 +71,8 @@ struct Budget {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
-      : pool_(options.threads),
+      : kernels_(cpu::CpuKernelsFor(options.kernel_level)),
+        pool_(options.threads),
         device_{.limit = options.memory_limit_bytes},
         host_{.limit = options.host_memory_limit_bytes},
         slot_fault_(options.slot_fault),
@@ -198,38 +195,38 @@ class CpuBackend final : public Backend {
   }
 
   void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
-    cpu::Embed(pool_, table, tokens, count, out);
+    kernels_.embed(pool_, table, tokens, count, out);
   }
   // Activations are fp32 here: the void* of the interface are float*.
   void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {
-    cpu::Gemm(pool_, static_cast<const float*>(x), m, w, bias, y);
+    kernels_.gemm(pool_, static_cast<const float*>(x), m, w, bias, y);
   }
   void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
                void* y) override {
-    cpu::RmsNorm(pool_, x, weight, rows, cols, eps, static_cast<float*>(y));
+    kernels_.rms_norm(pool_, x, weight, rows, cols, eps, static_cast<float*>(y));
   }
   void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows, int64_t cols,
                   float eps, void* y) override {
-    cpu::AddRmsNorm(pool_, residual, x, weight, rows, cols, eps, static_cast<float*>(y));
+    kernels_.add_rms_norm(pool_, residual, x, weight, rows, cols, eps, static_cast<float*>(y));
   }
   void Rope(float* x, int64_t rows, int64_t row_stride, int32_t num_heads, int32_t head_dim,
             const int32_t* positions, const float* inv_freq) override {
-    cpu::Rope(pool_, x, rows, row_stride, num_heads, head_dim, positions, inv_freq);
+    kernels_.rope(pool_, x, rows, row_stride, num_heads, head_dim, positions, inv_freq);
   }
   void SwiGlu(const float* gate_up, int64_t m, int64_t inter, void* out) override {
-    cpu::SwiGlu(pool_, gate_up, m, inter, static_cast<float*>(out));
+    kernels_.swiglu(pool_, gate_up, m, inter, static_cast<float*>(out));
   }
   void AppendKv(const float* k, const float* v, int64_t row_stride,
                 const PagedKvBatch& kv) override {
-    cpu::AppendKv(k, v, row_stride, kv);
+    kernels_.append_kv(k, v, row_stride, kv);
   }
   void Attention(const float* q, int64_t q_stride, int32_t num_heads, const PagedKvBatch& kv,
                  float scale, void* out) override {
-    cpu::Attention(pool_, q, q_stride, num_heads, kv, scale, static_cast<float*>(out));
+    kernels_.attention(pool_, q, q_stride, num_heads, kv, scale, static_cast<float*>(out));
   }
   void GatherRows(const void* x, int64_t cols, const int32_t* rows, int64_t count,
                   void* out) override {
-    cpu::GatherRows(static_cast<const float*>(x), cols, rows, count, static_cast<float*>(out));
+    kernels_.gather_rows(static_cast<const float*>(x), cols, rows, count, static_cast<float*>(out));
   }
   void SummarizeBlocks(const void* blocks, const PagedKvLayout& layout,
                        const BlockEstimator& estimator, const int32_t* block_ids,
@@ -438,6 +435,7 @@ class CpuBackend final : public Backend {
     budget.live -= AllocationBytes(bytes);
   }
 
+  const cpu::CpuKernels& kernels_;
   ThreadPool pool_;
   mutable absl::Mutex mu_;
   Budget device_ ABSL_GUARDED_BY(mu_);
@@ -461,6 +459,11 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
     return absl::InvalidArgumentError(
         absl::StrFormat("CPU backend: copy_delay must be finite and >= 0, got %s",
                         absl::FormatDuration(options.copy_delay)));
+  }
+  if (!cpu::CpuLevelSupported(options.kernel_level)) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("CPU backend: this CPU does not run the %s kernels",
+                        cpu::CpuLevelName(options.kernel_level)));
   }
   return std::make_shared<CpuBackend>(options);
 }

@@ -17,6 +17,7 @@
 
 #include "absl/time/time.h"
 #include "core/backend/backend.h"
+#include "core/backend/cpu/cpu_level.h"
 
 namespace pulse {
 
@@ -24,6 +25,8 @@ struct CpuBackendOptions {
   int32_t threads = 0;            // parallelism including the calling thread; 0: hardware cores
   size_t memory_limit_bytes = 0;  // 0: no limit; else Allocate beyond it is ResourceExhausted
   size_t host_memory_limit_bytes = 0;  // the same for AllocateHost (the host tier)
+  // The kernels' instruction-set level; one this CPU does not run fails CreateCpuBackend.
+  cpu::CpuLevel kernel_level = cpu::CpuLevel::kBest;
   // For tests: every copy plan that moves data starts this long after the copy thread reaches
   // it, so that recall is late and compute waits for it (markers, plans without chunks, are not
   // delayed). Finite and >= 0.

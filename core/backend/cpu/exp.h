@@ -7,9 +7,10 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/backend/cpu/kernel_target.h"
 #include "core/backend/cpu/lanes.h"
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 
 inline float Exp(float x) {
   constexpr float kMaxX = 88.3762626647949f;   // largest x with e^x < 2^127 * 2
@@ -37,4 +38,4 @@ inline float Exp(float x) {
   return x != x ? x : (x > kMaxX || x < kMinX ? saturated : result);
 }
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

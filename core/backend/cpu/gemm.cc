@@ -8,17 +8,35 @@
 #include "core/backend/cpu/lanes.h"
 #include "core/backend/cpu/quant_gemm.h"
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 namespace {
 
-// Register tile: up to kMr rows of x times NrFor(rows) rows of w, one Vec accumulator each.
-// Few rows of x (decode) take more rows of w at once: more loads in flight per x vector.
+// Register tile: up to kMr rows of x times NrFor(rows) rows of w, one Vec accumulator each, as
+// many as the level's registers hold beside the loaded vectors (32 zmm hold 16 Vecs and the
+// loads; 16 ymm or xmm, two or four to a Vec, far fewer). Few rows of x (decode) take more rows
+// of w at once: more loads in flight per x vector.
+#if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
 constexpr int kMr = 4;
 constexpr int kNr = 8;
 constexpr int64_t NrFor(int64_t mr) { return mr <= 2 ? 8 : 4; }
+#elif PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX2
+constexpr int kMr = 2;
+constexpr int kNr = 3;
+constexpr int64_t NrFor(int64_t mr) { return mr <= 1 ? 3 : 2; }
+#else
+constexpr int kMr = 2;
+constexpr int kNr = 2;
+constexpr int64_t NrFor(int64_t mr) { return mr <= 1 ? 2 : 1; }
+#endif
 // Cache tile: kTileN rows of w (kept in L2) times kTileM rows of x; threads take whole tiles.
 constexpr int64_t kTileN = 64;
 constexpr int64_t kTileM = 64;
+
+// The block kernels of this level.
+constexpr QuantKernelLevel kQuantLevel =
+    PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512 ? QuantKernelLevel::kAvx512Vnni
+    : PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX2 ? QuantKernelLevel::kAvx2
+                                              : QuantKernelLevel::kScalar;
 
 struct GemmArgs {
   const float* x;
@@ -127,9 +145,9 @@ void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, cons
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
-      QuantizedGemm(pool, x, m, w, bias, y);
+      QuantizedGemm(pool, x, m, w, bias, y, kQuantLevel);
       return;
   }
 }
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

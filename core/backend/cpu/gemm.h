@@ -4,9 +4,10 @@
 #include <cstdint>
 
 #include "core/backend/backend.h"
+#include "core/backend/cpu/kernel_target.h"
 #include "core/base/thread_pool.h"
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 
 // x [m][w.cols], y [m][w.rows], bias [w.rows] or null; every element of y is one Dot-order sum
 // (lanes.h) over w.cols, so rows are independent of m, of each other, and of the split. A weight
@@ -14,4 +15,4 @@ namespace pulse::cpu {
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, const float* bias,
           float* y);
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

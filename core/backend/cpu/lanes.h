@@ -3,9 +3,7 @@
 // fixed tree (ReduceLanes). The order depends on n only,
 // so a row's result never depends on how a call is batched or split across threads.
 //
-// Vec is a GCC/Clang vector of kLanes floats, which the compiler lowers to the target's registers
-// (one zmm with AVX-512, two ymm with AVX2, ...). Fixed-trip lane loops are fully unrolled so that
-// they become single vector instructions.
+// Fixed-trip lane loops are fully unrolled so that they become single vector instructions.
 #pragma once
 
 #include <bit>
@@ -14,48 +12,77 @@
 #include <cstring>
 
 #include "core/backend/bf16.h"
+#include "core/backend/cpu/kernel_target.h"
 
-#if defined(__FMA__) || defined(__AVX512F__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 
 inline constexpr int kLanes = 16;
-using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
-using VecBits = uint32_t __attribute__((vector_size(kLanes * sizeof(uint32_t))));
-using VecBf16 = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+
+// A Vec is kLanes floats in the level's widest registers: one zmm (AVX-512), two ymm (AVX2) or
+// four xmm (generic). The compiler's own 16-float vectors are lowered well only where one
+// register holds them, so the narrower levels keep the parts as an array.
+#if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
+inline constexpr int kPartLanes = 16;
+#elif PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX2
+inline constexpr int kPartLanes = 8;
+#else
+inline constexpr int kPartLanes = 4;
+#endif
+inline constexpr int kParts = kLanes / kPartLanes;
+using Part = float __attribute__((vector_size(kPartLanes * sizeof(float))));
 
 #define PULSE_UNROLL_LANES _Pragma("GCC unroll 16")
 
-// a * b + c, fused where the target has FMA. The one definition every kernel uses, so every code
-// path rounds the same way (the CPU sources are compiled with -ffp-contract=off).
+struct Vec {
+  Part part[kParts];
+
+  float operator[](int lane) const { return part[lane / kPartLanes][lane % kPartLanes]; }
+  Vec& operator+=(const Vec& other) {
+    PULSE_UNROLL_LANES
+    for (int p = 0; p < kParts; ++p) part[p] += other.part[p];
+    return *this;
+  }
+};
+
+// Every lane `value`.
+inline Vec Splat(float value) {
+  Vec v;
+  PULSE_UNROLL_LANES
+  for (int p = 0; p < kParts; ++p) v.part[p] = Part{} + value;
+  return v;
+}
+
+// a * b + c, fused at the levels with FMA. The one definition every kernel uses, so every code
+// path of a level rounds the same way (the CPU sources are compiled with -ffp-contract=off).
 inline float MulAdd(float a, float b, float c) {
-#if defined(__FMA__)
-  return std::fma(a, b, c);
+#if PULSE_CPU_HAS_FMA
+  return __builtin_fmaf(a, b, c);
 #else
   return a * b + c;
 #endif
 }
 
-// Lane-wise MulAdd. The compiler does not reliably turn a lane loop of std::fma into vector FMAs
-// (it sometimes spills through memory), so targets with FMA get the instruction itself; the
-// results are the same fused roundings either way.
-inline Vec MulAdd(Vec a, Vec b, Vec c) {
-#if defined(__AVX512F__)
+// Lane-wise MulAdd. The compiler does not reliably turn a lane loop of fused multiply-adds into
+// vector FMAs (it sometimes spills through memory), so the levels with FMA get the instruction
+// itself; the results are the same fused roundings either way.
+inline Part MulAdd(Part a, Part b, Part c) {
+#if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
   return _mm512_fmadd_ps(a, b, c);
-#elif defined(__FMA__)
-  using Vec8 = float __attribute__((vector_size(8 * sizeof(float))));
-  const Vec8 low = _mm256_fmadd_ps(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7),
-                                   __builtin_shufflevector(b, b, 0, 1, 2, 3, 4, 5, 6, 7),
-                                   __builtin_shufflevector(c, c, 0, 1, 2, 3, 4, 5, 6, 7));
-  const Vec8 high = _mm256_fmadd_ps(__builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15),
-                                    __builtin_shufflevector(b, b, 8, 9, 10, 11, 12, 13, 14, 15),
-                                    __builtin_shufflevector(c, c, 8, 9, 10, 11, 12, 13, 14, 15));
-  return __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX2
+  return _mm256_fmadd_ps(a, b, c);
 #else
   return a * b + c;  // no FMA: the same two roundings as the scalar MulAdd
 #endif
+}
+inline Vec MulAdd(const Vec& a, const Vec& b, const Vec& c) {
+  Vec v;
+  PULSE_UNROLL_LANES
+  for (int p = 0; p < kParts; ++p) v.part[p] = MulAdd(a.part[p], b.part[p], c.part[p]);
+  return v;
 }
 
 inline float ToF32(float value) { return value; }
@@ -63,17 +90,29 @@ inline float ToF32(uint16_t bf16_bits) { return Bf16ToF32(bf16_bits); }
 
 // kLanes consecutive values from p (any alignment) as fp32.
 inline Vec LoadVec(const float* p) {
+  // Part by part: one copy of the whole Vec goes through the stack in narrower pieces.
   Vec v;
-  std::memcpy(&v, p, sizeof(v));
+  PULSE_UNROLL_LANES
+  for (int part = 0; part < kParts; ++part) {
+    std::memcpy(&v.part[part], p + part * kPartLanes, sizeof(Part));
+  }
   return v;
 }
 inline Vec LoadVec(const uint16_t* bf16) {
-  VecBf16 halves;
-  std::memcpy(&halves, bf16, sizeof(halves));
-  VecBits bits;
+  using PartBits = uint32_t __attribute__((vector_size(kPartLanes * sizeof(uint32_t))));
+  using PartBf16 = uint16_t __attribute__((vector_size(kPartLanes * sizeof(uint16_t))));
+  Vec v;
   PULSE_UNROLL_LANES
-  for (int l = 0; l < kLanes; ++l) bits[l] = halves[l];
-  return std::bit_cast<Vec>(bits << 16);
+  for (int p = 0; p < kParts; ++p) {
+    PartBf16 halves;
+    std::memcpy(&halves, bf16 + p * kPartLanes, sizeof(halves));
+    PartBits bits;
+    PULSE_UNROLL_LANES
+    for (int l = 0; l < kPartLanes; ++l) bits[l] = halves[l];
+    const PartBits shifted = bits << 16;
+    std::memcpy(&v.part[p], &shifted, sizeof(Part));  // std::bit_cast is not of this level
+  }
+  return v;
 }
 
 // The first `count` (< kLanes) values from p, zero in the other lanes: a sum's last partial
@@ -86,13 +125,22 @@ Vec LoadPartialVec(const T* p, int64_t count) {
 }
 
 // The tree: lanes l and l + 8, then l and l + 4, then l and l + 2, then the last two.
-inline float ReduceLanes(Vec acc) {
+inline float ReduceLanes(const Vec& acc) {
   using Vec8 = float __attribute__((vector_size(8 * sizeof(float))));
   using Vec4 = float __attribute__((vector_size(4 * sizeof(float))));
-  const Vec8 half = __builtin_shufflevector(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7) +
-                    __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15);
+#if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
+  const Part& all = acc.part[0];
+  const Vec8 half = __builtin_shufflevector(all, all, 0, 1, 2, 3, 4, 5, 6, 7) +
+                    __builtin_shufflevector(all, all, 8, 9, 10, 11, 12, 13, 14, 15);
   const Vec4 quarter = __builtin_shufflevector(half, half, 0, 1, 2, 3) +
                        __builtin_shufflevector(half, half, 4, 5, 6, 7);
+#elif PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX2
+  const Vec8 half = acc.part[0] + acc.part[1];
+  const Vec4 quarter = __builtin_shufflevector(half, half, 0, 1, 2, 3) +
+                       __builtin_shufflevector(half, half, 4, 5, 6, 7);
+#else
+  const Vec4 quarter = (acc.part[0] + acc.part[2]) + (acc.part[1] + acc.part[3]);
+#endif
   return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
 }
 
@@ -115,4 +163,4 @@ template <typename B>
   return ReduceLanes(acc);
 }
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

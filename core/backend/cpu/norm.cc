@@ -5,7 +5,7 @@
 
 #include "core/backend/cpu/lanes.h"
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 namespace {
 
 // Rows per ParallelFor range: enough elements that waking a worker pays off.
@@ -38,4 +38,4 @@ void AddRmsNorm(ThreadPool& pool, float* residual, const float* x, const float* 
   });
 }
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

@@ -4,9 +4,10 @@
 
 #include <cstdint>
 
+#include "core/backend/cpu/kernel_target.h"
 #include "core/base/thread_pool.h"
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 
 void RmsNorm(ThreadPool& pool, const float* x, const float* weight, int64_t rows, int64_t cols,
              float eps, float* y);
@@ -15,4 +16,4 @@ void RmsNorm(ThreadPool& pool, const float* x, const float* weight, int64_t rows
 void AddRmsNorm(ThreadPool& pool, float* residual, const float* x, const float* weight,
                 int64_t rows, int64_t cols, float eps, float* y);
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

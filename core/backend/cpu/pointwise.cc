@@ -8,7 +8,7 @@
 #include "core/backend/cpu/lanes.h"
 #include "core/backend/cpu/quant_gemm.h"
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 namespace {
 
 int64_t RowGrain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)); }
@@ -74,4 +74,4 @@ void GatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t count
   }
 }
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

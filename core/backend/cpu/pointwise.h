@@ -4,9 +4,10 @@
 #include <cstdint>
 
 #include "core/backend/backend.h"
+#include "core/backend/cpu/kernel_target.h"
 #include "core/base/thread_pool.h"
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 
 // out[i] = table row tokens[i] as fp32.
 void Embed(ThreadPool& pool, const MatrixView& table, const int32_t* tokens, int64_t count,
@@ -19,4 +20,4 @@ void SwiGlu(ThreadPool& pool, const float* gate_up, int64_t m, int64_t inter, fl
 // out[i] = x row rows[i].
 void GatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t count, float* out);
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END

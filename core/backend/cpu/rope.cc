@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-namespace pulse::cpu {
+PULSE_CPU_KERNELS_BEGIN
 
 void Rope(ThreadPool& pool, float* x, int64_t rows, int64_t row_stride, int32_t num_heads,
           int32_t head_dim, const int32_t* positions, const float* inv_freq) {
@@ -34,4 +34,4 @@ void Rope(ThreadPool& pool, float* x, int64_t rows, int64_t row_stride, int32_t 
   });
 }
 
-}  // namespace pulse::cpu
+PULSE_CPU_KERNELS_END
