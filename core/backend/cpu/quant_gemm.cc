@@ -26,7 +26,7 @@ constexpr int64_t kPrefetchBytes = 4096;
 struct QuantizedRows {
   std::vector<int8_t> qs;  // 32 a block
   std::vector<float> d8;   // each block's scale d, eight times: the vector kernels' lanes
-  std::vector<float> sum;  // d times the sum of the block's qs (Q4_1's minimum multiplies it)
+  std::vector<float> sum;  // d times the sum of the block's qs (a weight minimum multiplies it)
 };
 
 // One row of QuantizedRows.
@@ -54,36 +54,82 @@ void QuantizeRow(const float* x, int64_t blocks, int8_t* qs, float* d8, float* s
   }
 }
 
-// A weight block's integers (Q4_0 already less 8) and its scale and minimum.
+// Whether a type's weights are unsigned integers with a minimum subtracted or added (Q4_1's m,
+// Q4_K's dmin * m), rather than signed integers.
+constexpr bool HasMinimum(DType type) { return type == DType::kQ4_1 || type == DType::kQ4_K; }
+
+// The 32-value blocks of a ggml block of `type`: a K-quant's super-block holds eight.
+constexpr int64_t SubBlocks(DType type) { return BlockTypeValues(type) / kGgmlBlockValues; }
+
+// A 32-value block of weights: its integers (Q4_0's already less 8, Q6_K's less 32), the scale
+// of lanes 0-3 and of lanes 4-7 (Q6_K's two 16-value sub-blocks differ), and the minimum.
 struct WBlock {
   std::array<int8_t, kGgmlBlockValues> qs;
   float d;
+  float d_high;
   float m;
 };
 
-WBlock UnpackBlock(DType type, const std::byte* block) {
+// Sub-block j of a block_q4_K: d * sc and -(dmin * m).
+void UnpackQ4_K(const std::byte* block, int j, WBlock& w) {
+  uint8_t sc;
+  uint8_t m;
+  Q4_KScaleMin(j, reinterpret_cast<const uint8_t*>(block + 4), &sc, &m);
+  w.d = LoadHalf(block) * sc;
+  w.d_high = w.d;
+  w.m = -(LoadHalf(block + 2) * m);
+  for (int l = 0; l < kGgmlBlockValues; ++l) {
+    w.qs[static_cast<size_t>(l)] = static_cast<int8_t>(Q4_KQuant(block, 32 * j + l));
+  }
+}
+
+// Sub-block j of a block_q6_K: values 0-15 scaled by d * scales[2j], 16-31 by d * scales[2j + 1].
+void UnpackQ6_K(const std::byte* block, int j, WBlock& w) {
+  const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
+  const float d = LoadHalf(block + 208);
+  w.d = d * scales[2 * j];
+  w.d_high = d * scales[2 * j + 1];
+  for (int l = 0; l < kGgmlBlockValues; ++l) {
+    w.qs[static_cast<size_t>(l)] = static_cast<int8_t>(Q6_KQuant(block, 32 * j + l));
+  }
+}
+
+// A Q8_0, Q4_0 or Q4_1 block.
+WBlock UnpackSmallBlock(DType type, const std::byte* block) {
   WBlock w{};
   w.d = LoadHalf(block);
-  switch (type) {
-    case DType::kQ8_0:
-      std::memcpy(w.qs.data(), block + 2, kGgmlBlockValues);
-      break;
-    case DType::kQ4_0:
-    case DType::kQ4_1: {
-      const int offset = type == DType::kQ4_0 ? 2 : 4;
-      const int bias = type == DType::kQ4_0 ? 8 : 0;
-      const auto* qs = reinterpret_cast<const uint8_t*>(block + offset);
-      for (int j = 0; j < 16; ++j) {
-        w.qs[static_cast<size_t>(j)] = static_cast<int8_t>((qs[j] & 0x0F) - bias);
-        w.qs[static_cast<size_t>(j + 16)] = static_cast<int8_t>((qs[j] >> 4) - bias);
-      }
-      if (type == DType::kQ4_1) w.m = LoadHalf(block + 2);
-      break;
-    }
-    default:
-      break;
+  w.d_high = w.d;
+  if (type == DType::kQ8_0) {
+    std::memcpy(w.qs.data(), block + 2, kGgmlBlockValues);
+    return w;
   }
+  const int offset = type == DType::kQ4_0 ? 2 : 4;
+  const int bias = type == DType::kQ4_0 ? 8 : 0;
+  const auto* qs = reinterpret_cast<const uint8_t*>(block + offset);
+  for (int j = 0; j < 16; ++j) {
+    w.qs[static_cast<size_t>(j)] = static_cast<int8_t>((qs[j] & 0x0F) - bias);
+    w.qs[static_cast<size_t>(j + 16)] = static_cast<int8_t>((qs[j] >> 4) - bias);
+  }
+  if (type == DType::kQ4_1) w.m = LoadHalf(block + 2);
   return w;
+}
+
+// The 32-value block b of a weight row.
+WBlock UnpackBlock(DType type, const std::byte* w_row, int64_t b) {
+  const int64_t sub_blocks = SubBlocks(type);
+  const std::byte* block = w_row + b / sub_blocks * BlockTypeBytes(type);
+  const auto sub_block = static_cast<int>(b % sub_blocks);
+  WBlock w{};
+  switch (type) {
+    case DType::kQ4_K:
+      UnpackQ4_K(block, sub_block, w);
+      return w;
+    case DType::kQ6_K:
+      UnpackQ6_K(block, sub_block, w);
+      return w;
+    default:
+      return UnpackSmallBlock(type, block);
+  }
 }
 
 // The fixed lane tree over eight lanes: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
@@ -97,20 +143,21 @@ float ReduceBlockLanes(const float* lanes) {
 
 // Even blocks accumulate into lanes 0-7, odd ones into lanes 8-15 (the vector kernels' order).
 float DotScalar(DType type, const std::byte* w_row, const XRow& x, int64_t blocks) {
-  const int64_t block_bytes = BlockTypeBytes(type);
   std::array<float, 2 * kBlockLanes> lanes{};
   float minimum = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
-    const WBlock w = UnpackBlock(type, w_row + b * block_bytes);
+    const WBlock w = UnpackBlock(type, w_row, b);
     const float scale = w.d * x.d8[b * kBlockLanes];
+    const float scale_high = w.d_high * x.d8[b * kBlockLanes];
     const int8_t* xq = x.qs + b * kGgmlBlockValues;
     float* block_lanes = lanes.data() + (b % 2) * kBlockLanes;
     for (int l = 0; l < kBlockLanes; ++l) {
       int32_t sum = 0;
       for (int j = 4 * l; j < 4 * l + 4; ++j) sum += int32_t{w.qs[static_cast<size_t>(j)]} * xq[j];
-      block_lanes[l] = std::fma(static_cast<float>(sum), scale, block_lanes[l]);
+      block_lanes[l] = std::fma(static_cast<float>(sum), l < kBlockLanes / 2 ? scale : scale_high,
+                                block_lanes[l]);
     }
-    if (type == DType::kQ4_1) minimum = std::fma(w.m, x.sum[b], minimum);
+    if (HasMinimum(type)) minimum = std::fma(w.m, x.sum[b], minimum);
   }
   std::array<float, kBlockLanes> folded{};
   for (int l = 0; l < kBlockLanes; ++l) folded[l] = lanes[l] + lanes[l + kBlockLanes];
@@ -133,21 +180,66 @@ PULSE_AVX2 inline __m256i LoadNibbles(const std::byte* qs) {
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
-// A weight block as unsigned bytes for maddubs and dpbusd, with the signs to move onto x: Q4_1's
-// nibbles are unsigned already; Q8_0's and Q4_0's (less 8) signed values go in as |w| against
-// x * sign(w) (|w| <= 128, |x| <= 127: maddubs's pair sums stay within int16).
+// The 32 bytes at `p`, each shifted right by `shift` bits and masked with `mask`.
+PULSE_AVX2 inline __m256i LoadBits(const std::byte* p, int shift, char mask) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(mask));
+}
+
+// A 32-value block of weights as unsigned bytes for maddubs and dpbusd, with the signs to move
+// onto x: Q4_1's and Q4_K's nibbles are unsigned already; Q8_0's, Q4_0's (less 8) and Q6_K's
+// (less 32) signed values go in as |w| against x * sign(w) (|w| <= 128, |x| <= 127: maddubs's
+// pair sums stay within int16). d scales lanes 0-3, d_high lanes 4-7 (they differ for Q6_K only).
 template <DType kType>
 struct UnpackedAvx2 {
   __m256i magnitude;
   __m256i sign;
   float d;
+  float d_high;
   float m;
 };
 
 template <DType kType>
-PULSE_AVX2 inline UnpackedAvx2<kType> UnpackAvx2(const std::byte* block) {
+PULSE_AVX2 inline void UnpackQ4_KAvx2(const std::byte* block, int j, UnpackedAvx2<kType>& w) {
+  uint32_t halves;
+  std::memcpy(&halves, block, sizeof(halves));
+  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
+  uint8_t sc;
+  uint8_t m;
+  Q4_KScaleMin(j, reinterpret_cast<const uint8_t*>(block + 4), &sc, &m);
+  w.d = _mm_cvtss_f32(dm) * sc;
+  w.d_high = w.d;
+  w.m = -(_mm_cvtss_f32(_mm_movehdup_ps(dm)) * m);
+  w.magnitude = LoadBits(block + 16 + 32 * (j / 2), 4 * (j % 2), 0x0F);
+}
+
+template <DType kType>
+PULSE_AVX2 inline void UnpackQ6_KAvx2(const std::byte* block, int j, UnpackedAvx2<kType>& w) {
+  const int n = j / 4;
+  const int k = j % 4;
+  const __m256i low = LoadBits(block + 64 * n + 32 * (k % 2), 4 * (k / 2), 0x0F);
+  const __m256i high = LoadBits(block + 128 + 32 * n, 2 * k, 3);
+  const __m256i values =
+      _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+  w.magnitude = _mm256_sign_epi8(values, values);
+  w.sign = values;
+  const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
+  const float d = HalfAvx2(block + 208);
+  w.d = d * scales[2 * j];
+  w.d_high = d * scales[2 * j + 1];
+}
+
+// The 32-value block b of a weight row.
+template <DType kType>
+PULSE_AVX2 inline UnpackedAvx2<kType> UnpackAvx2(const std::byte* w_row, int64_t b) {
+  constexpr int64_t kSubBlocks = SubBlocks(kType);
+  const std::byte* block = w_row + b / kSubBlocks * BlockTypeBytes(kType);
   UnpackedAvx2<kType> w{};
-  if constexpr (kType == DType::kQ4_1) {
+  if constexpr (kType == DType::kQ4_K) {
+    UnpackQ4_KAvx2(block, static_cast<int>(b % kSubBlocks), w);
+  } else if constexpr (kType == DType::kQ6_K) {
+    UnpackQ6_KAvx2(block, static_cast<int>(b % kSubBlocks), w);
+  } else if constexpr (kType == DType::kQ4_1) {
     uint32_t halves;
     std::memcpy(&halves, block, sizeof(halves));
     const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
@@ -162,14 +254,21 @@ PULSE_AVX2 inline UnpackedAvx2<kType> UnpackAvx2(const std::byte* block) {
     w.magnitude = _mm256_sign_epi8(values, values);
     w.sign = values;
   }
+  if constexpr (kType != DType::kQ4_K && kType != DType::kQ6_K) w.d_high = w.d;
   return w;
+}
+
+// Each lane's weight scale.
+template <DType kType>
+PULSE_AVX2 inline __m256 WeightScalesAvx2(const UnpackedAvx2<kType>& w) {
+  return _mm256_setr_m128(_mm_set1_ps(w.d), _mm_set1_ps(w.d_high));
 }
 
 // One block of weights against one block of x: lane l's integer sum of values 4l..4l+3.
 template <DType kType>
 PULSE_AVX2 inline __m256 BlockSumsAvx2(const UnpackedAvx2<kType>& w, const int8_t* xq) {
   __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-  if constexpr (kType != DType::kQ4_1) xv = _mm256_sign_epi8(xv, w.sign);
+  if constexpr (!HasMinimum(kType)) xv = _mm256_sign_epi8(xv, w.sign);
   const __m256i pairs = _mm256_maddubs_epi16(w.magnitude, xv);
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
@@ -184,7 +283,8 @@ PULSE_AVX2 inline float FoldLanes(__m256 even, __m256 odd) {
 // even blocks into one accumulator, odd ones into another.
 template <DType kType, int kRows>
 PULSE_AVX2 void DotRowsAvx2(const std::byte* w_row, const XRow* x, int64_t blocks, float* out) {
-  constexpr int64_t kBytes = BlockTypeBytes(kType);
+  // Bytes a 32-value block takes, near enough for a prefetch distance.
+  constexpr int64_t kBytes = BlockTypeBytes(kType) / SubBlocks(kType);
   __m256 lanes[2][kRows];
   float minimum[kRows];
   for (int r = 0; r < kRows; ++r) {
@@ -194,14 +294,14 @@ PULSE_AVX2 void DotRowsAvx2(const std::byte* w_row, const XRow* x, int64_t block
   }
   for (int64_t b = 0; b < blocks; ++b) {
     _mm_prefetch(reinterpret_cast<const char*>(w_row + b * kBytes) + kPrefetchBytes, _MM_HINT_T0);
-    const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row + b * kBytes);
-    const __m256 dw = _mm256_set1_ps(w.d);
+    const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row, b);
+    const __m256 dw = WeightScalesAvx2(w);
     __m256* acc = lanes[b % 2];
     for (int r = 0; r < kRows; ++r) {
       const __m256 sums = BlockSumsAvx2<kType>(w, x[r].qs + b * kGgmlBlockValues);
       const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
       acc[r] = _mm256_fmadd_ps(sums, scale, acc[r]);
-      if constexpr (kType == DType::kQ4_1) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
+      if constexpr (HasMinimum(kType)) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
     }
   }
   for (int r = 0; r < kRows; ++r) out[r] = FoldLanes(lanes[0][r], lanes[1][r]) + minimum[r];
@@ -229,7 +329,7 @@ struct Avx2Kernel {
 template <DType kType, int kRows>
 PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, int64_t blocks,
                                          float* out) {
-  constexpr int64_t kBytes = BlockTypeBytes(kType);
+  constexpr int64_t kBytes = BlockTypeBytes(kType) / SubBlocks(kType);  // for the prefetch
   __m512 lanes[kRows];
   float minimum[kRows];
   for (int r = 0; r < kRows; ++r) {
@@ -238,28 +338,28 @@ PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, 
   }
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    const std::byte* even = w_row + b * kBytes;
-    _mm_prefetch(reinterpret_cast<const char*>(even) + kPrefetchBytes, _MM_HINT_T0);
-    const UnpackedAvx2<kType> w0 = UnpackAvx2<kType>(even);
-    const UnpackedAvx2<kType> w1 = UnpackAvx2<kType>(even + kBytes);
+    _mm_prefetch(reinterpret_cast<const char*>(w_row + b * kBytes) + kPrefetchBytes, _MM_HINT_T0);
+    const UnpackedAvx2<kType> w0 = UnpackAvx2<kType>(w_row, b);
+    const UnpackedAvx2<kType> w1 = UnpackAvx2<kType>(w_row, b + 1);
     const __m512i magnitude =
         _mm512_inserti64x4(_mm512_zextsi256_si512(w0.magnitude), w1.magnitude, 1);
     __mmask64 negative = 0;
-    if constexpr (kType != DType::kQ4_1) {
+    if constexpr (!HasMinimum(kType)) {
       negative =
           _mm512_movepi8_mask(_mm512_inserti64x4(_mm512_zextsi256_si512(w0.sign), w1.sign, 1));
     }
-    const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(w0.d), _mm256_set1_ps(w1.d), 1);
+    const __m512 dw =
+        _mm512_insertf32x8(_mm512_castps256_ps512(WeightScalesAvx2(w0)), WeightScalesAvx2(w1), 1);
     for (int r = 0; r < kRows; ++r) {
       __m512i xv = _mm512_loadu_si512(x[r].qs + b * kGgmlBlockValues);
-      if constexpr (kType != DType::kQ4_1) {
+      if constexpr (!HasMinimum(kType)) {
         xv = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
       }
       const __m512 sums =
           _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), magnitude, xv));
       const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x[r].d8 + b * kBlockLanes));
       lanes[r] = _mm512_fmadd_ps(sums, scale, lanes[r]);
-      if constexpr (kType == DType::kQ4_1) {
+      if constexpr (HasMinimum(kType)) {
         minimum[r] = std::fma(w0.m, x[r].sum[b], minimum[r]);
         minimum[r] = std::fma(w1.m, x[r].sum[b + 1], minimum[r]);
       }
@@ -269,12 +369,12 @@ PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, 
     __m256 even = _mm512_castps512_ps256(lanes[r]);
     const __m256 odd = _mm512_extractf32x8_ps(lanes[r], 1);
     if (b < blocks) {  // a last even block
-      const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row + b * kBytes);
+      const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row, b);
       const __m256 sums = BlockSumsAvx2<kType>(w, x[r].qs + b * kGgmlBlockValues);
       const __m256 scale =
-          _mm256_mul_ps(_mm256_set1_ps(w.d), _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
+          _mm256_mul_ps(WeightScalesAvx2(w), _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
       even = _mm256_fmadd_ps(sums, scale, even);
-      if constexpr (kType == DType::kQ4_1) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
+      if constexpr (HasMinimum(kType)) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
     }
     out[r] = FoldLanes(even, odd) + minimum[r];
   }
@@ -306,6 +406,10 @@ void DotAllRows(DType type, const std::byte* w_row, const XRow* x, int64_t m, in
       return DotAllRowsOf<Kernel, DType::kQ8_0>(w_row, x, m, blocks, out);
     case DType::kQ4_0:
       return DotAllRowsOf<Kernel, DType::kQ4_0>(w_row, x, m, blocks, out);
+    case DType::kQ4_K:
+      return DotAllRowsOf<Kernel, DType::kQ4_K>(w_row, x, m, blocks, out);
+    case DType::kQ6_K:
+      return DotAllRowsOf<Kernel, DType::kQ6_K>(w_row, x, m, blocks, out);
     default:
       return DotAllRowsOf<Kernel, DType::kQ4_1>(w_row, x, m, blocks, out);
   }
@@ -350,12 +454,12 @@ bool QuantKernelLevelSupported(QuantKernelLevel level) { return CpuRuns(level); 
 
 void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w,
                    const float* bias, float* y, QuantKernelLevel level) {
-  assert(m >= 0 && w.rows >= 0 && w.cols % kGgmlBlockValues == 0);
+  assert(m >= 0 && w.rows >= 0 && w.cols % BlockTypeValues(w.type) == 0);
   assert(QuantKernelLevelSupported(level));
   if (m == 0 || w.rows == 0) return;
   if (level == QuantKernelLevel::kBest) level = BestLevel();
   const int64_t blocks = w.cols / kGgmlBlockValues;
-  const int64_t row_bytes = blocks * BlockTypeBytes(w.type);
+  const int64_t row_bytes = BlockRowBytes(w.type, w.cols);
   QuantizedRows xq;
   xq.qs.resize(static_cast<size_t>(m * w.cols));
   xq.d8.resize(static_cast<size_t>(m * blocks * kBlockLanes));
@@ -398,21 +502,28 @@ void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView
 }
 
 int64_t BlockRowBytes(DType type, int64_t cols) {
-  return cols / kGgmlBlockValues * BlockTypeBytes(type);
+  return cols / BlockTypeValues(type) * BlockTypeBytes(type);
 }
 
 void DecodeBlockRow(DType type, const void* row, int64_t cols, float* out) {
   const auto* blocks = static_cast<const std::byte*>(row);
   const int64_t block_bytes = BlockTypeBytes(type);
-  for (int64_t b = 0; b < cols / kGgmlBlockValues; ++b) {
+  const int64_t block_values = BlockTypeValues(type);
+  for (int64_t b = 0; b < cols / block_values; ++b) {
     const std::byte* block = blocks + b * block_bytes;
-    float* values = out + b * kGgmlBlockValues;
+    float* values = out + b * block_values;
     switch (type) {
       case DType::kQ8_0:
         DecodeQ8_0(block, values);
         break;
       case DType::kQ4_0:
         DecodeQ4_0(block, values);
+        break;
+      case DType::kQ4_K:
+        DecodeQ4_K(block, values);
+        break;
+      case DType::kQ6_K:
+        DecodeQ6_K(block, values);
         break;
       default:
         DecodeQ4_1(block, values);
