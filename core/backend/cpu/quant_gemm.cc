@@ -132,6 +132,15 @@ WBlock UnpackBlock(DType type, const std::byte* w_row, int64_t b) {
   }
 }
 
+// A weight row as the vector kernels read it: its blocks and, for a K-quant, its 32-value blocks'
+// scales decoded once for every row of x: Q4_K's block b scales all its lanes by d[b] and its
+// minimum is m[b]; Q6_K's scales lanes 0-3 by d[2b] and lanes 4-7 by d[2b + 1].
+struct WRow {
+  const std::byte* bytes;
+  const float* d;
+  const float* m;
+};
+
 // The fixed lane tree over eight lanes: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
 float ReduceBlockLanes(const float* lanes) {
   const float a0 = lanes[0] + lanes[4];
@@ -189,79 +198,110 @@ PULSE_AVX2 inline __m256i LoadBits(const std::byte* p, int shift, char mask) {
 // A 32-value block of weights as unsigned bytes for maddubs and dpbusd, with the signs to move
 // onto x: Q4_1's and Q4_K's nibbles are unsigned already; Q8_0's, Q4_0's (less 8) and Q6_K's
 // (less 32) signed values go in as |w| against x * sign(w) (|w| <= 128, |x| <= 127: maddubs's
-// pair sums stay within int16). d scales lanes 0-3, d_high lanes 4-7 (they differ for Q6_K only).
+// pair sums stay within int16). d holds each lane's scale (lanes 4-7 differ from 0-3 for Q6_K).
 template <DType kType>
 struct UnpackedAvx2 {
   __m256i magnitude;
   __m256i sign;
-  float d;
-  float d_high;
+  __m256 d;
   float m;
 };
 
-template <DType kType>
-PULSE_AVX2 inline void UnpackQ4_KAvx2(const std::byte* block, int j, UnpackedAvx2<kType>& w) {
-  uint32_t halves;
-  std::memcpy(&halves, block, sizeof(halves));
-  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
-  uint8_t sc;
-  uint8_t m;
-  Q4_KScaleMin(j, reinterpret_cast<const uint8_t*>(block + 4), &sc, &m);
-  w.d = _mm_cvtss_f32(dm) * sc;
-  w.d_high = w.d;
-  w.m = -(_mm_cvtss_f32(_mm_movehdup_ps(dm)) * m);
-  w.magnitude = LoadBits(block + 16 + 32 * (j / 2), 4 * (j % 2), 0x0F);
+// Sub-block j's nibbles of a block_q4_K.
+PULSE_AVX2 inline __m256i Q4_KNibblesAvx2(const std::byte* block, int j) {
+  return LoadBits(block + 16 + 32 * (j / 2), 4 * (j % 2), 0x0F);
 }
 
-template <DType kType>
-PULSE_AVX2 inline void UnpackQ6_KAvx2(const std::byte* block, int j, UnpackedAvx2<kType>& w) {
+// Sub-block j's values less 32 of a block_q6_K (Q6_KQuant's layout).
+PULSE_AVX2 inline __m256i Q6_KValuesAvx2(const std::byte* block, int j) {
   const int n = j / 4;
   const int k = j % 4;
   const __m256i low = LoadBits(block + 64 * n + 32 * (k % 2), 4 * (k / 2), 0x0F);
   const __m256i high = LoadBits(block + 128 + 32 * n, 2 * k, 3);
-  const __m256i values =
-      _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
-  w.magnitude = _mm256_sign_epi8(values, values);
-  w.sign = values;
-  const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
-  const float d = HalfAvx2(block + 208);
-  w.d = d * scales[2 * j];
-  w.d_high = d * scales[2 * j + 1];
+  return _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+}
+
+// The eight 6-bit scales and minima of a block_q4_K's 12 packed bytes, a byte each: bytes 0-3
+// hold scales 0-3 in their low six bits and the top two bits of scales 4-7, bytes 4-7 the same for
+// the minima, bytes 8-11 the low four bits of scales 4-7 (low nibbles) and of minima 4-7.
+void UnpackQ4_KScalesMins(const std::byte* packed, uint8_t* scales, uint8_t* mins) {
+  uint32_t word[3];
+  std::memcpy(word, packed, sizeof(word));
+  const uint32_t scales_low = word[0] & 0x3F3F3F3F;
+  const uint32_t scales_high = (word[2] & 0x0F0F0F0F) | ((word[0] >> 2) & 0x30303030);
+  const uint32_t mins_low = word[1] & 0x3F3F3F3F;
+  const uint32_t mins_high = ((word[2] >> 4) & 0x0F0F0F0F) | ((word[1] >> 2) & 0x30303030);
+  std::memcpy(scales, &scales_low, 4);
+  std::memcpy(scales + 4, &scales_high, 4);
+  std::memcpy(mins, &mins_low, 4);
+  std::memcpy(mins + 4, &mins_high, 4);
+}
+
+// The eight values of the bytes at `p` as floats times `scale` (unsigned or signed bytes).
+template <bool kSigned>
+PULSE_AVX2 inline __m256 ScaledBytesAvx2(const void* p, float scale) {
+  const __m128i bytes = _mm_loadl_epi64(static_cast<const __m128i*>(p));
+  const __m256i ints = kSigned ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(ints), _mm256_set1_ps(scale));
+}
+
+// WRow's scales of a K-quant row of `blocks` 32-value blocks, into d (blocks floats for Q4_K,
+// 2 * blocks for Q6_K) and m (Q4_K's blocks floats).
+template <DType kType>
+PULSE_AVX2 void DecodeRowScalesAvx2(const std::byte* w_row, int64_t blocks, float* d, float* m) {
+  for (int64_t g = 0; g < blocks / SubBlocks(kType); ++g) {
+    const std::byte* block = w_row + g * BlockTypeBytes(kType);
+    if constexpr (kType == DType::kQ4_K) {
+      uint32_t halves;
+      std::memcpy(&halves, block, sizeof(halves));
+      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
+      uint8_t scales[8];
+      uint8_t mins[8];
+      UnpackQ4_KScalesMins(block + 4, scales, mins);
+      _mm256_storeu_ps(d + 8 * g, ScaledBytesAvx2<false>(scales, _mm_cvtss_f32(dm)));
+      const __m256 min = ScaledBytesAvx2<false>(mins, _mm_cvtss_f32(_mm_movehdup_ps(dm)));
+      _mm256_storeu_ps(m + 8 * g, _mm256_xor_ps(min, _mm256_set1_ps(-0.0f)));
+    } else {
+      const float scale = HalfAvx2(block + 208);
+      _mm256_storeu_ps(d + 16 * g, ScaledBytesAvx2<true>(block + 192, scale));
+      _mm256_storeu_ps(d + 16 * g + 8, ScaledBytesAvx2<true>(block + 200, scale));
+    }
+  }
 }
 
 // The 32-value block b of a weight row.
 template <DType kType>
-PULSE_AVX2 inline UnpackedAvx2<kType> UnpackAvx2(const std::byte* w_row, int64_t b) {
+PULSE_AVX2 inline UnpackedAvx2<kType> UnpackAvx2(const WRow& w_row, int64_t b) {
   constexpr int64_t kSubBlocks = SubBlocks(kType);
-  const std::byte* block = w_row + b / kSubBlocks * BlockTypeBytes(kType);
+  const std::byte* block = w_row.bytes + b / kSubBlocks * BlockTypeBytes(kType);
+  const auto sub_block = static_cast<int>(b % kSubBlocks);
   UnpackedAvx2<kType> w{};
   if constexpr (kType == DType::kQ4_K) {
-    UnpackQ4_KAvx2(block, static_cast<int>(b % kSubBlocks), w);
+    w.d = _mm256_broadcast_ss(w_row.d + b);
+    w.m = w_row.m[b];
+    w.magnitude = Q4_KNibblesAvx2(block, sub_block);
   } else if constexpr (kType == DType::kQ6_K) {
-    UnpackQ6_KAvx2(block, static_cast<int>(b % kSubBlocks), w);
+    w.d =
+        _mm256_setr_m128(_mm_broadcast_ss(w_row.d + 2 * b), _mm_broadcast_ss(w_row.d + 2 * b + 1));
+    const __m256i values = Q6_KValuesAvx2(block, sub_block);
+    w.magnitude = _mm256_sign_epi8(values, values);
+    w.sign = values;
   } else if constexpr (kType == DType::kQ4_1) {
     uint32_t halves;
     std::memcpy(&halves, block, sizeof(halves));
     const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
-    w.d = _mm_cvtss_f32(dm);
+    w.d = _mm256_set1_ps(_mm_cvtss_f32(dm));
     w.m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
     w.magnitude = LoadNibbles(block + 4);
   } else {
-    w.d = HalfAvx2(block);
+    w.d = _mm256_set1_ps(HalfAvx2(block));
     const __m256i values = kType == DType::kQ8_0
                                ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2))
                                : _mm256_sub_epi8(LoadNibbles(block + 2), _mm256_set1_epi8(8));
     w.magnitude = _mm256_sign_epi8(values, values);
     w.sign = values;
   }
-  if constexpr (kType != DType::kQ4_K && kType != DType::kQ6_K) w.d_high = w.d;
   return w;
-}
-
-// Each lane's weight scale.
-template <DType kType>
-PULSE_AVX2 inline __m256 WeightScalesAvx2(const UnpackedAvx2<kType>& w) {
-  return _mm256_setr_m128(_mm_set1_ps(w.d), _mm_set1_ps(w.d_high));
 }
 
 // One block of weights against one block of x: lane l's integer sum of values 4l..4l+3.
@@ -282,7 +322,7 @@ PULSE_AVX2 inline float FoldLanes(__m256 even, __m256 odd) {
 // Up to kRows rows of x against one weight row, each weight block unpacked once for all of them;
 // even blocks into one accumulator, odd ones into another.
 template <DType kType, int kRows>
-PULSE_AVX2 void DotRowsAvx2(const std::byte* w_row, const XRow* x, int64_t blocks, float* out) {
+PULSE_AVX2 void DotRowsAvx2(const WRow& w_row, const XRow* x, int64_t blocks, float* out) {
   // Bytes a 32-value block takes, near enough for a prefetch distance.
   constexpr int64_t kBytes = BlockTypeBytes(kType) / SubBlocks(kType);
   __m256 lanes[2][kRows];
@@ -293,13 +333,13 @@ PULSE_AVX2 void DotRowsAvx2(const std::byte* w_row, const XRow* x, int64_t block
     minimum[r] = 0.0f;
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    _mm_prefetch(reinterpret_cast<const char*>(w_row + b * kBytes) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w_row.bytes + b * kBytes) + kPrefetchBytes,
+                 _MM_HINT_T0);
     const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row, b);
-    const __m256 dw = WeightScalesAvx2(w);
     __m256* acc = lanes[b % 2];
     for (int r = 0; r < kRows; ++r) {
       const __m256 sums = BlockSumsAvx2<kType>(w, x[r].qs + b * kGgmlBlockValues);
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
+      const __m256 scale = _mm256_mul_ps(w.d, _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
       acc[r] = _mm256_fmadd_ps(sums, scale, acc[r]);
       if constexpr (HasMinimum(kType)) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
     }
@@ -308,8 +348,13 @@ PULSE_AVX2 void DotRowsAvx2(const std::byte* w_row, const XRow* x, int64_t block
 }
 
 struct Avx2Kernel {
+  template <DType kType>
+  PULSE_AVX2 static void DecodeRowScales(const std::byte* w_row, int64_t blocks, float* d,
+                                         float* m) {
+    DecodeRowScalesAvx2<kType>(w_row, blocks, d, m);
+  }
   template <DType kType, int kRows>
-  PULSE_AVX2 static void Run(const std::byte* w_row, const XRow* x, int64_t blocks, float* out) {
+  PULSE_AVX2 static void Run(const WRow& w_row, const XRow* x, int64_t blocks, float* out) {
     DotRowsAvx2<kType, kRows>(w_row, x, blocks, out);
   }
 };
@@ -324,10 +369,67 @@ struct Avx2Kernel {
 #define PULSE_AVX512_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,f16c,fma")))
 
+// The 32-value blocks b (even) and b + 1 of a weight row, in the low and the high 256 bits, as
+// UnpackedAvx2 has them (the signed types' signs as a mask).
+struct UnpackedPair {
+  __m512i magnitude;
+  __mmask64 negative;
+  __m512 d;
+  float m[2];
+};
+
+// A pair of a K-quant's sub-blocks shares its bytes: Q4_K's are the low and high nibbles of the
+// same 32 bytes, Q6_K's take the same nibble of 64 consecutive ql bytes and neighbouring bit pairs
+// of the same 32 qh bytes.
+template <DType kType>
+PULSE_AVX512_VNNI inline UnpackedPair UnpackPairAvx512(const WRow& w_row, int64_t b) {
+  UnpackedPair pair{};
+  const std::byte* block = w_row.bytes + b / SubBlocks(kType) * BlockTypeBytes(kType);
+  const auto j = static_cast<int>(b % SubBlocks(kType));
+  if constexpr (kType == DType::kQ4_K) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 16 * j));
+    pair.magnitude = _mm512_and_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1),
+        _mm512_set1_epi8(0x0F));
+    pair.d = _mm512_insertf32x8(_mm512_set1_ps(w_row.d[b]), _mm256_set1_ps(w_row.d[b + 1]), 1);
+    pair.m[0] = w_row.m[b];
+    pair.m[1] = w_row.m[b + 1];
+  } else if constexpr (kType == DType::kQ6_K) {
+    const int n = j / 4;
+    const int k = j % 4;  // 0 or 2
+    const __m512i ql = _mm512_loadu_si512(block + 64 * n);
+    const __m512i low =
+        _mm512_and_si512(_mm512_srl_epi16(ql, _mm_cvtsi32_si128(2 * k)), _mm512_set1_epi8(0x0F));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 128 + 32 * n));
+    const __m512i high = _mm512_and_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k))),
+                           _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k + 2)), 1),
+        _mm512_set1_epi8(3));
+    const __m512i values =
+        _mm512_sub_epi8(_mm512_or_si512(low, _mm512_slli_epi16(high, 4)), _mm512_set1_epi8(32));
+    pair.magnitude = _mm512_abs_epi8(values);
+    pair.negative = _mm512_movepi8_mask(values);
+    const __m512i lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    pair.d = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_loadu_ps(w_row.d + 2 * b)));
+  } else {
+    const UnpackedAvx2<kType> w0 = UnpackAvx2<kType>(w_row, b);
+    const UnpackedAvx2<kType> w1 = UnpackAvx2<kType>(w_row, b + 1);
+    pair.magnitude = _mm512_inserti64x4(_mm512_zextsi256_si512(w0.magnitude), w1.magnitude, 1);
+    if constexpr (!HasMinimum(kType)) {
+      pair.negative =
+          _mm512_movepi8_mask(_mm512_inserti64x4(_mm512_zextsi256_si512(w0.sign), w1.sign, 1));
+    }
+    pair.d = _mm512_insertf32x8(_mm512_castps256_ps512(w0.d), w1.d, 1);
+    pair.m[0] = w0.m;
+    pair.m[1] = w1.m;
+  }
+  return pair;
+}
+
 // Two blocks at once: the even one in the low 256 bits, the odd one in the high, so a lane of
 // the 512-bit accumulator is one of the sixteen lanes of the fixed order.
 template <DType kType, int kRows>
-PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, int64_t blocks,
+PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const WRow& w_row, const XRow* x, int64_t blocks,
                                          float* out) {
   constexpr int64_t kBytes = BlockTypeBytes(kType) / SubBlocks(kType);  // for the prefetch
   __m512 lanes[kRows];
@@ -338,30 +440,21 @@ PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, 
   }
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    _mm_prefetch(reinterpret_cast<const char*>(w_row + b * kBytes) + kPrefetchBytes, _MM_HINT_T0);
-    const UnpackedAvx2<kType> w0 = UnpackAvx2<kType>(w_row, b);
-    const UnpackedAvx2<kType> w1 = UnpackAvx2<kType>(w_row, b + 1);
-    const __m512i magnitude =
-        _mm512_inserti64x4(_mm512_zextsi256_si512(w0.magnitude), w1.magnitude, 1);
-    __mmask64 negative = 0;
-    if constexpr (!HasMinimum(kType)) {
-      negative =
-          _mm512_movepi8_mask(_mm512_inserti64x4(_mm512_zextsi256_si512(w0.sign), w1.sign, 1));
-    }
-    const __m512 dw =
-        _mm512_insertf32x8(_mm512_castps256_ps512(WeightScalesAvx2(w0)), WeightScalesAvx2(w1), 1);
+    _mm_prefetch(reinterpret_cast<const char*>(w_row.bytes + b * kBytes) + kPrefetchBytes,
+                 _MM_HINT_T0);
+    const UnpackedPair w = UnpackPairAvx512<kType>(w_row, b);
     for (int r = 0; r < kRows; ++r) {
       __m512i xv = _mm512_loadu_si512(x[r].qs + b * kGgmlBlockValues);
       if constexpr (!HasMinimum(kType)) {
-        xv = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
+        xv = _mm512_mask_sub_epi8(xv, w.negative, _mm512_setzero_si512(), xv);
       }
       const __m512 sums =
-          _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), magnitude, xv));
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x[r].d8 + b * kBlockLanes));
+          _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w.magnitude, xv));
+      const __m512 scale = _mm512_mul_ps(w.d, _mm512_loadu_ps(x[r].d8 + b * kBlockLanes));
       lanes[r] = _mm512_fmadd_ps(sums, scale, lanes[r]);
       if constexpr (HasMinimum(kType)) {
-        minimum[r] = std::fma(w0.m, x[r].sum[b], minimum[r]);
-        minimum[r] = std::fma(w1.m, x[r].sum[b + 1], minimum[r]);
+        minimum[r] = std::fma(w.m[0], x[r].sum[b], minimum[r]);
+        minimum[r] = std::fma(w.m[1], x[r].sum[b + 1], minimum[r]);
       }
     }
   }
@@ -371,8 +464,7 @@ PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, 
     if (b < blocks) {  // a last even block
       const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row, b);
       const __m256 sums = BlockSumsAvx2<kType>(w, x[r].qs + b * kGgmlBlockValues);
-      const __m256 scale =
-          _mm256_mul_ps(WeightScalesAvx2(w), _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
+      const __m256 scale = _mm256_mul_ps(w.d, _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
       even = _mm256_fmadd_ps(sums, scale, even);
       if constexpr (HasMinimum(kType)) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
     }
@@ -381,18 +473,30 @@ PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const std::byte* w_row, const XRow* x, 
 }
 
 struct Avx512VnniKernel {
+  template <DType kType>
+  PULSE_AVX512_VNNI static void DecodeRowScales(const std::byte* w_row, int64_t blocks, float* d,
+                                                float* m) {
+    DecodeRowScalesAvx2<kType>(w_row, blocks, d, m);
+  }
   template <DType kType, int kRows>
-  PULSE_AVX512_VNNI static void Run(const std::byte* w_row, const XRow* x, int64_t blocks,
-                                    float* out) {
+  PULSE_AVX512_VNNI static void Run(const WRow& w_row, const XRow* x, int64_t blocks, float* out) {
     DotRowsAvx512Vnni<kType, kRows>(w_row, x, blocks, out);
   }
 };
 #pragma GCC diagnostic pop
 #endif
 
-// Every row of x against one weight row, four rows at a time.
+// Every row of x against one weight row, four rows at a time. A K-quant row's scales are decoded
+// into `scales` (3 * blocks floats) first.
 template <typename Kernel, DType kType>
-void DotAllRowsOf(const std::byte* w_row, const XRow* x, int64_t m, int64_t blocks, float* out) {
+void DotAllRowsOf(const std::byte* bytes, const XRow* x, int64_t m, int64_t blocks, float* scales,
+                  float* out) {
+  WRow w_row{bytes, nullptr, nullptr};
+  if constexpr (SubBlocks(kType) > 1) {
+    Kernel::template DecodeRowScales<kType>(bytes, blocks, scales, scales + 2 * blocks);
+    w_row.d = scales;
+    w_row.m = scales + 2 * blocks;
+  }
   int64_t r = 0;
   for (; r + 4 <= m; r += 4) Kernel::template Run<kType, 4>(w_row, x + r, blocks, out + r);
   for (; r < m; ++r) Kernel::template Run<kType, 1>(w_row, x + r, blocks, out + r);
@@ -400,18 +504,18 @@ void DotAllRowsOf(const std::byte* w_row, const XRow* x, int64_t m, int64_t bloc
 
 template <typename Kernel>
 void DotAllRows(DType type, const std::byte* w_row, const XRow* x, int64_t m, int64_t blocks,
-                float* out) {
+                float* scales, float* out) {
   switch (type) {
     case DType::kQ8_0:
-      return DotAllRowsOf<Kernel, DType::kQ8_0>(w_row, x, m, blocks, out);
+      return DotAllRowsOf<Kernel, DType::kQ8_0>(w_row, x, m, blocks, scales, out);
     case DType::kQ4_0:
-      return DotAllRowsOf<Kernel, DType::kQ4_0>(w_row, x, m, blocks, out);
+      return DotAllRowsOf<Kernel, DType::kQ4_0>(w_row, x, m, blocks, scales, out);
     case DType::kQ4_K:
-      return DotAllRowsOf<Kernel, DType::kQ4_K>(w_row, x, m, blocks, out);
+      return DotAllRowsOf<Kernel, DType::kQ4_K>(w_row, x, m, blocks, scales, out);
     case DType::kQ6_K:
-      return DotAllRowsOf<Kernel, DType::kQ6_K>(w_row, x, m, blocks, out);
+      return DotAllRowsOf<Kernel, DType::kQ6_K>(w_row, x, m, blocks, scales, out);
     default:
-      return DotAllRowsOf<Kernel, DType::kQ4_1>(w_row, x, m, blocks, out);
+      return DotAllRowsOf<Kernel, DType::kQ4_1>(w_row, x, m, blocks, scales, out);
   }
 }
 
@@ -479,15 +583,18 @@ void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView
   // A thread takes whole weight rows, each read once for every row of x.
   pool.ParallelFor(w.rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> dots(static_cast<size_t>(m));
+    std::vector<float> scales(SubBlocks(w.type) > 1 ? static_cast<size_t>(3 * blocks) : 0);
     for (int64_t n = begin; n < end; ++n) {
       const std::byte* w_row = rows + n * row_bytes;
       switch (level) {
 #if defined(__x86_64__)
         case QuantKernelLevel::kAvx512Vnni:
-          DotAllRows<Avx512VnniKernel>(w.type, w_row, x_rows.data(), m, blocks, dots.data());
+          DotAllRows<Avx512VnniKernel>(w.type, w_row, x_rows.data(), m, blocks, scales.data(),
+                                       dots.data());
           break;
         case QuantKernelLevel::kAvx2:
-          DotAllRows<Avx2Kernel>(w.type, w_row, x_rows.data(), m, blocks, dots.data());
+          DotAllRows<Avx2Kernel>(w.type, w_row, x_rows.data(), m, blocks, scales.data(),
+                                 dots.data());
           break;
 #endif
         default:
