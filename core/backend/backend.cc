@@ -3,7 +3,6 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
-#include "core/base/ggml_blocks.h"
 
 namespace pulse {
 
@@ -19,6 +18,10 @@ std::string_view DTypeName(DType type) {
       return "q4_0";
     case DType::kQ4_1:
       return "q4_1";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ6_K:
+      return "q6_k";
   }
   return "unknown";
 }
@@ -54,15 +57,15 @@ absl::StatusOr<Weight> Backend::UploadBlocks(std::span<const std::byte> /*blocks
 
 absl::Status CheckWeightBlocks(std::span<const std::byte> blocks, int64_t rows, int64_t cols,
                                DType type) {
-  const int64_t block_bytes = BlockTypeBytes(type);
-  if (block_bytes == 0 || rows < 0 || cols < 0 || cols % kGgmlBlockValues != 0 ||
+  const int64_t block_values = BlockTypeValues(type);
+  if (block_values == 0 || rows < 0 || cols < 0 || cols % block_values != 0 ||
       (cols != 0 && rows > std::numeric_limits<int64_t>::max() / cols)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "UploadBlocks: a [%d][%d] weight of %s (block types: q8_0, q4_0, q4_1; cols a multiple "
-        "of 32)",
+        "UploadBlocks: a [%d][%d] weight of %s (block types: q8_0, q4_0, q4_1 with cols a "
+        "multiple of 32; q4_k, q6_k with cols a multiple of 256)",
         rows, cols, DTypeName(type)));
   }
-  const int64_t bytes = rows * (cols / kGgmlBlockValues) * block_bytes;
+  const int64_t bytes = rows * (cols / block_values) * BlockTypeBytes(type);
   if (static_cast<size_t>(bytes) != blocks.size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("UploadBlocks: a [%d][%d] weight of %s is %d bytes, got %u", rows, cols,

@@ -141,7 +141,8 @@ struct Weight {
 absl::StatusOr<size_t> WeightBytes(std::span<const float> values, int64_t rows, int64_t cols,
                                    DType type);
 // The same check for `blocks`, a [rows][cols] weight of block type `type`: InvalidArgument unless
-// cols is a multiple of 32 and `blocks` holds exactly the rows' blocks.
+// cols is a multiple of the type's block values (32, or 256 for a K-quant) and `blocks` holds
+// exactly the rows' blocks.
 absl::Status CheckWeightBlocks(std::span<const std::byte> blocks, int64_t rows, int64_t cols,
                                DType type);
 

@@ -1,4 +1,4 @@
-// Element types of backend memory, and ggml's block types (32 values a block,
+// Element types of backend memory, and ggml's block types (32 values a block, or a K-quant's 256,
 // core/base/ggml_blocks.h) that a backend may keep weights in. Math always accumulates in fp32.
 // (C++17: kernels include it.)
 #pragma once
@@ -12,7 +12,7 @@
 
 namespace pulse {
 
-enum class DType : uint8_t { kF32, kBF16, kQ8_0, kQ4_0, kQ4_1 };
+enum class DType : uint8_t { kF32, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ6_K };
 
 std::string_view DTypeName(DType type);
 
@@ -23,11 +23,20 @@ PULSE_HOST_DEVICE constexpr size_t DTypeBytes(DType type) {
 
 constexpr bool IsBlockType(DType type) { return type != DType::kF32 && type != DType::kBF16; }
 
-// Bytes of a block of 32 values of a block type; 0 for an element type.
+// Values of a block of a block type (a row holds whole blocks); 0 for an element type.
+constexpr int64_t BlockTypeValues(DType type) {
+  return !IsBlockType(type)                             ? 0
+         : type == DType::kQ4_K || type == DType::kQ6_K ? kGgmlSuperBlockValues
+                                                        : kGgmlBlockValues;
+}
+
+// Bytes of a block (BlockTypeValues values) of a block type; 0 for an element type.
 constexpr int64_t BlockTypeBytes(DType type) {
   return type == DType::kQ8_0   ? kQ8_0BlockBytes
          : type == DType::kQ4_0 ? kQ4_0BlockBytes
          : type == DType::kQ4_1 ? kQ4_1BlockBytes
+         : type == DType::kQ4_K ? kQ4_KBlockBytes
+         : type == DType::kQ6_K ? kQ6_KBlockBytes
                                 : 0;
 }
 

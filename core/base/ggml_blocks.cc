@@ -62,4 +62,24 @@ void DecodeQ4_1(const std::byte* block, float* out) {
   }
 }
 
+void DecodeQ4_K(const std::byte* block, float* out) {
+  const float d = LoadHalf(block);
+  const float dmin = LoadHalf(block + 2);
+  const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc;
+    uint8_t m;
+    Q4_KScaleMin(j, scales, &sc, &m);
+    const float scale = d * sc;
+    const float minimum = dmin * m;
+    for (int v = 32 * j; v < 32 * j + 32; ++v) out[v] = scale * Q4_KQuant(block, v) - minimum;
+  }
+}
+
+void DecodeQ6_K(const std::byte* block, float* out) {
+  const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
+  const float d = LoadHalf(block + 208);
+  for (int v = 0; v < 256; ++v) out[v] = d * scales[v / 16] * Q6_KQuant(block, v);
+}
+
 }  // namespace pulse

@@ -73,65 +73,11 @@ uint16_t LoadU16(const std::byte* p) {
   return value;
 }
 
-const uint8_t* AsBytes(const std::byte* p) { return reinterpret_cast<const uint8_t*>(p); }
-
 // --- one block of each type, as ggml's dequantize_row_* ---------------------------------------
 
 void DecodeF16(const std::byte* block, float* out) { *out = LoadHalf(block); }
 
 void DecodeBf16(const std::byte* block, float* out) { *out = Bf16ToFloat(LoadU16(block)); }
-
-// ggml's get_scale_min_k4: 6-bit scale and min j of the 12 packed scale bytes.
-void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
-  if (j < 4) {
-    *scale = q[j] & 63;
-    *min = q[j + 4] & 63;
-  } else {
-    *scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
-// block_q4_K { ggml_half d; ggml_half dmin; uint8_t scales[12]; uint8_t qs[128]; }
-void DecodeQ4_K(const std::byte* block, float* out) {
-  const float d = LoadHalf(block);
-  const float dmin = LoadHalf(block + 2);
-  const uint8_t* scales = AsBytes(block + 4);
-  const uint8_t* q = AsBytes(block + 16);
-  for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
-    uint8_t sc;
-    uint8_t m;
-    ScaleMinK4(is, scales, &sc, &m);
-    const float d1 = d * sc;
-    const float m1 = dmin * m;
-    ScaleMinK4(is + 1, scales, &sc, &m);
-    const float d2 = d * sc;
-    const float m2 = dmin * m;
-    for (int l = 0; l < 32; ++l) *out++ = d1 * (q[l] & 0xF) - m1;
-    for (int l = 0; l < 32; ++l) *out++ = d2 * (q[l] >> 4) - m2;
-  }
-}
-
-// block_q6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; ggml_half d; }
-void DecodeQ6_K(const std::byte* block, float* out) {
-  const uint8_t* ql = AsBytes(block);
-  const uint8_t* qh = AsBytes(block + 128);
-  const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
-  const float d = LoadHalf(block + 208);
-  for (int n = 0; n < 256; n += 128, out += 128, ql += 64, qh += 32, sc += 8) {
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = static_cast<int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = static_cast<int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      out[l] = d * sc[is] * q1;
-      out[l + 32] = d * sc[is + 2] * q2;
-      out[l + 64] = d * sc[is + 4] * q3;
-      out[l + 96] = d * sc[is + 6] * q4;
-    }
-  }
-}
 
 template <int64_t kBlockElements, int64_t kBlockBytes, void (*kDecode)(const std::byte*, float*)>
 void DecodeBlocks(std::span<const std::byte> src, std::span<float> dst) {
@@ -217,10 +163,10 @@ absl::Status Dequantize(GgmlType type, std::span<const std::byte> src, std::span
       DecodeBlocks<32, 20, DecodeQ4_1>(src, dst);
       break;
     case GgmlType::kQ4_K:
-      DecodeBlocks<256, 144, DecodeQ4_K>(src, dst);
+      DecodeBlocks<kGgmlSuperBlockValues, kQ4_KBlockBytes, DecodeQ4_K>(src, dst);
       break;
     case GgmlType::kQ6_K:
-      DecodeBlocks<256, 210, DecodeQ6_K>(src, dst);
+      DecodeBlocks<kGgmlSuperBlockValues, kQ6_KBlockBytes, DecodeQ6_K>(src, dst);
       break;
     default:
       break;  // CanDequantize() said no above

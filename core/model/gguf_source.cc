@@ -244,6 +244,10 @@ std::optional<DType> BlockDType(GgmlType type) {
       return DType::kQ4_0;
     case GgmlType::kQ4_1:
       return DType::kQ4_1;
+    case GgmlType::kQ4_K:
+      return DType::kQ4_K;
+    case GgmlType::kQ6_K:
+      return DType::kQ6_K;
     default:
       return std::nullopt;
   }

@@ -3,7 +3,8 @@
 Both sides dequantize the same Q4_1/Q8_0 blocks to the same fp32 values, so with fp32 weights
 the difference is fp32 arithmetic rounding only: last-position logits rel. error < 1e-4 and the
 same 32 greedy tokens, with the prompt prefilled at once or in chunks of 16. With bf16 weights
-the same holds against the reference run on the same bf16-rounded weights.
+the same holds against the reference run on the same bf16-rounded weights. The same checks run
+on a K-quant version of the file (its ffn_down matrices requantized to Q4_K and Q6_K).
 """
 import dataclasses
 
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 import threadpoolctl
 import tokenizers
+from gguf import GGMLQuantizationType as Q
 from tokenizers import decoders, models, pre_tokenizers
 
+import kquants
 import numpy_llama
 from ref_dump_logits import dump_logits, relative_error
 
@@ -149,6 +152,97 @@ def test_weights_kept_in_blocks(index, tool, smollm2_path, prompts, expected, tm
     error = relative_error(result.logits, f32_logits)
     agree = sum(a == b for a, b in zip(result.greedy, f32_tokens))
     print(f"prompt {index}: kept in blocks, rel error {error:.2e}, "
+          f"{agree}/{GREEDY} greedy tokens as the reference's, {result.seconds:.1f}s")
+    assert error < 5e-2
+    assert np.argmax(result.logits) == np.argmax(f32_logits)
+
+
+# --- a K-quant SmolLM2 ---------------------------------------------------------------------------
+
+
+def q6_k_layer(layer: int, layers: int) -> bool:
+    """Whether llama.cpp's Q4_K_M gives a layer's ffn_down Q6_K (its use_more_bits) or Q4_K."""
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
+
+
+def copy_metadata(reader: gguf.GGUFReader, writer: gguf.GGUFWriter) -> None:
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, field.contents(), field.types[0], sub_type=sub_type)
+
+
+@pytest.fixture(scope="module")
+def kquant_path(reader, tmp_path_factory):
+    """The file with every ffn_down matrix requantized from its values to Q4_K or Q6_K as a
+    Q4_K_M file holds them, the other tensors copied as stored: ffn_down is SmolLM2's only
+    matrix whose rows (1536 values) are whole 256-value super-blocks; the others have 576 (a
+    real Q4_K_M file of this model keeps them in 32-value types too)."""
+    path = tmp_path_factory.mktemp("kquant") / "SmolLM2-135M-Instruct.Q4_K.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    copy_metadata(reader, writer)
+    layers = int(reader.fields["llama.block_count"].contents())
+    for tensor in reader.tensors:
+        name = tensor.name
+        if name.endswith("ffn_down.weight"):
+            values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+            layer = int(name.split(".")[1])
+            qtype = Q.Q6_K if q6_k_layer(layer, layers) else Q.Q4_K
+            quantize = kquants.quantize_q6_k if qtype == Q.Q6_K else kquants.quantize_q4_k
+            writer.add_tensor(name, quantize(values), raw_dtype=qtype)
+        elif tensor.tensor_type == Q.F32:
+            writer.add_tensor(name, tensor.data)
+        else:
+            writer.add_tensor(name, tensor.data, raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def kquant_expected(kquant_path, prompts):
+    model = numpy_llama.Model(numpy_llama.load_gguf(kquant_path))
+    return [model.greedy(p, GREEDY) for p in prompts]
+
+
+def test_kquant_file_holds_q4_k_and_q6_k(kquant_path):
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(str(kquant_path)).tensors}
+    down = [types[f"blk.{layer}.ffn_down.weight"] for layer in range(30)]
+    assert down == [Q.Q6_K if q6_k_layer(layer, 30) else Q.Q4_K for layer in range(30)]
+    assert down.count(Q.Q6_K) == 14
+
+
+@pytest.mark.parametrize("index", range(len(TEXTS)))
+def test_kquant_f32_matches_reference(index, tool, kquant_path, prompts, kquant_expected,
+                                      tmp_path):
+    # Both sides decode the same Q4_K/Q6_K blocks to the same fp32 values (the decoders are
+    # bit-exact with gguf's): fp32 arithmetic is the only difference, as for the Q4_1 file.
+    expected_logits, expected_tokens = kquant_expected[index]
+    result = dump_logits(tool("pulse-dump-logits"), kquant_path, prompts[index], tmp_path,
+                         weight_type="f32", greedy=GREEDY)
+    error = relative_error(result.logits, expected_logits)
+    print(f"prompt {index}: K-quant file, f32 weights, rel error {error:.2e}")
+    assert error < 1e-4
+    assert result.greedy == expected_tokens
+
+
+@pytest.mark.parametrize("index", range(len(TEXTS)))
+def test_kquant_weights_kept_in_blocks(index, tool, kquant_path, prompts, kquant_expected,
+                                       tmp_path):
+    # As test_weights_kept_in_blocks: the weights are the file's own values, the activations are
+    # quantized to 8 bits a block of 32 before each product (Q4_K's and Q6_K's kernels quantize
+    # them exactly as the 32-value types' do), and that rounding is the error: measured 1.8e-2 to
+    # 3.6e-2 on these prompts (the Q4_1 file's 1.2e-2 to 3.3e-2), under the same bound of 5e-2,
+    # with the last position's top token kept.
+    f32_logits, f32_tokens = kquant_expected[index]
+    result = dump_logits(tool("pulse-dump-logits"), kquant_path, prompts[index], tmp_path,
+                         weight_type="quantized", greedy=GREEDY)
+    error = relative_error(result.logits, f32_logits)
+    agree = sum(a == b for a, b in zip(result.greedy, f32_tokens))
+    print(f"prompt {index}: K-quant file kept in blocks, rel error {error:.2e}, "
           f"{agree}/{GREEDY} greedy tokens as the reference's, {result.seconds:.1f}s")
     assert error < 5e-2
     assert np.argmax(result.logits) == np.argmax(f32_logits)

@@ -116,6 +116,8 @@ class CpuBackend final : public Backend {
       case DType::kQ8_0:
       case DType::kQ4_0:
       case DType::kQ4_1:
+      case DType::kQ4_K:
+      case DType::kQ6_K:
         break;  // WeightBytes refused them
       case DType::kBF16: {
         uint16_t* out = buffer.as<uint16_t>();

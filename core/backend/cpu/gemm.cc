@@ -145,6 +145,8 @@ void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, cons
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
       QuantizedGemm(pool, x, m, w, bias, y, kQuantLevel);
       return;
   }

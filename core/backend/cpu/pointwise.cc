@@ -40,7 +40,9 @@ void Embed(ThreadPool& pool, const MatrixView& table, const int32_t* tokens, int
       return;
     case DType::kQ8_0:
     case DType::kQ4_0:
-    case DType::kQ4_1: {
+    case DType::kQ4_1:
+    case DType::kQ4_K:
+    case DType::kQ6_K: {
       const int64_t row_bytes = BlockRowBytes(table.type, table.cols);
       const auto* rows = static_cast<const std::byte*>(table.data);
       pool.ParallelFor(count, RowGrain(table.cols), [&](int64_t begin, int64_t end) {

@@ -1,7 +1,9 @@
 // Google Benchmark of the CPU backend's Gemm at SmolLM2-135M shapes (not part of ctest):
 //   build-cpu/bin/cpu_ops_bench [--benchmark_filter=...]
 // Counters: weight_bytes/s (the weight matrix streamed once per call) and FLOP/s (2*m*n*k); f32,
-// bf16 and the block types the CPU backend keeps (random blocks).
+// bf16 and the block types the CPU backend keeps (random blocks). GemmBlocks compares the block
+// types, K-quants included, at shapes whose rows are whole 256-value super-blocks (SmolLM2's down
+// projection, and a 2048-wide square of a 1B model), decode- and prefill-shaped.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -49,8 +51,9 @@ Weight RandomWeight(Backend& backend, DType type, int64_t rows, int64_t cols, ui
 }
 
 double WeightBytes(const Weight& w) {
-  return IsBlockType(w.type) ? double(w.rows) * w.cols / kGgmlBlockValues * BlockTypeBytes(w.type)
-                             : double(w.rows) * w.cols * DTypeBytes(w.type);
+  return IsBlockType(w.type)
+             ? double(w.rows) * w.cols / BlockTypeValues(w.type) * BlockTypeBytes(w.type)
+             : double(w.rows) * w.cols * DTypeBytes(w.type);
 }
 
 Backend& SharedBackend() {
@@ -207,6 +210,17 @@ void RegisterAll() {
         ->Arg(8)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+  }
+  for (const Shape& shape : {Shape{"down", 576, 1536}, Shape{"square2048", 2048, 2048}}) {
+    for (DType type : {DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
+      benchmark::RegisterBenchmark(
+          (std::string("GemmBlocks/") + shape.name + "/" + std::string(DTypeName(type))).c_str(),
+          BM_Gemm, shape, type)
+          ->Arg(1)
+          ->Arg(64)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
 }
 

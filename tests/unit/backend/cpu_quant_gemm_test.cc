@@ -1,7 +1,8 @@
-// The CPU backend's GEMM over weights kept in ggml's blocks (Q8_0, Q4_0, Q4_1) against references
-// built from the GGUF reader's ggml-exact dequantization: with the activations quantized as the
-// kernel's contract says (8-bit blocks, d = max|x| / 127), the result is the fp64 dot product
-// within float accumulation; against the unquantized activations, within the bound that
+// The CPU backend's GEMM over weights kept in ggml's blocks (Q8_0, Q4_0, Q4_1, and the K-quants
+// Q4_K and Q6_K, whose rows are whole 256-value super-blocks: the shapes widen to fit) against
+// references built from the GGUF reader's ggml-exact dequantization: with the activations quantized
+// as the kernel's contract says (8-bit blocks, d = max|x| / 127), the result is the fp64 dot
+// product within float accumulation; against the unquantized activations, within the bound that
 // quantization error allows. Every kernel level this CPU runs gives the same bits, rows do not
 // depend on the batch or the threads, and embedding rows decode as the reader decodes them.
 // (Kernel levels this CPU lacks are not run: the scalar one always is.)
@@ -29,8 +30,24 @@ using ::pulse::testing::RandomBlocks;
 using ::pulse::testing::RandomValues;
 
 GgmlType GgmlOf(DType type) {
-  return type == DType::kQ8_0 ? GgmlType::kQ8_0
-                              : (type == DType::kQ4_0 ? GgmlType::kQ4_0 : GgmlType::kQ4_1);
+  switch (type) {
+    case DType::kQ8_0:
+      return GgmlType::kQ8_0;
+    case DType::kQ4_0:
+      return GgmlType::kQ4_0;
+    case DType::kQ4_K:
+      return GgmlType::kQ4_K;
+    case DType::kQ6_K:
+      return GgmlType::kQ6_K;
+    default:
+      return GgmlType::kQ4_1;
+  }
+}
+
+// `cols` rounded up to whole blocks of `type`.
+int64_t WholeBlocks(DType type, int64_t cols) {
+  const int64_t block = BlockTypeValues(type);
+  return (cols + block - 1) / block * block;
 }
 
 std::vector<double> Dequantized(DType type, std::span<const std::byte> blocks, int64_t count) {
@@ -60,13 +77,17 @@ struct Shape {
   int64_t k;
 };
 
+// `shape` with k rounded up to whole blocks of `type`.
+Shape Fit(DType type, Shape shape) { return {shape.m, shape.n, WholeBlocks(type, shape.k)}; }
+
 class QuantGemmTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(QuantGemmTest, MatchesTheDequantizedWeights) {
   const DType type = GetParam();
   const auto backend = MakeCpuBackend(2);
-  for (const Shape& s :
-       {Shape{1, 37, 32}, Shape{3, 64, 96}, Shape{8, 19, 576}, Shape{5, 130, 1536}}) {
+  for (const Shape& shape : {Shape{1, 37, 32}, Shape{3, 64, 96}, Shape{4, 21, 320},
+                             Shape{8, 19, 576}, Shape{17, 9, 256}, Shape{5, 130, 1536}}) {
+    const Shape s = Fit(type, shape);
     SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k);
     const std::vector<std::byte> blocks =
         RandomBlocks(type, s.n, s.k, static_cast<uint32_t>(s.n), true);
@@ -113,7 +134,9 @@ TEST_P(QuantGemmTest, MatchesTheDequantizedWeights) {
 TEST_P(QuantGemmTest, EveryKernelLevelGivesTheSameBits) {
   const DType type = GetParam();
   ThreadPool pool(2);
-  for (const Shape& shape : {Shape{6, 45, 320}, Shape{5, 33, 352}, Shape{1, 17, 32}}) {
+  for (const Shape& fitted : {Shape{6, 45, 320}, Shape{5, 33, 352}, Shape{1, 17, 32},
+                              Shape{3, 7, 512}, Shape{4, 11, 768}, Shape{17, 5, 256}}) {
+    const Shape shape = Fit(type, fitted);
     SCOPED_TRACE(::testing::Message() << shape.m << "x" << shape.n << "x" << shape.k);
     const std::vector<std::byte> blocks = RandomBlocks(type, shape.n, shape.k, 11, true);
     const MatrixView w{blocks.data(), type, shape.n, shape.k};
@@ -139,13 +162,13 @@ TEST_P(QuantGemmTest, RowsDoNotDependOnTheBatchOrThreads) {
   const DType type = GetParam();
   constexpr int64_t kM = 7;
   constexpr int64_t kN = 70;
-  constexpr int64_t kK = 192;
-  const std::vector<std::byte> blocks = RandomBlocks(type, kN, kK, 21, true);
-  const std::vector<float> x = RandomValues(kM * kK, 22, -1.0f, 1.0f);
+  const int64_t cols = WholeBlocks(type, 192);
+  const std::vector<std::byte> blocks = RandomBlocks(type, kN, cols, 21, true);
+  const std::vector<float> x = RandomValues(kM * cols, 22, -1.0f, 1.0f);
   const auto two = MakeCpuBackend(2);
   const auto one = MakeCpuBackend(1);
-  const Weight w2 = *two->UploadBlocks(blocks, kN, kK, type);
-  const Weight w1 = *one->UploadBlocks(blocks, kN, kK, type);
+  const Weight w2 = *two->UploadBlocks(blocks, kN, cols, type);
+  const Weight w1 = *one->UploadBlocks(blocks, kN, cols, type);
   std::vector<float> batched(kM * kN);
   std::vector<float> single(kM * kN);
   two->Gemm(x.data(), kM, w2.view(), nullptr, batched.data());
@@ -153,7 +176,7 @@ TEST_P(QuantGemmTest, RowsDoNotDependOnTheBatchOrThreads) {
   EXPECT_EQ(std::memcmp(batched.data(), single.data(), batched.size() * sizeof(float)), 0);
   for (int64_t r = 0; r < kM; ++r) {
     std::vector<float> alone(kN);
-    two->Gemm(x.data() + r * kK, 1, w2.view(), nullptr, alone.data());
+    two->Gemm(x.data() + r * cols, 1, w2.view(), nullptr, alone.data());
     EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * kN, kN * sizeof(float)), 0) << r;
   }
 }
@@ -162,18 +185,18 @@ TEST_P(QuantGemmTest, EmbedDecodesRowsAsTheReaderDoes) {
   const DType type = GetParam();
   const auto backend = MakeCpuBackend(2);
   constexpr int64_t kRows = 9;
-  constexpr int64_t kCols = 96;
-  const std::vector<std::byte> blocks = RandomBlocks(type, kRows, kCols, 31, true);
-  std::vector<float> expected(kRows * kCols);
+  const int64_t cols = WholeBlocks(type, 96);
+  const std::vector<std::byte> blocks = RandomBlocks(type, kRows, cols, 31, true);
+  std::vector<float> expected(kRows * cols);
   ASSERT_TRUE(Dequantize(GgmlOf(type), blocks, expected).ok());
-  const Weight table = *backend->UploadBlocks(blocks, kRows, kCols, type);
+  const Weight table = *backend->UploadBlocks(blocks, kRows, cols, type);
   const std::vector<int32_t> tokens = {4, 0, 8, 4};
-  std::vector<float> out(tokens.size() * kCols);
+  std::vector<float> out(tokens.size() * cols);
   backend->Embed(table.view(), tokens.data(), static_cast<int64_t>(tokens.size()), out.data());
   ASSERT_TRUE(backend->Synchronize().ok());
   for (size_t i = 0; i < tokens.size(); ++i) {
-    EXPECT_EQ(std::memcmp(out.data() + i * kCols, expected.data() + tokens[i] * kCols,
-                          kCols * sizeof(float)),
+    EXPECT_EQ(std::memcmp(out.data() + i * cols, expected.data() + tokens[i] * cols,
+                          cols * sizeof(float)),
               0)
         << i;
   }
@@ -182,18 +205,21 @@ TEST_P(QuantGemmTest, EmbedDecodesRowsAsTheReaderDoes) {
 TEST_P(QuantGemmTest, UploadBlocksRefusesAShapeTheBytesDoNotFit) {
   const DType type = GetParam();
   const auto backend = MakeCpuBackend(1);
-  const std::vector<std::byte> blocks = RandomBlocks(type, 4, 64, 41, true);
-  EXPECT_EQ(backend->UploadBlocks(blocks, 4, 48, type).status().code(),
-            absl::StatusCode::kInvalidArgument);  // not whole blocks
-  EXPECT_EQ(backend->UploadBlocks(blocks, 5, 64, type).status().code(),
+  const int64_t block = BlockTypeValues(type);
+  const std::vector<std::byte> blocks = RandomBlocks(type, 4, 2 * block, 41, true);
+  // Not whole blocks (for a K-quant, whole 32-value blocks but not whole super-blocks).
+  EXPECT_EQ(backend->UploadBlocks(blocks, 4, block + block / 2, type).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->UploadBlocks(blocks, 5, 2 * block, type).status().code(),
             absl::StatusCode::kInvalidArgument);  // too few bytes
-  EXPECT_EQ(backend->UploadBlocks(blocks, 4, 64, DType::kF32).status().code(),
+  EXPECT_EQ(backend->UploadBlocks(blocks, 4, 2 * block, DType::kF32).status().code(),
             absl::StatusCode::kInvalidArgument);  // not a block type
-  EXPECT_TRUE(backend->UploadBlocks(blocks, 4, 64, type).ok());
+  EXPECT_TRUE(backend->UploadBlocks(blocks, 4, 2 * block, type).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(BlockTypes, QuantGemmTest,
-                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_1),
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K,
+                                           DType::kQ6_K),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(DTypeName(info.param));
                          });

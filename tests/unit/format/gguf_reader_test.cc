@@ -265,6 +265,9 @@ TEST(GgufReaderTest, RejectsBadTensorInfo) {
               HasSubstr("overflows"));
   EXPECT_THAT(open_with({16}, GgmlType::kQ8_0, 34).message(),
               HasSubstr("row length 16 is not a multiple of the Q8_0 block (32)"));
+  // 576 = 18 blocks of 32 values, but not whole 256-value super-blocks (as SmolLM2's rows).
+  EXPECT_THAT(open_with({576, 4}, GgmlType::kQ4_K, 9 * 144).message(),
+              HasSubstr("row length 576 is not a multiple of the Q4_K block (256)"));
   EXPECT_THAT(open_with({int64_t{1} << 62}, GgmlType::kF32, 4).message(), HasSubstr("overflow"));
   EXPECT_THAT(open_with({1024}, GgmlType::kF32, 4).message(),
               HasSubstr("lies outside the 4 bytes of the data section"));

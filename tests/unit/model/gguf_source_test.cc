@@ -20,6 +20,7 @@
 #include "core/sched/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/backend/random_blocks.h"
 #include "tests/unit/format/gguf_writer.h"
 #include "tests/unit/format/test_configs.h"
 
@@ -27,6 +28,7 @@ namespace pulse {
 namespace {
 
 using ::pulse::testing::GgufWriter;
+using ::pulse::testing::RandomBlocks;
 using ::pulse::testing::WriteTempFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -502,14 +504,9 @@ TEST(SmolLm2Test, EveryKernelLevelGivesTheLogitsOfTheBest) {
   }
 }
 
-// Kept in their blocks, requests decoding together give the tokens each gives alone: a row of
-// activations is quantized and multiplied on its own, whatever else the step holds.
-TEST(SmolLm2Test, WeightsKeptInBlocksBatchAsTheyRunAlone) {
-  const std::string path = SmolLm2Path();
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
-  const std::shared_ptr<const Model> model = LoadOnCpu(path, true, 2);
-  const std::vector<std::vector<int32_t>> prompts = {
-      {1, 504, 3458, 282}, {1, 2683, 314, 253, 1345, 28, 3575, 30, 2055}, {1, 4115}};
+// Requests decoding together (greedy, sampled, greedy) give the tokens each gives alone.
+void ExpectBatchedAsAlone(const std::shared_ptr<const Model>& model,
+                          const std::vector<std::vector<int32_t>>& prompts) {
   SamplingParams greedy;
   greedy.temperature = 0;
   greedy.max_tokens = 10;
@@ -531,6 +528,121 @@ TEST(SmolLm2Test, WeightsKeptInBlocksBatchAsTheyRunAlone) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(together[i], run({i}, 64)[0]) << "request " << i;
   }
+}
+
+// Kept in their blocks, requests decoding together give the tokens each gives alone: a row of
+// activations is quantized and multiplied on its own, whatever else the step holds.
+TEST(SmolLm2Test, WeightsKeptInBlocksBatchAsTheyRunAlone) {
+  const std::string path = SmolLm2Path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent: run scripts/setup";
+  ExpectBatchedAsAlone(
+      LoadOnCpu(path, true, 2),
+      {{1, 504, 3458, 282}, {1, 2683, 314, 253, 1345, 28, 3575, 30, 2055}, {1, 4115}});
+}
+
+// --- K-quants ---------------------------------------------------------------------------------
+
+// A two-layer llama of random Q4_K and Q6_K matrices at the smallest widths whose rows are whole
+// 256-value super-blocks: hidden 256 (2 heads of 128, 1 KV head), MLP 512, vocab 32. Layer 0's v
+// is Q6_K, as a Q4_K_M file's often is (its fused qkv then mixes types and loads as f32), layer
+// 1's Q4_K; ffn_down, the token embedding and the output are Q6_K.
+// Random Q4_K blocks whose values are centred: each sub-block's minimum equals its scale and
+// dmin = 8 d, so a value is d * sc * (q - 8). (Random minima give every row of a matrix one large
+// offset, and the model one token whatever its input.)
+std::vector<std::byte> CenteredQ4_KBlocks(int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<std::byte> blocks = RandomBlocks(DType::kQ4_K, rows, cols, seed, false);
+  for (size_t b = 0; b < blocks.size(); b += kQ4_KBlockBytes) {
+    std::byte* block = &blocks[b];
+    uint16_t d;
+    std::memcpy(&d, block, 2);
+    const auto dmin = static_cast<uint16_t>(d + (3 << 10));  // 8 d: the exponent plus 3
+    std::memcpy(block + 2, &dmin, 2);
+    std::byte* scales = block + 4;
+    for (int i = 0; i < 4; ++i) {
+      scales[i + 4] = scales[i];
+      scales[i + 8] = (scales[i + 8] & std::byte{0x0F}) | (scales[i + 8] << 4);
+    }
+  }
+  return blocks;
+}
+
+std::string WriteKQuantModel() {
+  GgufWriter w;
+  w.AddString("general.architecture", "llama");
+  w.AddU32("llama.embedding_length", 256);
+  w.AddU32("llama.feed_forward_length", 512);
+  w.AddU32("llama.block_count", 2);
+  w.AddU32("llama.attention.head_count", 2);
+  w.AddU32("llama.attention.head_count_kv", 1);
+  w.AddU32("llama.context_length", 64);
+  w.AddF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.AddU32("llama.vocab_size", 32);
+  w.AddU32("tokenizer.ggml.bos_token_id", 1);
+  uint32_t seed = 0;
+  const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType type) {
+    ++seed;
+    if (type == DType::kQ4_K) {
+      w.AddTensor(name, {cols, rows}, GgmlType::kQ4_K, CenteredQ4_KBlocks(rows, cols, seed));
+    } else {
+      w.AddTensor(name, {cols, rows}, GgmlType::kQ6_K, RandomBlocks(type, rows, cols, seed, false));
+    }
+  };
+  const std::vector<float> norm(256, 1.0f);
+  matrix("token_embd.weight", 32, 256, DType::kQ6_K);
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string blk = absl::StrCat("blk.", layer, ".");
+    w.AddF32Tensor(blk + "attn_norm.weight", {256}, norm);
+    matrix(blk + "attn_q.weight", 256, 256, DType::kQ4_K);
+    matrix(blk + "attn_k.weight", 128, 256, DType::kQ4_K);
+    matrix(blk + "attn_v.weight", 128, 256, layer == 0 ? DType::kQ6_K : DType::kQ4_K);
+    matrix(blk + "attn_output.weight", 256, 256, DType::kQ4_K);
+    w.AddF32Tensor(blk + "ffn_norm.weight", {256}, norm);
+    matrix(blk + "ffn_gate.weight", 512, 256, DType::kQ4_K);
+    matrix(blk + "ffn_up.weight", 512, 256, DType::kQ4_K);
+    matrix(blk + "ffn_down.weight", 256, 512, DType::kQ6_K);
+  }
+  w.AddF32Tensor("output_norm.weight", {256}, norm);
+  matrix("output.weight", 32, 256, DType::kQ6_K);
+  return WriteTempFile("tiny-kquant.gguf", w.Bytes());
+}
+
+// Q4_K and Q6_K matrices read in their blocks decode to the values Read gives, the permuted q and
+// k rows (whole super-blocks each) included.
+TEST(GgufSourceTest, KQuantBlocksReadAsStoredDecodeToTheValues) {
+  const std::string path = WriteKQuantModel();
+  absl::StatusOr<std::unique_ptr<TensorSource>> source = OpenTensorSource(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  for (const auto& [name, type] :
+       {std::pair{"model.layers.0.self_attn.q_proj.weight", GgmlType::kQ4_K},
+        std::pair{"model.layers.1.self_attn.k_proj.weight", GgmlType::kQ4_K},
+        std::pair{"model.layers.0.self_attn.v_proj.weight", GgmlType::kQ6_K},
+        std::pair{"model.layers.1.mlp.down_proj.weight", GgmlType::kQ6_K},
+        std::pair{"model.embed_tokens.weight", GgmlType::kQ6_K}}) {
+    std::vector<std::byte> blocks;
+    const absl::StatusOr<DType> kept = (*source)->ReadBlocks(name, blocks);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(*kept, type == GgmlType::kQ4_K ? DType::kQ4_K : DType::kQ6_K);
+    const std::vector<float> values = ReadAll(**source, name);
+    std::vector<float> decoded(values.size());
+    ASSERT_TRUE(Dequantize(type, blocks, decoded).ok());
+    EXPECT_EQ(decoded, values) << name;
+  }
+}
+
+// On the CPU backend the K-quant matrices stay in their blocks (a fused matrix whose parts differ
+// in type loads as f32), and requests batch as they run alone.
+TEST(GgufSourceTest, KQuantModelKeptInBlocksBatchesAsItRunsAlone) {
+  const std::shared_ptr<const Model> model = LoadOnCpu(WriteKQuantModel(), true, 2);
+  ASSERT_TRUE(model->weights_in_blocks());
+  const ModelWeights& weights = model->weights();
+  EXPECT_EQ(weights.embed.type, DType::kQ6_K);
+  EXPECT_EQ(weights.layers[0].qkv.type, DType::kF32);
+  EXPECT_EQ(weights.layers[1].qkv.type, DType::kQ4_K);
+  EXPECT_EQ(weights.layers[1].o.type, DType::kQ4_K);
+  EXPECT_EQ(weights.layers[1].gate_up.type, DType::kQ4_K);
+  EXPECT_EQ(weights.layers[1].down.type, DType::kQ6_K);
+  EXPECT_EQ(weights.output().type, DType::kQ6_K);
+  ExpectBatchedAsAlone(model, {{1, 5, 9, 30}, {1, 17, 2, 8, 8, 3, 21, 12, 4}, {1, 26}});
 }
 
 }  // namespace
