@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <cstring>
 #include <utility>
+#include <vector>
 
+#include "core/backend/cpu/block_lanes.h"
 #include "core/backend/cpu/lanes.h"
 #include "core/backend/cpu/quant_gemm.h"
 
@@ -48,19 +51,52 @@ struct GemmArgs {
   float* y;
 };
 
+// How a microkernel reads the rows of w: fp32 or bf16 elements, or ggml blocks decoded as the GGUF
+// reader decodes them (block_lanes.h), whose rows hold whole Vecs.
+template <typename W>
+struct ElementRows {
+  using Row = const W*;
+  static constexpr bool kWholeVecs = false;
+  static Row RowAt(const GemmArgs& a, int64_t j) { return static_cast<const W*>(a.w) + j * a.k; }
+  static Vec Load(Row row, int64_t kk) { return LoadVec(row + kk); }
+  static Vec LoadPartial(Row row, int64_t kk, int64_t count) {
+    return LoadPartialVec(row + kk, count);
+  }
+};
+
+// How far ahead of the block being read a row is prefetched: a decode step streams the weights
+// once, in rows too short for the hardware prefetcher to ramp up.
+constexpr int64_t kPrefetchBytes = 4096;
+
+template <DType kType>
+struct BlockRows {
+  using Row = const std::byte*;
+  static constexpr bool kWholeVecs = true;
+  static Row RowAt(const GemmArgs& a, int64_t j) {
+    return static_cast<const std::byte*>(a.w) + j * BlockRowBytes(kType, a.k);
+  }
+  static Vec Load(Row row, int64_t kk) {
+    if (kk % kGgmlBlockValues == 0) {
+      __builtin_prefetch(row + kk / kGgmlBlockValues * BlockTypeBytes(kType) + kPrefetchBytes);
+    }
+    return LoadBlockVec<kType>(row, kk);
+  }
+};
+
 // y[i][j] for the MR x NR block at (x row i0, w row j0); each element accumulates exactly as
 // Dot(x row, w row, k) does.
-template <typename W, int MR, int NR>
+template <typename Rows, int MR, int NR>
 void MicroKernel(const GemmArgs& a, int64_t i0, int64_t j0) {
   const int64_t k = a.k;
   const float* x = a.x + i0 * k;
-  const W* w = static_cast<const W*>(a.w) + j0 * k;
+  typename Rows::Row w[NR];
+  for (int c = 0; c < NR; ++c) w[c] = Rows::RowAt(a, j0 + c);
   Vec acc[MR][NR] = {};
   int64_t kk = 0;
   for (; kk + kLanes <= k; kk += kLanes) {
     Vec wv[NR];
 #pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) wv[c] = LoadVec(w + c * k + kk);
+    for (int c = 0; c < NR; ++c) wv[c] = Rows::Load(w[c], kk);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const Vec xv = LoadVec(x + r * k + kk);
@@ -68,12 +104,14 @@ void MicroKernel(const GemmArgs& a, int64_t i0, int64_t j0) {
       for (int c = 0; c < NR; ++c) acc[r][c] = MulAdd(xv, wv[c], acc[r][c]);
     }
   }
-  if (kk < k) {
-    Vec wv[NR];
-    for (int c = 0; c < NR; ++c) wv[c] = LoadPartialVec(w + c * k + kk, k - kk);
-    for (int r = 0; r < MR; ++r) {
-      const Vec xv = LoadPartialVec(x + r * k + kk, k - kk);
-      for (int c = 0; c < NR; ++c) acc[r][c] = MulAdd(xv, wv[c], acc[r][c]);
+  if constexpr (!Rows::kWholeVecs) {
+    if (kk < k) {
+      Vec wv[NR];
+      for (int c = 0; c < NR; ++c) wv[c] = Rows::LoadPartial(w[c], kk, k - kk);
+      for (int r = 0; r < MR; ++r) {
+        const Vec xv = LoadPartialVec(x + r * k + kk, k - kk);
+        for (int c = 0; c < NR; ++c) acc[r][c] = MulAdd(xv, wv[c], acc[r][c]);
+      }
     }
   }
   for (int r = 0; r < MR; ++r) {
@@ -87,33 +125,33 @@ void MicroKernel(const GemmArgs& a, int64_t i0, int64_t j0) {
 
 using KernelFn = void (*)(const GemmArgs&, int64_t, int64_t);
 
-template <typename W, int MR, int... NRs>
+template <typename Rows, int MR, int... NRs>
 constexpr auto KernelRow(std::integer_sequence<int, NRs...>) {
-  return std::array<KernelFn, kNr>{&MicroKernel<W, MR, NRs + 1>...};
+  return std::array<KernelFn, kNr>{&MicroKernel<Rows, MR, NRs + 1>...};
 }
 
-template <typename W, int... MRs>
+template <typename Rows, int... MRs>
 constexpr auto KernelTable(std::integer_sequence<int, MRs...>) {
   return std::array<std::array<KernelFn, kNr>, kMr>{
-      KernelRow<W, MRs + 1>(std::make_integer_sequence<int, kNr>())...};
+      KernelRow<Rows, MRs + 1>(std::make_integer_sequence<int, kNr>())...};
 }
 
-// kKernels<W>[mr - 1][nr - 1] handles an mr x nr block (mr <= kMr, nr <= kNr).
-template <typename W>
-constexpr auto kKernels = KernelTable<W>(std::make_integer_sequence<int, kMr>());
+// kKernels<Rows>[mr - 1][nr - 1] handles an mr x nr block (mr <= kMr, nr <= kNr).
+template <typename Rows>
+constexpr auto kKernels = KernelTable<Rows>(std::make_integer_sequence<int, kMr>());
 
-template <typename W>
+template <typename Rows>
 void RunTile(const GemmArgs& a, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   for (int64_t i = i_begin; i < i_end; i += kMr) {
     const int64_t mr = std::min<int64_t>(kMr, i_end - i);
     for (int64_t j = j_begin; j < j_end; j += NrFor(mr)) {
       const int64_t nr = std::min<int64_t>(NrFor(mr), j_end - j);
-      kKernels<W>[mr - 1][nr - 1](a, i, j);
+      kKernels<Rows>[mr - 1][nr - 1](a, i, j);
     }
   }
 }
 
-template <typename W>
+template <typename Rows>
 void GemmTiles(ThreadPool& pool, const GemmArgs& a) {
   const int64_t tiles_n = (a.n + kTileN - 1) / kTileN;
   const int64_t tiles_m = (a.m + kTileM - 1) / kTileM;
@@ -122,10 +160,53 @@ void GemmTiles(ThreadPool& pool, const GemmArgs& a) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t tm = t % tiles_m;
       const int64_t tn = t / tiles_m;
-      RunTile<W>(a, tm * kTileM, std::min(a.m, (tm + 1) * kTileM), tn * kTileN,
-                 std::min(a.n, (tn + 1) * kTileN));
+      RunTile<Rows>(a, tm * kTileM, std::min(a.m, (tm + 1) * kTileM), tn * kTileN,
+                    std::min(a.n, (tn + 1) * kTileN));
     }
   });
+}
+
+// As GemmTiles over block rows, each tile of w decoded once into fp32 (the values LoadBlockVec
+// gives, so the same bits) and multiplied by the fp32 kernels: worth it where more than one
+// register tile of x rows would decode every block again.
+template <DType kType>
+void DecodedBlockTiles(ThreadPool& pool, const GemmArgs& a) {
+  const int64_t tiles_n = (a.n + kTileN - 1) / kTileN;
+  const int64_t tiles_m = (a.m + kTileM - 1) / kTileM;
+  pool.ParallelFor(tiles_m * tiles_n, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> decoded(static_cast<size_t>(kTileN * a.k));
+    int64_t decoded_tn = -1;
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t tm = t % tiles_m;
+      const int64_t tn = t / tiles_m;
+      const int64_t j_begin = tn * kTileN;
+      const int64_t rows = std::min(a.n, j_begin + kTileN) - j_begin;
+      if (tn != decoded_tn) {
+        for (int64_t j = 0; j < rows; ++j) {
+          const std::byte* row = BlockRows<kType>::RowAt(a, j_begin + j);
+          for (int64_t kk = 0; kk < a.k; kk += kLanes) {
+            const Vec v = LoadBlockVec<kType>(row, kk);
+            std::memcpy(decoded.data() + j * a.k + kk, &v, sizeof(v));
+          }
+        }
+        decoded_tn = tn;
+      }
+      // The tile's columns of y and bias, against the decoded rows from 0.
+      const GemmArgs tile{a.x,          a.m, decoded.data(),
+                          a.n,          a.k, a.bias == nullptr ? nullptr : a.bias + j_begin,
+                          a.y + j_begin};
+      RunTile<ElementRows<float>>(tile, tm * kTileM, std::min(a.m, (tm + 1) * kTileM), 0, rows);
+    }
+  });
+}
+
+template <DType kType>
+void BlockGemm(ThreadPool& pool, const GemmArgs& a) {
+  if (a.m > kMr) {
+    DecodedBlockTiles<kType>(pool, a);
+  } else {
+    GemmTiles<BlockRows<kType>>(pool, a);
+  }
 }
 
 }  // namespace
@@ -137,14 +218,17 @@ void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, cons
   const GemmArgs args{x, m, w.data, w.rows, w.cols, bias, y};
   switch (w.type) {
     case DType::kF32:
-      GemmTiles<float>(pool, args);
+      GemmTiles<ElementRows<float>>(pool, args);
       return;
     case DType::kBF16:
-      GemmTiles<uint16_t>(pool, args);
+      GemmTiles<ElementRows<uint16_t>>(pool, args);
       return;
     case DType::kQ8_0:
+      return BlockGemm<DType::kQ8_0>(pool, args);
     case DType::kQ4_0:
+      return BlockGemm<DType::kQ4_0>(pool, args);
     case DType::kQ4_1:
+      return BlockGemm<DType::kQ4_1>(pool, args);
     case DType::kQ4_K:
     case DType::kQ6_K:
       QuantizedGemm(pool, x, m, w, bias, y, kQuantLevel);

@@ -1,7 +1,7 @@
 // The CPU kernels of every instruction-set level this CPU runs (cpu_level.h) against those of the
 // best one, op by op on random inputs: the levels with fused multiply-add give the same bits (one
 // summation order, the same roundings); the generic level rounds each multiply-add twice and stays
-// within that rounding of them; the block GEMMs fuse at every level and match bit for bit.
+// within that rounding of them.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -57,14 +57,19 @@ std::vector<OpOutput> RunOps(Backend& backend) {
     backend.Embed(weight->view(), tokens.data(), 3, embedded.data());
     outputs.push_back({std::string("embed ") + std::string(DTypeName(type)), embedded, true});
   }
-  for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
-    constexpr int64_t kBlockK = 352;
-    const std::vector<std::byte> blocks = RandomBlocks(type, kN, kBlockK, 4, true);
+  for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
+    constexpr int64_t kBlockK = 512;
+    const std::vector<std::byte> blocks = RandomBlocks(type, kN, kBlockK, 4, false);
     absl::StatusOr<Weight> weight = backend.UploadBlocks(blocks, kN, kBlockK, type);
     EXPECT_TRUE(weight.ok()) << weight.status();
-    std::vector<float> y(kM * kN);
-    backend.Gemm(x.data(), kM, weight->view(), nullptr, y.data());
-    outputs.push_back({std::string("gemm ") + std::string(DTypeName(type)), y, true});
+    for (const int64_t m : {int64_t{1}, kM}) {  // rows decoded a vector at a time, and a tile
+      std::vector<float> y(m * kN);
+      backend.Gemm(x.data(), m, weight->view(), nullptr, y.data());
+      // The K-quants multiply q8 activations with fused integer kernels at every level.
+      outputs.push_back(
+          {std::string("gemm ") + std::string(DTypeName(type)) + " m " + std::to_string(m), y,
+           BlockTypeValues(type) != kGgmlBlockValues});
+    }
   }
   constexpr float kEps = 1e-5f;
   const std::vector<float> norm_weight = RandomValues(kK, 5);
