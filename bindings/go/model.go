@@ -12,9 +12,9 @@ type ModelParams struct {
 	// Backend is "auto" (CUDA when built and a device is present, else CPU), "cpu" or "cuda".
 	// "" is "auto".
 	Backend string
-	// WeightType is how weights are stored on the backend: "auto" (f32 on the CPU, bf16 on
-	// CUDA), "f32", "bf16", or "quantized" (a GGUF file's Q8_0, Q4_0 and Q4_1 matrices stay in
-	// their blocks where the backend computes on them: the CPU). "" is "auto".
+	// WeightType is how weights are stored on the backend: "auto" (quantized on the CPU, bf16
+	// on CUDA), "f32", "bf16", or "quantized" (a GGUF file's Q8_0, Q4_0, Q4_1, Q4_K and Q6_K
+	// matrices stay in their blocks where the backend computes on them: the CPU). "" is "auto".
 	WeightType string
 	// RandomWeights makes the path name a Hugging Face config.json (or its directory) and the
 	// weights random values, seeded by RandomSeed, at that config's shapes.

@@ -34,6 +34,7 @@ absl::Status ParseWeightType(absl::string_view name, BackendKind backend, ModelL
   const DType wide = backend == BackendKind::kCpu ? DType::kF32 : DType::kBF16;
   if (name == "auto") {
     plan.weight_type = wide;
+    plan.keep_blocks = backend == BackendKind::kCpu;
   } else if (name == "f32") {
     plan.weight_type = DType::kF32;
   } else if (name == "bf16") {

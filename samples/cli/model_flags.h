@@ -22,7 +22,7 @@ enum { kModelFlagCount = 6 };
   "  --model PATH          a GGUF file or a Hugging Face directory (required)\n"              \
   "  --random-weights      PATH is a config.json: load seeded random weights at its shapes\n" \
   "  --weight-seed N       seed of the random weights (default 0)\n"                          \
-  "  --weight-type T       auto, f32, bf16 or quantized (default auto: f32 on the CPU)\n"     \
+  "  --weight-type T       auto, f32, bf16 or quantized (default auto: quantized on the CPU)\n" \
   "  --backend B           auto, cpu or cuda (default auto)\n"                                \
   "  --threads N           CPU threads, 0 for one per core (default 0)\n"
 

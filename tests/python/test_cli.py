@@ -77,8 +77,10 @@ def test_info_on_smollm2(cli, smollm2_path):
     assert fields["context"] == "8192"
     assert fields["tied embeddings"] == "yes"
     assert fields["parameters"] == "134515008"
-    assert fields["weight type"] == "f32"
+    assert fields["weight type"] == "quantized"  # the CPU's default for a file of blocks
     assert fields["backend"] == "cpu"
+    proc = run(cli, "info", "--model", smollm2_path, "--quiet", "--weight-type", "f32")
+    assert info_fields(proc.stdout)["weight type"] == "f32"
 
 
 def test_info_reports_progress_unless_quiet(cli, tiny_config):

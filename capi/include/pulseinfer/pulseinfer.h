@@ -118,10 +118,11 @@ typedef struct pulse_model_params {
   /* "auto" (default; CUDA when built and a device is present, else CPU), "cpu", "cuda".
    * NULL means "auto". */
   const char* backend;
-  /* How weights are stored on the backend: "auto" (default: f32 on the CPU, bf16 on CUDA),
-   * "f32", "bf16", or "quantized": matrices a GGUF file stores in Q8_0, Q4_0 or Q4_1 stay in
-   * those blocks where the backend computes on them (the CPU backend), the rest as auto. NULL
-   * means "auto". */
+  /* How weights are stored on the backend: "auto" (default: quantized on the CPU, bf16 on
+   * CUDA), "f32", "bf16", or "quantized": matrices a GGUF file stores in Q8_0, Q4_0, Q4_1, Q4_K
+   * or Q6_K stay in those blocks where the backend computes on them (the CPU backend; the
+   * 32-value types give the f32 weights' results bit for bit), the rest f32 on the CPU and bf16
+   * on CUDA. NULL means "auto". */
   const char* weight_type;
   /* Seed of the random weights (used only when random_weights is nonzero). Default 0. */
   uint64_t random_seed;

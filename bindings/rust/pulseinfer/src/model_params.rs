@@ -47,9 +47,9 @@ impl ModelParams {
         self
     }
 
-    /// How weights are stored on the backend: "auto" (the default: f32 on the CPU, bf16 on
-    /// CUDA), "f32", "bf16", or "quantized" (a GGUF file's Q8_0, Q4_0 and Q4_1 matrices stay in
-    /// their blocks where the backend computes on them: the CPU).
+    /// How weights are stored on the backend: "auto" (the default: quantized on the CPU, bf16
+    /// on CUDA), "f32", "bf16", or "quantized" (a GGUF file's Q8_0, Q4_0, Q4_1, Q4_K and Q6_K
+    /// matrices stay in their blocks where the backend computes on them: the CPU).
     pub fn weight_type(mut self, weight_type: impl Into<String>) -> Self {
         self.weight_type = Some(weight_type.into());
         self
