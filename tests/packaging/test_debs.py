@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 
 import pytest
 from packaging_util import MODEL, VERSION, libdir, run
@@ -96,7 +97,13 @@ def test_the_packaged_command_runs_on_a_cpu_without_avx(root, tmp_path):
     command = ["generate", "--model", str(config), "--random-weights", "--prompt-ids",
                "5,6,7,8", "--max-tokens", "4", "--ignore-eos", "--format", "ids", "--quiet"]
     env = dict(os.environ, LD_LIBRARY_PATH=str(libdir(root)))
-    native = run(packaged_command(root) + command, env=env)
-    # Nehalem: SSE4.2, no AVX; an instruction past the baseline would be SIGILL here.
+    # The kernels' generic level natively, and the level Nehalem (SSE4.2, no AVX) is given: the
+    # generic one, which must not contain an instruction past the baseline (SIGILL here).
+    native = run(packaged_command(root) + command, env=dict(env, PULSEINFER_CPU_LEVEL="generic"))
     emulated = run([qemu, "-cpu", "Nehalem"] + packaged_command(root) + command, env=env)
     assert emulated == native and len(native.strip().split(",")) == 4, (native, emulated)
+    # A level the CPU lacks, forced, is an error that names it.
+    forced = subprocess.run([qemu, "-cpu", "Nehalem"] + packaged_command(root) + command,
+                            env=dict(env, PULSEINFER_CPU_LEVEL="avx2"), capture_output=True,
+                            text=True)
+    assert forced.returncode != 0 and "does not run the avx2 kernels" in forced.stderr
