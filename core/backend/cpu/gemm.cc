@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "core/backend/cpu/block_lanes.h"
+#include "core/backend/cpu/block_rows.h"
+#include "core/backend/cpu/cpu_level.h"
+#include "core/backend/cpu/kquant_gemm.h"
 #include "core/backend/cpu/lanes.h"
-#include "core/backend/cpu/quant_gemm.h"
 
 PULSE_CPU_KERNELS_BEGIN
 namespace {
@@ -35,11 +37,14 @@ constexpr int64_t NrFor(int64_t mr) { return mr <= 1 ? 2 : 1; }
 constexpr int64_t kTileN = 64;
 constexpr int64_t kTileM = 64;
 
-// The block kernels of this level.
-constexpr QuantKernelLevel kQuantLevel =
-    PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512 ? QuantKernelLevel::kAvx512Vnni
-    : PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX2 ? QuantKernelLevel::kAvx2
-                                              : QuantKernelLevel::kScalar;
+// The K-quant kernels of this level.
+#if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
+constexpr CpuLevel kQuantLevel = CpuLevel::kAvx512;
+#elif PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX2
+constexpr CpuLevel kQuantLevel = CpuLevel::kAvx2;
+#else
+constexpr CpuLevel kQuantLevel = CpuLevel::kGeneric;
+#endif
 
 struct GemmArgs {
   const float* x;
@@ -231,7 +236,7 @@ void Gemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, cons
       return BlockGemm<DType::kQ4_1>(pool, args);
     case DType::kQ4_K:
     case DType::kQ6_K:
-      QuantizedGemm(pool, x, m, w, bias, y, kQuantLevel);
+      KQuantGemm(pool, x, m, w, bias, y, kQuantLevel);
       return;
   }
 }

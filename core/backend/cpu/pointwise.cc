@@ -4,9 +4,9 @@
 #include <cassert>
 #include <cstring>
 
+#include "core/backend/cpu/block_rows.h"
 #include "core/backend/cpu/exp.h"
 #include "core/backend/cpu/lanes.h"
-#include "core/backend/cpu/quant_gemm.h"
 
 PULSE_CPU_KERNELS_BEGIN
 namespace {

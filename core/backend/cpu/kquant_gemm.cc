@@ -1,4 +1,4 @@
-#include "core/backend/cpu/quant_gemm.h"
+#include "core/backend/cpu/kquant_gemm.h"
 
 #include <algorithm>
 #include <array>
@@ -7,10 +7,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/backend/cpu/block_rows.h"
 #include "core/base/ggml_blocks.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -54,15 +54,15 @@ void QuantizeRow(const float* x, int64_t blocks, int8_t* qs, float* d8, float* s
   }
 }
 
-// Whether a type's weights are unsigned integers with a minimum subtracted or added (Q4_1's m,
-// Q4_K's dmin * m), rather than signed integers.
-constexpr bool HasMinimum(DType type) { return type == DType::kQ4_1 || type == DType::kQ4_K; }
+// Whether a type's weights are unsigned integers with a minimum subtracted (Q4_K's dmin * m),
+// rather than signed integers (Q6_K's).
+constexpr bool HasMinimum(DType type) { return type == DType::kQ4_K; }
 
-// The 32-value blocks of a ggml block of `type`: a K-quant's super-block holds eight.
-constexpr int64_t SubBlocks(DType type) { return BlockTypeValues(type) / kGgmlBlockValues; }
+// The 32-value blocks of a super-block.
+constexpr int64_t kSubBlocks = kGgmlSuperBlockValues / kGgmlBlockValues;
 
-// A 32-value block of weights: its integers (Q4_0's already less 8, Q6_K's less 32), the scale
-// of lanes 0-3 and of lanes 4-7 (Q6_K's two 16-value sub-blocks differ), and the minimum.
+// A 32-value block of weights: its integers (Q6_K's less 32), the scale of lanes 0-3 and of
+// lanes 4-7 (Q6_K's two 16-value sub-blocks differ), and the minimum.
 struct WBlock {
   std::array<int8_t, kGgmlBlockValues> qs;
   float d;
@@ -94,47 +94,22 @@ void UnpackQ6_K(const std::byte* block, int j, WBlock& w) {
   }
 }
 
-// A Q8_0, Q4_0 or Q4_1 block.
-WBlock UnpackSmallBlock(DType type, const std::byte* block) {
+// The 32-value block b of a weight row.
+WBlock UnpackBlock(DType type, const std::byte* w_row, int64_t b) {
+  const std::byte* block = w_row + b / kSubBlocks * BlockTypeBytes(type);
+  const auto sub_block = static_cast<int>(b % kSubBlocks);
   WBlock w{};
-  w.d = LoadHalf(block);
-  w.d_high = w.d;
-  if (type == DType::kQ8_0) {
-    std::memcpy(w.qs.data(), block + 2, kGgmlBlockValues);
-    return w;
+  if (type == DType::kQ4_K) {
+    UnpackQ4_K(block, sub_block, w);
+  } else {
+    UnpackQ6_K(block, sub_block, w);
   }
-  const int offset = type == DType::kQ4_0 ? 2 : 4;
-  const int bias = type == DType::kQ4_0 ? 8 : 0;
-  const auto* qs = reinterpret_cast<const uint8_t*>(block + offset);
-  for (int j = 0; j < 16; ++j) {
-    w.qs[static_cast<size_t>(j)] = static_cast<int8_t>((qs[j] & 0x0F) - bias);
-    w.qs[static_cast<size_t>(j + 16)] = static_cast<int8_t>((qs[j] >> 4) - bias);
-  }
-  if (type == DType::kQ4_1) w.m = LoadHalf(block + 2);
   return w;
 }
 
-// The 32-value block b of a weight row.
-WBlock UnpackBlock(DType type, const std::byte* w_row, int64_t b) {
-  const int64_t sub_blocks = SubBlocks(type);
-  const std::byte* block = w_row + b / sub_blocks * BlockTypeBytes(type);
-  const auto sub_block = static_cast<int>(b % sub_blocks);
-  WBlock w{};
-  switch (type) {
-    case DType::kQ4_K:
-      UnpackQ4_K(block, sub_block, w);
-      return w;
-    case DType::kQ6_K:
-      UnpackQ6_K(block, sub_block, w);
-      return w;
-    default:
-      return UnpackSmallBlock(type, block);
-  }
-}
-
-// A weight row as the vector kernels read it: its blocks and, for a K-quant, its 32-value blocks'
-// scales decoded once for every row of x: Q4_K's block b scales all its lanes by d[b] and its
-// minimum is m[b]; Q6_K's scales lanes 0-3 by d[2b] and lanes 4-7 by d[2b + 1].
+// A weight row as the vector kernels read it: its blocks and its 32-value blocks' scales, decoded
+// once for every row of x: Q4_K's block b scales all its lanes by d[b] and its minimum is m[b];
+// Q6_K's scales lanes 0-3 by d[2b] and lanes 4-7 by d[2b + 1].
 struct WRow {
   const std::byte* bytes;
   const float* d;
@@ -182,13 +157,6 @@ PULSE_AVX2 inline float HalfAvx2(const std::byte* p) {
   return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)));
 }
 
-// The 32 nibbles of a Q4 block as bytes 0..15, in value order.
-PULSE_AVX2 inline __m256i LoadNibbles(const std::byte* qs) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
 // The 32 bytes at `p`, each shifted right by `shift` bits and masked with `mask`.
 PULSE_AVX2 inline __m256i LoadBits(const std::byte* p, int shift, char mask) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -196,9 +164,9 @@ PULSE_AVX2 inline __m256i LoadBits(const std::byte* p, int shift, char mask) {
 }
 
 // A 32-value block of weights as unsigned bytes for maddubs and dpbusd, with the signs to move
-// onto x: Q4_1's and Q4_K's nibbles are unsigned already; Q8_0's, Q4_0's (less 8) and Q6_K's
-// (less 32) signed values go in as |w| against x * sign(w) (|w| <= 128, |x| <= 127: maddubs's
-// pair sums stay within int16). d holds each lane's scale (lanes 4-7 differ from 0-3 for Q6_K).
+// onto x: Q4_K's nibbles are unsigned already; Q6_K's signed values (less 32) go in as |w| against
+// x * sign(w) (|w| <= 32, |x| <= 127: maddubs's pair sums stay within int16). d holds each lane's
+// scale (lanes 4-7 differ from 0-3 for Q6_K).
 template <DType kType>
 struct UnpackedAvx2 {
   __m256i magnitude;
@@ -245,11 +213,11 @@ PULSE_AVX2 inline __m256 ScaledBytesAvx2(const void* p, float scale) {
   return _mm256_mul_ps(_mm256_cvtepi32_ps(ints), _mm256_set1_ps(scale));
 }
 
-// WRow's scales of a K-quant row of `blocks` 32-value blocks, into d (blocks floats for Q4_K,
+// WRow's scales of a row of `blocks` 32-value blocks, into d (blocks floats for Q4_K,
 // 2 * blocks for Q6_K) and m (Q4_K's blocks floats).
 template <DType kType>
 PULSE_AVX2 void DecodeRowScalesAvx2(const std::byte* w_row, int64_t blocks, float* d, float* m) {
-  for (int64_t g = 0; g < blocks / SubBlocks(kType); ++g) {
+  for (int64_t g = 0; g < blocks / kSubBlocks; ++g) {
     const std::byte* block = w_row + g * BlockTypeBytes(kType);
     if constexpr (kType == DType::kQ4_K) {
       uint32_t halves;
@@ -272,7 +240,6 @@ PULSE_AVX2 void DecodeRowScalesAvx2(const std::byte* w_row, int64_t blocks, floa
 // The 32-value block b of a weight row.
 template <DType kType>
 PULSE_AVX2 inline UnpackedAvx2<kType> UnpackAvx2(const WRow& w_row, int64_t b) {
-  constexpr int64_t kSubBlocks = SubBlocks(kType);
   const std::byte* block = w_row.bytes + b / kSubBlocks * BlockTypeBytes(kType);
   const auto sub_block = static_cast<int>(b % kSubBlocks);
   UnpackedAvx2<kType> w{};
@@ -280,24 +247,10 @@ PULSE_AVX2 inline UnpackedAvx2<kType> UnpackAvx2(const WRow& w_row, int64_t b) {
     w.d = _mm256_broadcast_ss(w_row.d + b);
     w.m = w_row.m[b];
     w.magnitude = Q4_KNibblesAvx2(block, sub_block);
-  } else if constexpr (kType == DType::kQ6_K) {
+  } else {
     w.d =
         _mm256_setr_m128(_mm_broadcast_ss(w_row.d + 2 * b), _mm_broadcast_ss(w_row.d + 2 * b + 1));
     const __m256i values = Q6_KValuesAvx2(block, sub_block);
-    w.magnitude = _mm256_sign_epi8(values, values);
-    w.sign = values;
-  } else if constexpr (kType == DType::kQ4_1) {
-    uint32_t halves;
-    std::memcpy(&halves, block, sizeof(halves));
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
-    w.d = _mm256_set1_ps(_mm_cvtss_f32(dm));
-    w.m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-    w.magnitude = LoadNibbles(block + 4);
-  } else {
-    w.d = _mm256_set1_ps(HalfAvx2(block));
-    const __m256i values = kType == DType::kQ8_0
-                               ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2))
-                               : _mm256_sub_epi8(LoadNibbles(block + 2), _mm256_set1_epi8(8));
     w.magnitude = _mm256_sign_epi8(values, values);
     w.sign = values;
   }
@@ -324,7 +277,7 @@ PULSE_AVX2 inline float FoldLanes(__m256 even, __m256 odd) {
 template <DType kType, int kRows>
 PULSE_AVX2 void DotRowsAvx2(const WRow& w_row, const XRow* x, int64_t blocks, float* out) {
   // Bytes a 32-value block takes, near enough for a prefetch distance.
-  constexpr int64_t kBytes = BlockTypeBytes(kType) / SubBlocks(kType);
+  constexpr int64_t kBytes = BlockTypeBytes(kType) / kSubBlocks;
   __m256 lanes[2][kRows];
   float minimum[kRows];
   for (int r = 0; r < kRows; ++r) {
@@ -370,7 +323,7 @@ struct Avx2Kernel {
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,f16c,fma")))
 
 // The 32-value blocks b (even) and b + 1 of a weight row, in the low and the high 256 bits, as
-// UnpackedAvx2 has them (the signed types' signs as a mask).
+// UnpackedAvx2 has them (Q6_K's signs as a mask).
 struct UnpackedPair {
   __m512i magnitude;
   __mmask64 negative;
@@ -378,14 +331,14 @@ struct UnpackedPair {
   float m[2];
 };
 
-// A pair of a K-quant's sub-blocks shares its bytes: Q4_K's are the low and high nibbles of the
+// A pair of 32-value blocks shares its bytes: Q4_K's are the low and high nibbles of the
 // same 32 bytes, Q6_K's take the same nibble of 64 consecutive ql bytes and neighbouring bit pairs
 // of the same 32 qh bytes.
 template <DType kType>
 PULSE_AVX512_VNNI inline UnpackedPair UnpackPairAvx512(const WRow& w_row, int64_t b) {
   UnpackedPair pair{};
-  const std::byte* block = w_row.bytes + b / SubBlocks(kType) * BlockTypeBytes(kType);
-  const auto j = static_cast<int>(b % SubBlocks(kType));
+  const std::byte* block = w_row.bytes + b / kSubBlocks * BlockTypeBytes(kType);
+  const auto j = static_cast<int>(b % kSubBlocks);
   if constexpr (kType == DType::kQ4_K) {
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 16 * j));
     pair.magnitude = _mm512_and_si512(
@@ -394,7 +347,7 @@ PULSE_AVX512_VNNI inline UnpackedPair UnpackPairAvx512(const WRow& w_row, int64_
     pair.d = _mm512_insertf32x8(_mm512_set1_ps(w_row.d[b]), _mm256_set1_ps(w_row.d[b + 1]), 1);
     pair.m[0] = w_row.m[b];
     pair.m[1] = w_row.m[b + 1];
-  } else if constexpr (kType == DType::kQ6_K) {
+  } else {
     const int n = j / 4;
     const int k = j % 4;  // 0 or 2
     const __m512i ql = _mm512_loadu_si512(block + 64 * n);
@@ -411,35 +364,23 @@ PULSE_AVX512_VNNI inline UnpackedPair UnpackPairAvx512(const WRow& w_row, int64_
     pair.negative = _mm512_movepi8_mask(values);
     const __m512i lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     pair.d = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_loadu_ps(w_row.d + 2 * b)));
-  } else {
-    const UnpackedAvx2<kType> w0 = UnpackAvx2<kType>(w_row, b);
-    const UnpackedAvx2<kType> w1 = UnpackAvx2<kType>(w_row, b + 1);
-    pair.magnitude = _mm512_inserti64x4(_mm512_zextsi256_si512(w0.magnitude), w1.magnitude, 1);
-    if constexpr (!HasMinimum(kType)) {
-      pair.negative =
-          _mm512_movepi8_mask(_mm512_inserti64x4(_mm512_zextsi256_si512(w0.sign), w1.sign, 1));
-    }
-    pair.d = _mm512_insertf32x8(_mm512_castps256_ps512(w0.d), w1.d, 1);
-    pair.m[0] = w0.m;
-    pair.m[1] = w1.m;
   }
   return pair;
 }
 
-// Two blocks at once: the even one in the low 256 bits, the odd one in the high, so a lane of
-// the 512-bit accumulator is one of the sixteen lanes of the fixed order.
+// Two blocks at once (a row's blocks come in eights): the even one in the low 256 bits, the odd one
+// in the high, so a lane of the 512-bit accumulator is one of the sixteen lanes of the fixed order.
 template <DType kType, int kRows>
 PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const WRow& w_row, const XRow* x, int64_t blocks,
                                          float* out) {
-  constexpr int64_t kBytes = BlockTypeBytes(kType) / SubBlocks(kType);  // for the prefetch
+  constexpr int64_t kBytes = BlockTypeBytes(kType) / kSubBlocks;  // for the prefetch
   __m512 lanes[kRows];
   float minimum[kRows];
   for (int r = 0; r < kRows; ++r) {
     lanes[r] = _mm512_setzero_ps();
     minimum[r] = 0.0f;
   }
-  int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2) {
+  for (int64_t b = 0; b < blocks; b += 2) {
     _mm_prefetch(reinterpret_cast<const char*>(w_row.bytes + b * kBytes) + kPrefetchBytes,
                  _MM_HINT_T0);
     const UnpackedPair w = UnpackPairAvx512<kType>(w_row, b);
@@ -459,15 +400,8 @@ PULSE_AVX512_VNNI void DotRowsAvx512Vnni(const WRow& w_row, const XRow* x, int64
     }
   }
   for (int r = 0; r < kRows; ++r) {
-    __m256 even = _mm512_castps512_ps256(lanes[r]);
+    const __m256 even = _mm512_castps512_ps256(lanes[r]);
     const __m256 odd = _mm512_extractf32x8_ps(lanes[r], 1);
-    if (b < blocks) {  // a last even block
-      const UnpackedAvx2<kType> w = UnpackAvx2<kType>(w_row, b);
-      const __m256 sums = BlockSumsAvx2<kType>(w, x[r].qs + b * kGgmlBlockValues);
-      const __m256 scale = _mm256_mul_ps(w.d, _mm256_loadu_ps(x[r].d8 + b * kBlockLanes));
-      even = _mm256_fmadd_ps(sums, scale, even);
-      if constexpr (HasMinimum(kType)) minimum[r] = std::fma(w.m, x[r].sum[b], minimum[r]);
-    }
     out[r] = FoldLanes(even, odd) + minimum[r];
   }
 }
@@ -486,17 +420,13 @@ struct Avx512VnniKernel {
 #pragma GCC diagnostic pop
 #endif
 
-// Every row of x against one weight row, four rows at a time. A K-quant row's scales are decoded
-// into `scales` (3 * blocks floats) first.
+// Every row of x against one weight row, four rows at a time, the row's scales decoded into
+// `scales` (3 * blocks floats) first.
 template <typename Kernel, DType kType>
 void DotAllRowsOf(const std::byte* bytes, const XRow* x, int64_t m, int64_t blocks, float* scales,
                   float* out) {
-  WRow w_row{bytes, nullptr, nullptr};
-  if constexpr (SubBlocks(kType) > 1) {
-    Kernel::template DecodeRowScales<kType>(bytes, blocks, scales, scales + 2 * blocks);
-    w_row.d = scales;
-    w_row.m = scales + 2 * blocks;
-  }
+  Kernel::template DecodeRowScales<kType>(bytes, blocks, scales, scales + 2 * blocks);
+  const WRow w_row{bytes, scales, scales + 2 * blocks};
   int64_t r = 0;
   for (; r + 4 <= m; r += 4) Kernel::template Run<kType, 4>(w_row, x + r, blocks, out + r);
   for (; r < m; ++r) Kernel::template Run<kType, 1>(w_row, x + r, blocks, out + r);
@@ -505,63 +435,22 @@ void DotAllRowsOf(const std::byte* bytes, const XRow* x, int64_t m, int64_t bloc
 template <typename Kernel>
 void DotAllRows(DType type, const std::byte* w_row, const XRow* x, int64_t m, int64_t blocks,
                 float* scales, float* out) {
-  switch (type) {
-    case DType::kQ8_0:
-      return DotAllRowsOf<Kernel, DType::kQ8_0>(w_row, x, m, blocks, scales, out);
-    case DType::kQ4_0:
-      return DotAllRowsOf<Kernel, DType::kQ4_0>(w_row, x, m, blocks, scales, out);
-    case DType::kQ4_K:
-      return DotAllRowsOf<Kernel, DType::kQ4_K>(w_row, x, m, blocks, scales, out);
-    case DType::kQ6_K:
-      return DotAllRowsOf<Kernel, DType::kQ6_K>(w_row, x, m, blocks, scales, out);
-    default:
-      return DotAllRowsOf<Kernel, DType::kQ4_1>(w_row, x, m, blocks, scales, out);
+  if (type == DType::kQ4_K) {
+    DotAllRowsOf<Kernel, DType::kQ4_K>(w_row, x, m, blocks, scales, out);
+  } else {
+    DotAllRowsOf<Kernel, DType::kQ6_K>(w_row, x, m, blocks, scales, out);
   }
-}
-
-bool CpuRuns(QuantKernelLevel level) {
-#if defined(__x86_64__)
-  // F16C by cpuid: not every compiler's __builtin_cpu_supports knows it.
-  static const bool f16c = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-  }();
-  static const bool avx2 =
-      f16c && __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0;
-  static const bool avx512_vnni =
-      avx2 && __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512bw") != 0 &&
-      __builtin_cpu_supports("avx512dq") != 0 && __builtin_cpu_supports("avx512vl") != 0 &&
-      __builtin_cpu_supports("avx512vnni") != 0;
-  switch (level) {
-    case QuantKernelLevel::kAvx512Vnni:
-      return avx512_vnni;
-    case QuantKernelLevel::kAvx2:
-      return avx2;
-    default:
-      return true;
-  }
-#else
-  return level == QuantKernelLevel::kScalar || level == QuantKernelLevel::kBest;
-#endif
-}
-
-QuantKernelLevel BestLevel() {
-  for (const QuantKernelLevel level : {QuantKernelLevel::kAvx512Vnni, QuantKernelLevel::kAvx2}) {
-    if (CpuRuns(level)) return level;
-  }
-  return QuantKernelLevel::kScalar;
 }
 
 }  // namespace
 
-bool QuantKernelLevelSupported(QuantKernelLevel level) { return CpuRuns(level); }
-
-void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w,
-                   const float* bias, float* y, QuantKernelLevel level) {
-  assert(m >= 0 && w.rows >= 0 && w.cols % BlockTypeValues(w.type) == 0);
-  assert(QuantKernelLevelSupported(level));
+void KQuantGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, const float* bias,
+                float* y, CpuLevel level) {
+  assert(w.type == DType::kQ4_K || w.type == DType::kQ6_K);
+  assert(m >= 0 && w.rows >= 0 && w.cols % kGgmlSuperBlockValues == 0);
+  assert(CpuLevelSupported(level));
   if (m == 0 || w.rows == 0) return;
-  if (level == QuantKernelLevel::kBest) level = BestLevel();
+  level = ResolveCpuLevel(level);
   const int64_t blocks = w.cols / kGgmlBlockValues;
   const int64_t row_bytes = BlockRowBytes(w.type, w.cols);
   QuantizedRows xq;
@@ -583,16 +472,16 @@ void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView
   // A thread takes whole weight rows, each read once for every row of x.
   pool.ParallelFor(w.rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> dots(static_cast<size_t>(m));
-    std::vector<float> scales(SubBlocks(w.type) > 1 ? static_cast<size_t>(3 * blocks) : 0);
+    std::vector<float> scales(static_cast<size_t>(3 * blocks));
     for (int64_t n = begin; n < end; ++n) {
       const std::byte* w_row = rows + n * row_bytes;
       switch (level) {
 #if defined(__x86_64__)
-        case QuantKernelLevel::kAvx512Vnni:
+        case CpuLevel::kAvx512:
           DotAllRows<Avx512VnniKernel>(w.type, w_row, x_rows.data(), m, blocks, scales.data(),
                                        dots.data());
           break;
-        case QuantKernelLevel::kAvx2:
+        case CpuLevel::kAvx2:
           DotAllRows<Avx2Kernel>(w.type, w_row, x_rows.data(), m, blocks, scales.data(),
                                  dots.data());
           break;
@@ -606,37 +495,6 @@ void QuantizedGemm(ThreadPool& pool, const float* x, int64_t m, const MatrixView
       }
     }
   });
-}
-
-int64_t BlockRowBytes(DType type, int64_t cols) {
-  return cols / BlockTypeValues(type) * BlockTypeBytes(type);
-}
-
-void DecodeBlockRow(DType type, const void* row, int64_t cols, float* out) {
-  const auto* blocks = static_cast<const std::byte*>(row);
-  const int64_t block_bytes = BlockTypeBytes(type);
-  const int64_t block_values = BlockTypeValues(type);
-  for (int64_t b = 0; b < cols / block_values; ++b) {
-    const std::byte* block = blocks + b * block_bytes;
-    float* values = out + b * block_values;
-    switch (type) {
-      case DType::kQ8_0:
-        DecodeQ8_0(block, values);
-        break;
-      case DType::kQ4_0:
-        DecodeQ4_0(block, values);
-        break;
-      case DType::kQ4_K:
-        DecodeQ4_K(block, values);
-        break;
-      case DType::kQ6_K:
-        DecodeQ6_K(block, values);
-        break;
-      default:
-        DecodeQ4_1(block, values);
-        break;
-    }
-  }
 }
 
 }  // namespace pulse::cpu
