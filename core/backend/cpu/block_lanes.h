@@ -30,17 +30,24 @@ struct IntVec {
 using UnsignedBytePart = uint8_t __attribute__((vector_size(kPartLanes)));
 using SignedBytePart = int8_t __attribute__((vector_size(kPartLanes)));
 
+// GCC 12 reports the undefined vectors that avx512fintrin.h's own widening intrinsics pass to
+// their masked builtins as (maybe) uninitialized; no lane of them is read.
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // Sixteen bytes at `p` widened to int32 lanes, as unsigned (UnsignedBytePart) or signed bytes.
 // The vector levels name the widening instruction: GCC lowers __builtin_convertvector of bytes
 // lane by lane.
 template <typename BytePart>
 inline IntVec WidenBytes(const std::byte* p) {
-  constexpr bool kSigned = std::is_same_v<BytePart, SignedBytePart>;
   IntVec v;
 #if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
+  constexpr bool kSigned = std::is_same_v<BytePart, SignedBytePart>;
   const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   v.part[0] = (IntPart)(kSigned ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes));
 #elif PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX2
+  constexpr bool kSigned = std::is_same_v<BytePart, SignedBytePart>;
   PULSE_UNROLL_LANES
   for (int part = 0; part < kParts; ++part) {
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + part * kPartLanes));
@@ -56,6 +63,7 @@ inline IntVec WidenBytes(const std::byte* p) {
 #endif
   return v;
 }
+#pragma GCC diagnostic pop
 
 // (bytes at `p` >> shift) & mask, lane by lane.
 inline IntVec BitField(const std::byte* p, int shift, int32_t mask) {

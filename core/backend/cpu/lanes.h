@@ -126,8 +126,10 @@ Vec LoadPartialVec(const T* p, int64_t count) {
 
 // The tree: lanes l and l + 8, then l and l + 4, then l and l + 2, then the last two.
 inline float ReduceLanes(const Vec& acc) {
-  using Vec8 = float __attribute__((vector_size(8 * sizeof(float))));
   using Vec4 = float __attribute__((vector_size(4 * sizeof(float))));
+#if PULSE_CPU_LEVEL != PULSE_CPU_LEVEL_GENERIC
+  using Vec8 = float __attribute__((vector_size(8 * sizeof(float))));
+#endif
 #if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
   const Part& all = acc.part[0];
   const Vec8 half = __builtin_shufflevector(all, all, 0, 1, 2, 3, 4, 5, 6, 7) +
