@@ -1,8 +1,8 @@
-// Sixteen consecutive values of a row of ggml's 32-value blocks (Q8_0, Q4_0, Q4_1) as a Vec of
-// fp32, decoded exactly as the GGUF reader decodes them (core/base/ggml_blocks.h: the integer
-// converted to float, times its scale, plus its offset, each step rounded on its own). A GEMM over
-// weights kept in blocks therefore computes what it computes over the reader's fp32 weights, bit
-// for bit, while reading a quarter to an eighth of the bytes.
+// A block of ggml's 32-value types (Q8_0, Q4_0, Q4_1) as two Vecs of fp32, decoded exactly as the
+// GGUF reader decodes them (core/base/ggml_blocks.h: the integer converted to float, times its
+// scale, plus its offset, each step rounded on its own). A GEMM over weights kept in blocks
+// therefore computes what it computes over the reader's fp32 weights, bit for bit, while reading a
+// quarter to an eighth of the bytes.
 #pragma once
 
 #include <cstddef>
@@ -65,14 +65,6 @@ inline IntVec WidenBytes(const std::byte* p) {
 }
 #pragma GCC diagnostic pop
 
-// (bytes at `p` >> shift) & mask, lane by lane.
-inline IntVec BitField(const std::byte* p, int shift, int32_t mask) {
-  IntVec v = WidenBytes<UnsignedBytePart>(p);
-  PULSE_UNROLL_LANES
-  for (int part = 0; part < kParts; ++part) v.part[part] = (v.part[part] >> shift) & mask;
-  return v;
-}
-
 // float(q) * scale (+ offset), lane by lane: the reader's two roundings.
 template <bool kOffset>
 inline Vec Scaled(const IntVec& q, float scale, float offset) {
@@ -95,25 +87,32 @@ inline float BlockHalf(const std::byte* p) {
 #endif
 }
 
-// Values kk..kk + 15 of the row at `row` (kk a multiple of 16).
+// The 32 values of the block at `block`: out[0] the first sixteen, out[1] the others.
 template <DType kType>
-[[gnu::always_inline]] inline Vec LoadBlockVec(const std::byte* row, int64_t kk) {
-  const std::byte* block = row + kk / BlockTypeValues(kType) * BlockTypeBytes(kType);
-  const auto v0 = static_cast<int>(kk % BlockTypeValues(kType));  // first value in the block
+[[gnu::always_inline]] inline void LoadBlock(const std::byte* block, Vec out[2]) {
+  const float d = BlockHalf(block);
   if constexpr (kType == DType::kQ8_0) {
-    return Scaled<false>(WidenBytes<SignedBytePart>(block + 2 + v0), BlockHalf(block), 0.0f);
+    out[0] = Scaled<false>(WidenBytes<SignedBytePart>(block + 2), d, 0.0f);
+    out[1] = Scaled<false>(WidenBytes<SignedBytePart>(block + 18), d, 0.0f);
   } else {
     static_assert(kType == DType::kQ4_0 || kType == DType::kQ4_1);
     // Values j and j + 16 share byte j: the low nibble and the high one.
-    const int qs = kType == DType::kQ4_0 ? 2 : 4;
-    IntVec q = BitField(block + qs, v0 == 0 ? 0 : 4, 0x0F);
-    if constexpr (kType == DType::kQ4_0) {
-      PULSE_UNROLL_LANES
-      for (int part = 0; part < kParts; ++part) q.part[part] = q.part[part] - 8;
-      return Scaled<false>(q, BlockHalf(block), 0.0f);
-    } else {
-      return Scaled<true>(q, BlockHalf(block), BlockHalf(block + 2));
+    const IntVec bytes = WidenBytes<UnsignedBytePart>(block + (kType == DType::kQ4_0 ? 2 : 4));
+    IntVec low;
+    IntVec high;
+    PULSE_UNROLL_LANES
+    for (int part = 0; part < kParts; ++part) {
+      low.part[part] = bytes.part[part] & 0x0F;
+      high.part[part] = bytes.part[part] >> 4;
+      if constexpr (kType == DType::kQ4_0) {
+        low.part[part] = low.part[part] - 8;
+        high.part[part] = high.part[part] - 8;
+      }
     }
+    constexpr bool kMinimum = kType == DType::kQ4_1;
+    const float m = kMinimum ? BlockHalf(block + 2) : 0.0f;
+    out[0] = Scaled<kMinimum>(low, d, m);
+    out[1] = Scaled<kMinimum>(high, d, m);
   }
 }
 

@@ -56,14 +56,16 @@ struct GemmArgs {
   float* y;
 };
 
-// How a microkernel reads the rows of w: fp32 or bf16 elements, or ggml blocks decoded as the GGUF
-// reader decodes them (block_lanes.h), whose rows hold whole Vecs.
+// How a microkernel reads the rows of w, kVecs Vecs at a time: fp32 or bf16 elements, or ggml
+// blocks decoded as the GGUF reader decodes them (block_lanes.h), a block of two Vecs at a time
+// (rows of whole blocks, so no partial Vec).
 template <typename W>
 struct ElementRows {
   using Row = const W*;
+  static constexpr int kVecs = 1;
   static constexpr bool kWholeVecs = false;
   static Row RowAt(const GemmArgs& a, int64_t j) { return static_cast<const W*>(a.w) + j * a.k; }
-  static Vec Load(Row row, int64_t kk) { return LoadVec(row + kk); }
+  static void Load(Row row, int64_t kk, Vec* out) { out[0] = LoadVec(row + kk); }
   static Vec LoadPartial(Row row, int64_t kk, int64_t count) {
     return LoadPartialVec(row + kk, count);
   }
@@ -76,37 +78,41 @@ constexpr int64_t kPrefetchBytes = 4096;
 template <DType kType>
 struct BlockRows {
   using Row = const std::byte*;
+  static constexpr int kVecs = kGgmlBlockValues / kLanes;
   static constexpr bool kWholeVecs = true;
   static Row RowAt(const GemmArgs& a, int64_t j) {
     return static_cast<const std::byte*>(a.w) + j * BlockRowBytes(kType, a.k);
   }
-  static Vec Load(Row row, int64_t kk) {
-    if (kk % kGgmlBlockValues == 0) {
-      __builtin_prefetch(row + kk / kGgmlBlockValues * BlockTypeBytes(kType) + kPrefetchBytes);
-    }
-    return LoadBlockVec<kType>(row, kk);
+  static void Load(Row row, int64_t kk, Vec* out) {
+    const std::byte* block = row + kk / kGgmlBlockValues * BlockTypeBytes(kType);
+    __builtin_prefetch(block + kPrefetchBytes);
+    LoadBlock<kType>(block, out);
   }
 };
 
 // y[i][j] for the MR x NR block at (x row i0, w row j0); each element accumulates exactly as
-// Dot(x row, w row, k) does.
+// Dot(x row, w row, k) does (a load's Vecs in index order into the same accumulator).
 template <typename Rows, int MR, int NR>
 void MicroKernel(const GemmArgs& a, int64_t i0, int64_t j0) {
+  constexpr int kVecs = Rows::kVecs;
   const int64_t k = a.k;
   const float* x = a.x + i0 * k;
   typename Rows::Row w[NR];
   for (int c = 0; c < NR; ++c) w[c] = Rows::RowAt(a, j0 + c);
   Vec acc[MR][NR] = {};
   int64_t kk = 0;
-  for (; kk + kLanes <= k; kk += kLanes) {
-    Vec wv[NR];
+  for (; kk + kVecs * kLanes <= k; kk += kVecs * kLanes) {
+    Vec wv[NR][kVecs];
 #pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) wv[c] = Rows::Load(w[c], kk);
+    for (int c = 0; c < NR; ++c) Rows::Load(w[c], kk, wv[c]);
+#pragma GCC unroll 2
+    for (int v = 0; v < kVecs; ++v) {
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const Vec xv = LoadVec(x + r * k + kk);
+      for (int r = 0; r < MR; ++r) {
+        const Vec xv = LoadVec(x + r * k + kk + v * kLanes);
 #pragma GCC unroll 8
-      for (int c = 0; c < NR; ++c) acc[r][c] = MulAdd(xv, wv[c], acc[r][c]);
+        for (int c = 0; c < NR; ++c) acc[r][c] = MulAdd(xv, wv[c][v], acc[r][c]);
+      }
     }
   }
   if constexpr (!Rows::kWholeVecs) {
@@ -171,7 +177,7 @@ void GemmTiles(ThreadPool& pool, const GemmArgs& a) {
   });
 }
 
-// As GemmTiles over block rows, each tile of w decoded once into fp32 (the values LoadBlockVec
+// As GemmTiles over block rows, each tile of w decoded once into fp32 (the values LoadBlock
 // gives, so the same bits) and multiplied by the fp32 kernels: worth it where more than one
 // register tile of x rows would decode every block again.
 template <DType kType>
@@ -189,9 +195,10 @@ void DecodedBlockTiles(ThreadPool& pool, const GemmArgs& a) {
       if (tn != decoded_tn) {
         for (int64_t j = 0; j < rows; ++j) {
           const std::byte* row = BlockRows<kType>::RowAt(a, j_begin + j);
-          for (int64_t kk = 0; kk < a.k; kk += kLanes) {
-            const Vec v = LoadBlockVec<kType>(row, kk);
-            std::memcpy(decoded.data() + j * a.k + kk, &v, sizeof(v));
+          for (int64_t kk = 0; kk < a.k; kk += kGgmlBlockValues) {
+            Vec v[BlockRows<kType>::kVecs];
+            BlockRows<kType>::Load(row, kk, v);
+            std::memcpy(decoded.data() + j * a.k + kk, v, sizeof(v));
           }
         }
         decoded_tn = tn;
