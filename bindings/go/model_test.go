@@ -14,7 +14,7 @@ import (
 func TestModelInfo(t *testing.T) {
 	info := model.Info()
 	want := pulseinfer.ModelInfo{
-		Architecture: "llama", Format: "gguf", StoredType: "Q4_1", WeightType: "f32", Backend: "cpu",
+		Architecture: "llama", Format: "gguf", StoredType: "Q4_1", WeightType: "quantized", Backend: "cpu",
 		NumLayers: 30, NumHeads: 9, NumKVHeads: 3, HeadDim: 64, HiddenSize: 576, IntermediateSize: 1536,
 		VocabSize: 49152, ContextLength: 8192, TieWordEmbeddings: true, ParameterCount: 134515008,
 		Tokenizer: "gpt2", BOSToken: 1, EOSToken: 2, ChatTemplate: "chatml",

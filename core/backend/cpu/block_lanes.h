@@ -30,8 +30,8 @@ struct IntVec {
 using UnsignedBytePart = uint8_t __attribute__((vector_size(kPartLanes)));
 using SignedBytePart = int8_t __attribute__((vector_size(kPartLanes)));
 
-// GCC 12 reports the undefined vectors that avx512fintrin.h's own widening intrinsics pass to
-// their masked builtins as (maybe) uninitialized; no lane of them is read.
+// GCC 12 reports the undefined vectors that avx512fintrin.h's own intrinsics pass to their masked
+// builtins as (maybe) uninitialized; no lane of them is read.
 #pragma GCC diagnostic push
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -63,7 +63,6 @@ inline IntVec WidenBytes(const std::byte* p) {
 #endif
   return v;
 }
-#pragma GCC diagnostic pop
 
 // float(q) * scale (+ offset), lane by lane: the reader's two roundings.
 template <bool kOffset>
@@ -98,6 +97,22 @@ template <DType kType>
     static_assert(kType == DType::kQ4_0 || kType == DType::kQ4_1);
     // Values j and j + 16 share byte j: the low nibble and the high one.
     const IntVec bytes = WidenBytes<UnsignedBytePart>(block + (kType == DType::kQ4_0 ? 2 : 4));
+#if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
+    // A nibble has sixteen values: decode those once (the same two roundings) and look every
+    // value up, rather than converting and scaling each one.
+    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 table;
+    if constexpr (kType == DType::kQ4_0) {
+      table = _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(8)), _mm512_set1_ps(d));
+    } else {
+      table =
+          _mm512_add_ps(_mm512_mul_ps(q, _mm512_set1_ps(d)), _mm512_set1_ps(BlockHalf(block + 2)));
+    }
+    const __m512i nibbles = (__m512i)bytes.part[0];
+    out[0].part[0] =
+        _mm512_permutexvar_ps(_mm512_and_si512(nibbles, _mm512_set1_epi32(0x0F)), table);
+    out[1].part[0] = _mm512_permutexvar_ps(_mm512_srli_epi32(nibbles, 4), table);
+#else
     IntVec low;
     IntVec high;
     PULSE_UNROLL_LANES
@@ -113,7 +128,10 @@ template <DType kType>
     const float m = kMinimum ? BlockHalf(block + 2) : 0.0f;
     out[0] = Scaled<kMinimum>(low, d, m);
     out[1] = Scaled<kMinimum>(high, d, m);
+#endif
   }
 }
+
+#pragma GCC diagnostic pop
 
 PULSE_CPU_KERNELS_END
