@@ -48,7 +48,7 @@ void WeightedValues(const PagedKvBatch& kv, int32_t seq, int32_t kv_head, int64_
       const Vec weight = Splat(p[t]);
 #pragma GCC unroll 4
       for (int c = 0; c < kValueChunk / kLanes; ++c) {
-        acc[c] = MulAdd(weight, LoadVec(key + value_offset + c * kLanes), acc[c]);
+        acc[c] = MulAdd(weight, LoadVec(key + value_offset + int64_t{c} * kLanes), acc[c]);
       }
     });
     for (int c = 0; c < kValueChunk / kLanes; ++c) {

@@ -100,8 +100,9 @@ void MicroKernel(const GemmArgs& a, int64_t i0, int64_t j0) {
   typename Rows::Row w[NR];
   for (int c = 0; c < NR; ++c) w[c] = Rows::RowAt(a, j0 + c);
   Vec acc[MR][NR] = {};
+  constexpr int64_t kStep = int64_t{kVecs} * kLanes;
   int64_t kk = 0;
-  for (; kk + kVecs * kLanes <= k; kk += kVecs * kLanes) {
+  for (; kk + kStep <= k; kk += kStep) {
     Vec wv[NR][kVecs];
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) Rows::Load(w[c], kk, wv[c]);
@@ -109,7 +110,7 @@ void MicroKernel(const GemmArgs& a, int64_t i0, int64_t j0) {
     for (int v = 0; v < kVecs; ++v) {
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
-        const Vec xv = LoadVec(x + r * k + kk + v * kLanes);
+        const Vec xv = LoadVec(x + r * k + kk + int64_t{v} * kLanes);
 #pragma GCC unroll 8
         for (int c = 0; c < NR; ++c) acc[r][c] = MulAdd(xv, wv[c][v], acc[r][c]);
       }
