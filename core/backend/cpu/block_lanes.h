@@ -53,6 +53,26 @@ inline IntVec WidenBytes(const std::byte* p) {
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + part * kPartLanes));
     v.part[part] = (IntPart)(kSigned ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
   }
+#elif defined(__x86_64__)  // the generic level has SSE2: bytes to 16-bit lanes, then to 32
+  constexpr bool kSigned = std::is_same_v<BytePart, SignedBytePart>;
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kSigned) {  // each value into a lane's high half, then shifted down with its sign
+    const __m128i halves[2] = {_mm_srai_epi16(_mm_unpacklo_epi8(bytes, bytes), 8),
+                               _mm_srai_epi16(_mm_unpackhi_epi8(bytes, bytes), 8)};
+    for (int half = 0; half < 2; ++half) {
+      v.part[2 * half] =
+          (IntPart)_mm_srai_epi32(_mm_unpacklo_epi16(halves[half], halves[half]), 16);
+      v.part[2 * half + 1] =
+          (IntPart)_mm_srai_epi32(_mm_unpackhi_epi16(halves[half], halves[half]), 16);
+    }
+  } else {
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i halves[2] = {_mm_unpacklo_epi8(bytes, zero), _mm_unpackhi_epi8(bytes, zero)};
+    for (int half = 0; half < 2; ++half) {
+      v.part[2 * half] = (IntPart)_mm_unpacklo_epi16(halves[half], zero);
+      v.part[2 * half + 1] = (IntPart)_mm_unpackhi_epi16(halves[half], zero);
+    }
+  }
 #else
   PULSE_UNROLL_LANES
   for (int part = 0; part < kParts; ++part) {
