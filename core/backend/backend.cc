@@ -65,7 +65,7 @@ absl::Status CheckWeightBlocks(std::span<const std::byte> blocks, int64_t rows, 
         "multiple of 32; q4_k, q6_k with cols a multiple of 256)",
         rows, cols, DTypeName(type)));
   }
-  const int64_t bytes = rows * (cols / block_values) * BlockTypeBytes(type);
+  const int64_t bytes = rows * BlockRowBytes(type, cols);
   if (static_cast<size_t>(bytes) != blocks.size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("UploadBlocks: a [%d][%d] weight of %s is %d bytes, got %u", rows, cols,

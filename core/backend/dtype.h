@@ -40,4 +40,9 @@ constexpr int64_t BlockTypeBytes(DType type) {
                                 : 0;
 }
 
+// Bytes of a row of `cols` values (whole blocks) of block type `type`.
+constexpr int64_t BlockRowBytes(DType type, int64_t cols) {
+  return cols / BlockTypeValues(type) * BlockTypeBytes(type);
+}
+
 }  // namespace pulse

@@ -6,10 +6,6 @@
 
 namespace pulse::cpu {
 
-int64_t BlockRowBytes(DType type, int64_t cols) {
-  return cols / BlockTypeValues(type) * BlockTypeBytes(type);
-}
-
 void DecodeBlockRow(DType type, const void* row, int64_t cols, float* out) {
   const auto* blocks = static_cast<const std::byte*>(row);
   const int64_t block_bytes = BlockTypeBytes(type);

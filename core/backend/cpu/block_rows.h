@@ -7,8 +7,6 @@
 
 namespace pulse::cpu {
 
-// Bytes of a row of `cols` values of block type `type`.
-int64_t BlockRowBytes(DType type, int64_t cols);
 // The values of a row of `cols` values of block type `type` at `row`, as the GGUF reader decodes
 // them (core/base/ggml_blocks.h).
 void DecodeBlockRow(DType type, const void* row, int64_t cols, float* out);

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "core/backend/cpu/block_lanes.h"
-#include "core/backend/cpu/block_rows.h"
 #include "core/backend/cpu/cpu_level.h"
 #include "core/backend/cpu/kquant_gemm.h"
 #include "core/backend/cpu/lanes.h"

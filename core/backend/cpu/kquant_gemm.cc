@@ -7,7 +7,6 @@
 #include <cstring>
 #include <vector>
 
-#include "core/backend/cpu/block_rows.h"
 #include "core/base/ggml_blocks.h"
 
 #if defined(__x86_64__)
