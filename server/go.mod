@@ -2,6 +2,6 @@ module pulseinfer-server
 
 go 1.19
 
-require pulseinfer v0.0.0
+require github.com/libpulseinfer/libpulseinfer/bindings/go v0.0.0
 
-replace pulseinfer => ../bindings/go
+replace github.com/libpulseinfer/libpulseinfer/bindings/go => ../bindings/go

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 // server answers the OpenAI-compatible routes from one engine, whose batch every request shares.

@@ -22,7 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 type options struct {

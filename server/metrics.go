@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 // metrics are the server's Prometheus series: its own counts and latency histograms, and the

@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 // The request bodies of /v1/completions and /v1/chat/completions: OpenAI's fields that this

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 func TestOptionsMapToTheEngineParams(t *testing.T) {

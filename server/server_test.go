@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 var (

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 // A Model and an Engine dropped without Close are closed by their finalizers once collected: the

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 const prompt = "The capital of France is"

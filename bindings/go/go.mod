@@ -1,3 +1,3 @@
-module pulseinfer
+module github.com/libpulseinfer/libpulseinfer/bindings/go
 
 go 1.19

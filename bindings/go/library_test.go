@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"testing"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 func TestLibrary(t *testing.T) {

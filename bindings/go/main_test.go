@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 // The trained model (SmolLM2-135M-Instruct) and one engine over it, shared by the tests.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 func TestModelInfo(t *testing.T) {

@@ -23,8 +23,9 @@ func TestReadmeExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	module := modulePath(t)
 	dir := t.TempDir()
-	goMod := "module example\n\ngo 1.19\n\nrequire pulseinfer v0.0.0\n\nreplace pulseinfer => " + binding + "\n"
+	goMod := "module example\n\ngo 1.19\n\nrequire " + module + " v0.0.0\n\nreplace " + module + " => " + binding + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(goMod), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -41,4 +42,17 @@ func TestReadmeExample(t *testing.T) {
 	if err != nil || !strings.Contains(string(output), "Paris") || !strings.Contains(string(output), "tokens (") {
 		t.Errorf("the README's example: %v\n%s", err, output)
 	}
+}
+
+// modulePath is the binding's module path, as its go.mod declares it.
+func modulePath(t *testing.T) string {
+	goMod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(goMod), "\n")
+	if !strings.HasPrefix(line, "module ") {
+		t.Fatalf("go.mod starts with %q, not a module line", line)
+	}
+	return strings.TrimPrefix(line, "module ")
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 func TestTokenizeRoundTrip(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"os"
 	"os/signal"
 
-	"pulseinfer"
+	pulseinfer "github.com/libpulseinfer/libpulseinfer/bindings/go"
 )
 
 func main() {
