@@ -22,62 +22,226 @@ float* HeadKeys(const PagedKvBatch& kv, int32_t seq, int64_t logical_block, int3
          kv_head * kv.layout.head_elems();
 }
 
-// Calls fn(token, key) for tokens 0..last of one sequence's kv head, in order.
-template <typename Fn>
-void ForEachKey(const PagedKvBatch& kv, int32_t seq, int32_t kv_head, int64_t last, Fn fn) {
+// Keys one work item attends to at most: a row's keys 0..position are cut into ranges of this
+// many from key 0, each scored and summed on its own and then merged (MergeSplits), so that a
+// single decode row spreads over the threads and a range's keys and values stay in the core's
+// cache while every query head of the group reads them. The ranges depend on the position only.
+constexpr int64_t kSplitKeys = 512;
+// Keys scored at once for up to kScoreHeads heads: their dot products are independent chains.
+constexpr int kKeyTile = 4;
+constexpr int32_t kScoreHeads = 4;
+// Dimensions of the value sums kept in registers at once, and how many heads of a group share
+// each load of a value: four parts a head, at most 16 registers of accumulators.
+constexpr int32_t kValueDims = 4 * kPartLanes;
+constexpr int32_t kValueHeads = kParts == 1 ? 4 : (kParts == 2 ? 2 : 1);
+
+// How far ahead of its use a key or value is fetched: the keys of a range lie in pieces of a
+// block's length, too short for the hardware's prefetcher to run ahead.
+constexpr int64_t kPrefetchKeys = 16;
+
+void PrefetchRow(const float* row, int32_t dims) {
+  for (int32_t d = 0; d < dims; d += 64 / sizeof(float)) __builtin_prefetch(row + d);
+}
+
+// keys[i] = the key of token first + i of one sequence's KV head, for tokens first..last; its
+// value is value_offset() further.
+void KeyPointers(const PagedKvBatch& kv, int32_t seq, int32_t kv_head, int64_t first, int64_t last,
+                 const float** keys) {
   const int32_t block_tokens = kv.layout.block_tokens;
   const int32_t head_dim = kv.layout.head_dim;
-  for (int64_t first = 0, block = 0; first <= last; first += block_tokens, ++block) {
-    const float* key = HeadKeys(kv, seq, block, kv_head);
-    const int64_t end = std::min<int64_t>(first + block_tokens, last + 1);
-    for (int64_t t = first; t < end; ++t, key += head_dim) fn(t, key);
+  for (int64_t t = first; t <= last;) {
+    const float* key = HeadKeys(kv, seq, t / block_tokens, kv_head) + (t % block_tokens) * head_dim;
+    const int64_t end = std::min<int64_t>(t - t % block_tokens + block_tokens, last + 1);
+    for (; t < end; ++t, key += head_dim) *keys++ = key;
   }
 }
 
-// Dimensions of the value sum kept in registers at once.
-constexpr int32_t kValueChunk = 4 * kLanes;
-
-// out[d] = (sum_t p[t] * value_t[d]) * inv_sum for d in [d0, d0 + width), summing over keys in
-// order; a full chunk accumulates in registers.
-void WeightedValues(const PagedKvBatch& kv, int32_t seq, int32_t kv_head, int64_t position,
-                    const float* p, int32_t d0, int32_t width, float inv_sum, float* out) {
-  const int64_t value_offset = kv.layout.value_offset() + d0;
-  if (width == kValueChunk) {
-    Vec acc[kValueChunk / kLanes] = {};
-    ForEachKey(kv, seq, kv_head, position, [&](int64_t t, const float* key) {
-      const Vec weight = Splat(p[t]);
-#pragma GCC unroll 4
-      for (int c = 0; c < kValueChunk / kLanes; ++c) {
-        acc[c] = MulAdd(weight, LoadVec(key + value_offset + int64_t{c} * kLanes), acc[c]);
+// For the kHeads heads h (queries head_dim apart): p[h][i] = Dot(query_h, keys[i], head_dim) *
+// scale for i < count, and max[h] their maximum in key order. Each key is loaded once for every
+// head, and the values of the keys ahead are fetched for the weighted sum that follows.
+template <int kHeads>
+void ScoreKeys(const float* queries, const float* const* keys, int64_t count, int32_t head_dim,
+               int64_t value_offset, float scale, float* p, int64_t p_stride, float* max) {
+  for (int h = 0; h < kHeads; ++h) max[h] = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + kKeyTile <= count; i += kKeyTile) {
+    if (i + kPrefetchKeys + kKeyTile <= count) {
+      for (int k = 0; k < kKeyTile; ++k) {
+        PrefetchRow(keys[i + kPrefetchKeys + k], head_dim);
+        PrefetchRow(keys[i + kPrefetchKeys + k] + value_offset, head_dim);
       }
-    });
-    for (int c = 0; c < kValueChunk / kLanes; ++c) {
-      for (int l = 0; l < kLanes; ++l) out[d0 + c * kLanes + l] = acc[c][l] * inv_sum;
     }
-    return;
+    Vec acc[kHeads][kKeyTile] = {};
+    int32_t d = 0;
+    for (; d + kLanes <= head_dim; d += kLanes) {
+      Vec key[kKeyTile];
+      for (int k = 0; k < kKeyTile; ++k) key[k] = LoadVec(keys[i + k] + d);
+      for (int h = 0; h < kHeads; ++h) {
+        const Vec q = LoadVec(queries + int64_t{h} * head_dim + d);
+        for (int k = 0; k < kKeyTile; ++k) acc[h][k] = MulAdd(q, key[k], acc[h][k]);
+      }
+    }
+    if (d < head_dim) {
+      for (int h = 0; h < kHeads; ++h) {
+        const Vec q = LoadPartialVec(queries + int64_t{h} * head_dim + d, head_dim - d);
+        for (int k = 0; k < kKeyTile; ++k) {
+          acc[h][k] = MulAdd(q, LoadPartialVec(keys[i + k] + d, head_dim - d), acc[h][k]);
+        }
+      }
+    }
+    for (int h = 0; h < kHeads; ++h) {
+      for (int k = 0; k < kKeyTile; ++k) {
+        p[h * p_stride + i + k] = ReduceLanes(acc[h][k]) * scale;
+        max[h] = std::max(max[h], p[h * p_stride + i + k]);
+      }
+    }
   }
-  float acc[kValueChunk] = {};
-  ForEachKey(kv, seq, kv_head, position, [&](int64_t t, const float* key) {
-    for (int32_t d = 0; d < width; ++d) acc[d] = MulAdd(p[t], key[value_offset + d], acc[d]);
-  });
-  for (int32_t d = 0; d < width; ++d) out[d0 + d] = acc[d] * inv_sum;
+  for (; i < count; ++i) {
+    for (int h = 0; h < kHeads; ++h) {
+      p[h * p_stride + i] = Dot(queries + int64_t{h} * head_dim, keys[i], head_dim) * scale;
+      max[h] = std::max(max[h], p[h * p_stride + i]);
+    }
+  }
 }
 
-// Scores and weighted values of one query head against keys 0..position.
-void AttendOneHead(const float* query, const PagedKvBatch& kv, int32_t seq, int32_t kv_head,
-                   int64_t position, float scale, float* scores, float* out) {
+// For the kHeads heads h: out[h][d] = sum_i p[h][i] * value_i[d] over d in [d0, d0 +
+// kValueDims), each a chain of fused multiply-adds in key order from 0.
+template <int kHeads>
+void WeightedValueChunk(const float* const* keys, int64_t count, int64_t value_offset,
+                        const float* p, int64_t p_stride, int32_t d0, float* out,
+                        int64_t out_stride) {
+  Part acc[kHeads][4] = {};
+  for (int64_t i = 0; i < count; ++i) {
+    Part v[4];
+    std::memcpy(v, keys[i] + value_offset + d0, sizeof(v));
+#pragma GCC unroll 4
+    for (int h = 0; h < kHeads; ++h) {
+      const Part weight = Part{} + p[h * p_stride + i];
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[h][c] = MulAdd(weight, v[c], acc[h][c]);
+    }
+  }
+  for (int h = 0; h < kHeads; ++h) std::memcpy(out + h * out_stride + d0, acc[h], sizeof(acc[h]));
+}
+
+// out[h][d] = sum_i p[h][i] * value_i[d] for heads h < heads and every d < head_dim, each a chain
+// of fused multiply-adds in key order from 0 (so the chunking changes no value).
+void WeightedValues(const float* const* keys, int64_t count, int64_t value_offset, int32_t head_dim,
+                    const float* p, int64_t p_stride, int32_t heads, float* out) {
+  int32_t d0 = 0;
+  for (; d0 + kValueDims <= head_dim; d0 += kValueDims) {
+    for (int32_t h = 0; h < heads; h += kValueHeads) {
+      const float* head_p = p + h * p_stride;
+      float* head_out = out + int64_t{h} * head_dim;
+      switch (std::min(heads - h, kValueHeads)) {
+        case 4:
+          WeightedValueChunk<4>(keys, count, value_offset, head_p, p_stride, d0, head_out,
+                                head_dim);
+          break;
+        case 3:
+          WeightedValueChunk<3>(keys, count, value_offset, head_p, p_stride, d0, head_out,
+                                head_dim);
+          break;
+        case 2:
+          WeightedValueChunk<2>(keys, count, value_offset, head_p, p_stride, d0, head_out,
+                                head_dim);
+          break;
+        default:
+          WeightedValueChunk<1>(keys, count, value_offset, head_p, p_stride, d0, head_out,
+                                head_dim);
+      }
+    }
+  }
+  for (int32_t h = 0; h < heads; ++h) {
+    for (int32_t d = d0; d < head_dim; ++d) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < count; ++i) {
+        acc = MulAdd(p[h * p_stride + i], keys[i][value_offset + d], acc);
+      }
+      out[int64_t{h} * head_dim + d] = acc;
+    }
+  }
+}
+
+// One work item: the query heads of KV head `kv_head` in query row `row` (all of the group, or
+// one each when items are few), over keys first..last of the row's keys.
+struct SplitItem {
+  int32_t row;
+  int32_t seq;
+  int32_t kv_head;
+  int64_t first;
+  int64_t last;
+  int64_t partial;  // its first slot among the partial results, or -1 for a row of one range
+};
+
+// A thread's buffers for its items, kept from call to call (a decode step makes a call a layer).
+struct SplitScratch {
+  void Reserve(int32_t group, int32_t head_dim) {
+    keys.resize(kSplitKeys);
+    p.resize(static_cast<size_t>(group) * kSplitKeys);
+    max.resize(group);
+    sum.resize(group);
+    values.resize(static_cast<size_t>(group) * head_dim);
+  }
+  std::vector<const float*> keys;
+  std::vector<float> p;                 // [group][kSplitKeys]: scores, then their exponentials
+  std::vector<float> max, sum, values;  // a row of one range's results before normalizing
+};
+
+// The unnormalized softmax of `group` query heads (q, head_dim apart) of one item over its keys:
+// max[h], sum[h] of exp(score - max) and values[h][d] = sum_i exp(score_i - max) * value_i[d].
+void AttendSplit(const float* q, int32_t group, const PagedKvBatch& kv, const SplitItem& item,
+                 float scale, SplitScratch& scratch, float* max, float* sum, float* values) {
   const int32_t head_dim = kv.layout.head_dim;
-  float max_score = -std::numeric_limits<float>::infinity();
-  ForEachKey(kv, seq, kv_head, position, [&](int64_t t, const float* key) {
-    scores[t] = Dot(query, key, head_dim) * scale;
-    max_score = std::max(max_score, scores[t]);
-  });
-  const int64_t count = position + 1;
-  for (int64_t t = 0; t < count; ++t) scores[t] = Exp(scores[t] - max_score);
-  const float inv_sum = 1.0f / Sum(scores, count);
-  for (int32_t d0 = 0; d0 < head_dim; d0 += kValueChunk) {
-    WeightedValues(kv, seq, kv_head, position, scores, d0, std::min(kValueChunk, head_dim - d0),
-                   inv_sum, out);
+  const int64_t count = item.last - item.first + 1;
+  KeyPointers(kv, item.seq, item.kv_head, item.first, item.last, scratch.keys.data());
+  const int64_t value_offset = kv.layout.value_offset();
+  for (int32_t h = 0; h < group; h += kScoreHeads) {
+    const float* queries = q + int64_t{h} * head_dim;
+    float* p = scratch.p.data() + int64_t{h} * kSplitKeys;
+    const float** keys = scratch.keys.data();
+    switch (std::min(group - h, kScoreHeads)) {
+      case 4:
+        ScoreKeys<4>(queries, keys, count, head_dim, value_offset, scale, p, kSplitKeys, max + h);
+        break;
+      case 3:
+        ScoreKeys<3>(queries, keys, count, head_dim, value_offset, scale, p, kSplitKeys, max + h);
+        break;
+      case 2:
+        ScoreKeys<2>(queries, keys, count, head_dim, value_offset, scale, p, kSplitKeys, max + h);
+        break;
+      default:
+        ScoreKeys<1>(queries, keys, count, head_dim, value_offset, scale, p, kSplitKeys, max + h);
+    }
+  }
+  for (int32_t h = 0; h < group; ++h) {
+    float* p = scratch.p.data() + int64_t{h} * kSplitKeys;
+    for (int64_t i = 0; i < count; ++i) p[i] = Exp(p[i] - max[h]);
+    sum[h] = Sum(p, count);
+  }
+  WeightedValues(scratch.keys.data(), count, kv.layout.value_offset(), head_dim, scratch.p.data(),
+                 kSplitKeys, group, values);
+}
+
+// out[d] = (sum_s w_s * values_s[d]) / (sum_s w_s * sum_s), w_s = exp(max_s - the largest max),
+// over `splits` partial results in key order (`stride` apart): the softmax over all the keys.
+void MergeSplits(const float* max, const float* sum, const float* values, int64_t splits,
+                 int64_t stride, int32_t head_dim, float* out) {
+  float top = -std::numeric_limits<float>::infinity();
+  for (int64_t s = 0; s < splits; ++s) top = std::max(top, max[s * stride]);
+  std::vector<float> weights(splits);
+  float total = 0.0f;
+  for (int64_t s = 0; s < splits; ++s) {
+    weights[s] = Exp(max[s * stride] - top);
+    total = MulAdd(sum[s * stride], weights[s], total);
+  }
+  const float inv_total = 1.0f / total;
+  for (int32_t d = 0; d < head_dim; ++d) {
+    float acc = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+      acc = MulAdd(values[s * stride * head_dim + d], weights[s], acc);
+    }
+    out[d] = acc * inv_total;
   }
 }
 
@@ -110,31 +274,79 @@ void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_h
                const PagedKvBatch& kv, float scale, float* out) {
   const PagedKvLayout& layout = kv.layout;
   const int32_t head_dim = layout.head_dim;
-  assert(layout.num_kv_heads > 0 && num_heads % layout.num_kv_heads == 0);
+  const int32_t kv_heads = layout.num_kv_heads;
+  assert(kv_heads > 0 && num_heads % kv_heads == 0);
   assert(kv.table_heads == 1 || kv.max_q_len <= 1);
-  const int32_t group = num_heads / layout.num_kv_heads;
-  const int32_t rows = kv.num_rows;
-  std::vector<int32_t> row_seq(rows);
-  for (int32_t s = 0; s < kv.num_seqs; ++s) {
-    std::fill(row_seq.begin() + kv.q_offsets[s], row_seq.begin() + kv.q_offsets[s + 1], s);
-  }
-  int32_t max_kv_len = 0;
-  for (int64_t r = 0; r < int64_t{kv.num_seqs} * kv.table_heads; ++r) {
-    max_kv_len = std::max(max_kv_len, kv.kv_lens[r]);
-  }
+  const int32_t group = num_heads / kv_heads;
 
-  pool.ParallelFor(int64_t{rows} * num_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(max_kv_len);
-    for (int64_t item = begin; item < end; ++item) {
-      const int32_t row = static_cast<int32_t>(item / num_heads);
-      const int32_t head = static_cast<int32_t>(item % num_heads);
-      const int32_t seq = row_seq[row];
-      const int32_t q_len = kv.q_offsets[seq + 1] - kv.q_offsets[seq];
-      const int32_t kv_head = head / group;
-      const int64_t position =
-          kv.kv_lens[kv.TableRow(seq, kv_head)] - q_len + (row - kv.q_offsets[seq]);
-      AttendOneHead(q + row * q_stride + int64_t{head} * head_dim, kv, seq, kv_head, position,
-                    scale, scores.data(), out + (int64_t{row} * num_heads + head) * head_dim);
+  // The items of every (row, KV head); a row of several ranges keeps their partial results in
+  // range order for MergeSplits.
+  struct Merge {
+    int64_t first_item;
+    int64_t splits;
+  };
+  std::vector<SplitItem> items;
+  std::vector<Merge> merges;
+  int64_t partials = 0;
+  for (int32_t seq = 0; seq < kv.num_seqs; ++seq) {
+    const int32_t q_len = kv.q_offsets[seq + 1] - kv.q_offsets[seq];
+    for (int32_t row = kv.q_offsets[seq]; row < kv.q_offsets[seq + 1]; ++row) {
+      for (int32_t kv_head = 0; kv_head < kv_heads; ++kv_head) {
+        const int64_t position =
+            kv.kv_lens[kv.TableRow(seq, kv_head)] - q_len + (row - kv.q_offsets[seq]);
+        const int64_t splits = position / kSplitKeys + 1;
+        if (splits > 1) merges.push_back({static_cast<int64_t>(items.size()), splits});
+        for (int64_t s = 0; s < splits; ++s) {
+          items.push_back({row, seq, kv_head, s * kSplitKeys,
+                           std::min(position, (s + 1) * kSplitKeys - 1),
+                           splits > 1 ? partials++ * group : -1});
+        }
+      }
+    }
+  }
+  // [partial][group] maxima and sums, [partial][group][head_dim] values.
+  std::vector<float> partial_max(partials * group);
+  std::vector<float> partial_sum(partials * group);
+  std::vector<float> partial_values(partials * group * head_dim);
+
+  // Fewer items than threads (a short decode row of few KV heads): an item a query head.
+  const int32_t parts = static_cast<int64_t>(items.size()) < pool.num_threads() ? group : 1;
+  const int32_t part_heads = group / parts;
+  pool.ParallelFor(static_cast<int64_t>(items.size()) * parts, 1, [&](int64_t begin, int64_t end) {
+    thread_local SplitScratch scratch;
+    scratch.Reserve(part_heads, head_dim);
+    for (int64_t unit = begin; unit < end; ++unit) {
+      const SplitItem& item = items[unit / parts];
+      const int32_t first_head = static_cast<int32_t>(unit % parts) * part_heads;
+      const int32_t head = item.kv_head * group + first_head;
+      const float* row_q = q + item.row * q_stride + int64_t{head} * head_dim;
+      if (item.partial >= 0) {
+        const int64_t at = item.partial + first_head;
+        AttendSplit(row_q, part_heads, kv, item, scale, scratch, &partial_max[at], &partial_sum[at],
+                    &partial_values[at * head_dim]);
+        continue;
+      }
+      AttendSplit(row_q, part_heads, kv, item, scale, scratch, scratch.max.data(),
+                  scratch.sum.data(), scratch.values.data());
+      float* row_out = out + (int64_t{item.row} * num_heads + head) * head_dim;
+      for (int32_t h = 0; h < part_heads; ++h) {
+        const float inv_sum = 1.0f / scratch.sum[h];
+        for (int32_t d = 0; d < head_dim; ++d) {
+          row_out[int64_t{h} * head_dim + d] = scratch.values[int64_t{h} * head_dim + d] * inv_sum;
+        }
+      }
+    }
+  });
+  if (merges.empty()) return;
+  pool.ParallelFor(static_cast<int64_t>(merges.size()) * group, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      const Merge& merge = merges[m / group];
+      const SplitItem& first = items[merge.first_item];
+      const int32_t h = static_cast<int32_t>(m % group);
+      const int64_t at = first.partial + h;
+      MergeSplits(&partial_max[at], &partial_sum[at], &partial_values[at * head_dim], merge.splits,
+                  group, head_dim,
+                  out + (int64_t{first.row} * num_heads + first.kv_head * group + h) * head_dim);
     }
   });
 }

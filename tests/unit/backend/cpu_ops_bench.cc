@@ -145,20 +145,22 @@ void BM_ParallelForOverhead(benchmark::State& state) {
 }
 
 // SmolLM2 attention (9 heads, 3 KV heads, head_dim 64) of `rows` queries that end a context of
-// `context` tokens, one sequence. FLOP/s counts the q.k and p.v products.
+// `context` tokens, one sequence, over each of its 30 layers' caches in turn (as a step reads
+// them: from memory, not from the cache the previous call left warm). FLOP/s counts the q.k and
+// p.v products, bytes/s the keys and values read once.
 void BM_Attention(benchmark::State& state) {
   Backend& backend = SharedBackend();
   const int32_t rows = static_cast<int32_t>(state.range(0));
   const int32_t context = static_cast<int32_t>(state.range(1));
   constexpr int32_t kHeads = 9;
+  constexpr int32_t kLayers = 30;
   const PagedKvLayout layout = {/*block_tokens=*/32, /*num_kv_heads=*/3, /*head_dim=*/64};
   const int32_t num_blocks = (context + layout.block_tokens - 1) / layout.block_tokens;
-  std::vector<float> blocks = RandomValues(num_blocks * layout.block_elems(), 3);
+  std::vector<float> blocks = RandomValues(kLayers * num_blocks * layout.block_elems(), 3);
   std::vector<int32_t> block_table(num_blocks);
   for (int32_t b = 0; b < num_blocks; ++b) block_table[b] = num_blocks - 1 - b;
   const int32_t q_offsets[2] = {0, rows};
   PagedKvBatch kv;
-  kv.blocks = blocks.data();
   kv.layout = layout;
   kv.num_seqs = 1;
   kv.max_blocks_per_seq = num_blocks;
@@ -170,20 +172,27 @@ void BM_Attention(benchmark::State& state) {
   kv.max_kv_len = context;
   const std::vector<float> q = RandomValues(rows * kHeads * layout.head_dim, 4);
   std::vector<float> out(q.size());
+  int32_t layer = 0;
   for (auto _ : state) {
+    kv.blocks = blocks.data() + int64_t{layer} * num_blocks * layout.block_elems();
     backend.Attention(q.data(), kHeads * layout.head_dim, kHeads, kv, 0.125f, out.data());
     benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % kLayers;
   }
   double keys = 0;  // keys attended, summed over rows
   for (int32_t i = 0; i < rows; ++i) keys += context - rows + i + 1;
-  state.counters["FLOP/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * keys * kHeads * 4 * layout.head_dim,
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["FLOP/s"] = benchmark::Counter(iterations * keys * kHeads * 4 * layout.head_dim,
+                                                benchmark::Counter::kIsRate);
+  state.counters["bytes/s"] = benchmark::Counter(
+      iterations * context * layout.num_kv_heads * 2.0 * layout.head_dim * sizeof(float),
       benchmark::Counter::kIsRate);
 }
 
 void RegisterAll() {
   benchmark::RegisterBenchmark("Attention", BM_Attention)
-      ->Args({1, 1024})
+      ->Args({1, 256})
+      ->Args({1, 2048})
       ->Args({1, 8192})
       ->Args({256, 256})
       ->Args({256, 2048})
