@@ -30,6 +30,7 @@ constexpr int64_t kSplitKeys = 512;
 // Keys scored at once for up to kScoreHeads heads: their dot products are independent chains.
 constexpr int kKeyTile = 4;
 constexpr int32_t kScoreHeads = 4;
+static_assert(kKeyTile * kScoreHeads <= 16, "a tile's sums reduce as one set of sixteen");
 // Dimensions of the value sums kept in registers at once, and how many heads of a group share
 // each load of a value: four parts a head, at most 16 registers of accumulators.
 constexpr int32_t kValueDims = 4 * kPartLanes;
@@ -62,7 +63,8 @@ void KeyPointers(const PagedKvBatch& kv, int32_t seq, int32_t kv_head, int64_t f
 template <int kHeads>
 void ScoreKeys(const float* queries, const float* const* keys, int64_t count, int32_t head_dim,
                int64_t value_offset, float scale, float* p, int64_t p_stride, float* max) {
-  for (int h = 0; h < kHeads; ++h) max[h] = -std::numeric_limits<float>::infinity();
+  float top[kHeads];  // the maxima, in registers (max may alias p)
+  for (int h = 0; h < kHeads; ++h) top[h] = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
   for (; i + kKeyTile <= count; i += kKeyTile) {
     if (i + kPrefetchKeys + kKeyTile <= count) {
@@ -71,7 +73,10 @@ void ScoreKeys(const float* queries, const float* const* keys, int64_t count, in
         PrefetchRow(keys[i + kPrefetchKeys + k] + value_offset, head_dim);
       }
     }
-    Vec acc[kHeads][kKeyTile] = {};
+    Vec acc[kHeads][kKeyTile];
+    for (int h = 0; h < kHeads; ++h) {
+      for (int k = 0; k < kKeyTile; ++k) acc[h][k] = Splat(0.0f);
+    }
     int32_t d = 0;
     for (; d + kLanes <= head_dim; d += kLanes) {
       Vec key[kKeyTile];
@@ -89,19 +94,40 @@ void ScoreKeys(const float* queries, const float* const* keys, int64_t count, in
         }
       }
     }
+    float score[kHeads][kKeyTile];
+#if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
+    if constexpr (kHeads > 1) {
+      Part sums[16] = {};
+      for (int h = 0; h < kHeads; ++h) {
+        for (int k = 0; k < kKeyTile; ++k) sums[h * kKeyTile + k] = acc[h][k].part[0];
+      }
+      const Part reduced = ReduceLanes16(sums);
+      for (int h = 0; h < kHeads; ++h) {
+        for (int k = 0; k < kKeyTile; ++k) score[h][k] = reduced[h * kKeyTile + k];
+      }
+    } else
+#endif
+    {
+      for (int h = 0; h < kHeads; ++h) {
+        for (int k = 0; k < kKeyTile; ++k) score[h][k] = ReduceLanes(acc[h][k]);
+      }
+    }
     for (int h = 0; h < kHeads; ++h) {
       for (int k = 0; k < kKeyTile; ++k) {
-        p[h * p_stride + i + k] = ReduceLanes(acc[h][k]) * scale;
-        max[h] = std::max(max[h], p[h * p_stride + i + k]);
+        const float value = score[h][k] * scale;
+        p[h * p_stride + i + k] = value;
+        top[h] = std::max(top[h], value);
       }
     }
   }
   for (; i < count; ++i) {
     for (int h = 0; h < kHeads; ++h) {
-      p[h * p_stride + i] = Dot(queries + int64_t{h} * head_dim, keys[i], head_dim) * scale;
-      max[h] = std::max(max[h], p[h * p_stride + i]);
+      const float value = Dot(queries + int64_t{h} * head_dim, keys[i], head_dim) * scale;
+      p[h * p_stride + i] = value;
+      top[h] = std::max(top[h], value);
     }
   }
+  for (int h = 0; h < kHeads; ++h) max[h] = top[h];
 }
 
 // For the kHeads heads h: out[h][d] = sum_i p[h][i] * value_i[d] over d in [d0, d0 +
@@ -110,18 +136,31 @@ template <int kHeads>
 void WeightedValueChunk(const float* const* keys, int64_t count, int64_t value_offset,
                         const float* p, int64_t p_stride, int32_t d0, float* out,
                         int64_t out_stride) {
-  Part acc[kHeads][4] = {};
+  Part acc[kHeads][4];
+#pragma GCC unroll 4
+  for (int h = 0; h < kHeads; ++h) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[h][c] = Part{};
+  }
   for (int64_t i = 0; i < count; ++i) {
+    const float* value = keys[i] + value_offset + d0;
     Part v[4];
-    std::memcpy(v, keys[i] + value_offset + d0, sizeof(v));
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) std::memcpy(&v[c], value + c * kPartLanes, sizeof(Part));
 #pragma GCC unroll 4
     for (int h = 0; h < kHeads; ++h) {
-      const Part weight = Part{} + p[h * p_stride + i];
+      const Part weight = Broadcast(p[h * p_stride + i]);  // exp(): never -0
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) acc[h][c] = MulAdd(weight, v[c], acc[h][c]);
     }
   }
-  for (int h = 0; h < kHeads; ++h) std::memcpy(out + h * out_stride + d0, acc[h], sizeof(acc[h]));
+#pragma GCC unroll 4
+  for (int h = 0; h < kHeads; ++h) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      std::memcpy(out + h * out_stride + d0 + c * kPartLanes, &acc[h][c], sizeof(Part));
+    }
+  }
 }
 
 // out[h][d] = sum_i p[h][i] * value_i[d] for heads h < heads and every d < head_dim, each a chain

@@ -56,6 +56,17 @@ inline Vec Splat(float value) {
   return v;
 }
 
+// Every lane of a Part `value` (Splat adds it to zero, which turns -0 into +0; this does not).
+inline Part Broadcast(float value) {
+#if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
+  return _mm512_set1_ps(value);
+#elif PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX2
+  return _mm256_set1_ps(value);
+#else
+  return _mm_set1_ps(value);
+#endif
+}
+
 // a * b + c, fused at the levels with FMA. The one definition every kernel uses, so every code
 // path of a level rounds the same way (the CPU sources are compiled with -ffp-contract=off).
 inline float MulAdd(float a, float b, float c) {
@@ -145,6 +156,39 @@ inline float ReduceLanes(const Vec& acc) {
 #endif
   return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
 }
+
+#if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
+// Lane j of the result is ReduceLanes of v[j], bit for bit: the same tree, run on sixteen
+// vectors at once (each level adds the halves it keeps of two vectors in one instruction), 15
+// additions instead of 16 trees of four levels.
+inline Part ReduceLanes16(const Part (&v)[16]) {
+  Part half[8];
+  for (int j = 0; j < 8; ++j) {
+    half[j] = __builtin_shufflevector(v[2 * j], v[2 * j + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18,
+                                      19, 20, 21, 22, 23) +
+              __builtin_shufflevector(v[2 * j], v[2 * j + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25,
+                                      26, 27, 28, 29, 30, 31);
+  }
+  Part quarter[4];
+  for (int j = 0; j < 4; ++j) {
+    quarter[j] = __builtin_shufflevector(half[2 * j], half[2 * j + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16,
+                                         17, 18, 19, 24, 25, 26, 27) +
+                 __builtin_shufflevector(half[2 * j], half[2 * j + 1], 4, 5, 6, 7, 12, 13, 14, 15,
+                                         20, 21, 22, 23, 28, 29, 30, 31);
+  }
+  Part pairs[2];
+  for (int j = 0; j < 2; ++j) {
+    pairs[j] = __builtin_shufflevector(quarter[2 * j], quarter[2 * j + 1], 0, 1, 4, 5, 8, 9, 12, 13,
+                                       16, 17, 20, 21, 24, 25, 28, 29) +
+               __builtin_shufflevector(quarter[2 * j], quarter[2 * j + 1], 2, 3, 6, 7, 10, 11, 14,
+                                       15, 18, 19, 22, 23, 26, 27, 30, 31);
+  }
+  return __builtin_shufflevector(pairs[0], pairs[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                 26, 28, 30) +
+         __builtin_shufflevector(pairs[0], pairs[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25,
+                                 27, 29, 31);
+}
+#endif
 
 // sum_i a[i] in the fixed order.
 inline float Sum(const float* a, int64_t n) {
