@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/cpu/cpu_level.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backend/op_test_util.h"
 
@@ -292,6 +293,27 @@ TEST(AppendKvTest, WritesEachRowToItsSlotOnly) {
     if (!written[i]) {
       EXPECT_TRUE(std::isnan(blocks[i])) << "element " << i << " was written";
     }
+  }
+}
+
+// The levels with FMA attend bit for bit alike: AVX-512 reduces a tile's sixteen dot products as
+// one tree (ReduceLanes16), AVX2 one ReduceLanes each.
+TEST(AttentionTest, TheLevelsWithFmaGiveTheSameBits) {
+  using cpu::CpuLevel;
+  if (!cpu::CpuLevelSupported(CpuLevel::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
+  std::vector<std::shared_ptr<Backend>> backends;
+  for (const CpuLevel level : {CpuLevel::kAvx512, CpuLevel::kAvx2}) {
+    absl::StatusOr<std::shared_ptr<Backend>> backend =
+        CreateCpuBackend({.threads = 2, .kernel_level = level});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backends.push_back(*std::move(backend));
+  }
+  for (const Shape& shape : kShapes) {
+    AttentionProblem problem(shape, kKvLens, kQLens, /*shuffle=*/true, 17);
+    problem.FillCache(*backends[0]);
+    const std::vector<float> avx512 = problem.Run(*backends[0]);
+    const std::vector<float> avx2 = problem.Run(*backends[1]);
+    ExpectBitwiseEqual(avx2.data(), avx512.data(), avx512.size());
   }
 }
 
