@@ -2,16 +2,17 @@
 """This library and llama.cpp on the same GGUF file, on the CPU, in one run.
 
     python3 samples/bench/side_by_side_llama_cpp.py --model .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf \
-        [--threads 2] [--runs 5] [--weight-types quantized,f32] [--out side_by_side.jsonl]
+        [--threads 2] [--runs 5] [--prompt 512] [--batch 8] [--weight-types quantized,f32]
+        [--out side_by_side.jsonl]
         [--venv .cache/llama-cpp-venv] [--commit SHA] [--accuracy]
 
 llama.cpp comes from PyPI's llama-cpp-python, installed by this script into its own virtual
 environment (--venv; pip builds it for this machine's instruction sets, ggml_cpu_options); it is
 never a dependency of the library. Each run measures, each in a fresh process, this library
 (build/bin/pulseinfer-bench, once per --weight-types) and llama.cpp, alternating A B A B: the
-time to the first token of a 512-token random prompt (prefill tokens/s), the median time of 64
-greedy decode steps of one request after it (batch-1 decode tokens/s) and of 8 requests together
-(batch-8 decode tokens/s, 8 tokens a step), and the process's peak resident memory. The table
+time to the first token of a random prompt of --prompt tokens (512; prefill tokens/s), the median
+time of 64 greedy decode steps of one request after it (batch-1 decode tokens/s) and of --batch
+requests of such prompts together (8; tokens a step as many), and the process's peak resident memory. The table
 printed last has the medians over the runs; every run is a JSON line in --out.
 
 --accuracy instead compares the last position's logits of the three texts of
@@ -29,12 +30,10 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROMPT = 512
 DECODE = 64
-BATCH = 8
 
 # llama.cpp: one sequence through llama-cpp-python's Llama (its prompt's prefill, then its
-# decode steps: the faster of the two ways measured here), then BATCH sequences through its
+# decode steps: the faster of the two ways measured here), then --batch sequences through its
 # bindings of the C API (Llama serves one sequence) in one KV cache, prefilled one after another
 # and decoded together; greedy.
 LLAMA_RUN = r"""
@@ -197,25 +196,25 @@ def measure(command):
         return stdout.read(), usage.ru_maxrss / 1024.0
 
 
-def run_pulse(model, weight_type):
+def run_pulse(model, weight_type, prompt, batch):
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "pulse.jsonl")
         command = [os.path.join(REPO, "build", "bin", "pulseinfer-bench"), "--model", model,
                    "--backend", "cpu", "--weight-type", weight_type, "--modes", "dense",
-                   "--decode", f"1x{PROMPT},{BATCH}x{PROMPT}", "--decode-steps", str(DECODE + 2),
-                   "--prefill", str(PROMPT), "--out", out]
+                   "--decode", f"1x{prompt},{batch}x{prompt}", "--decode-steps", str(DECODE + 2),
+                   "--prefill", str(prompt), "--out", out]
         _, peak_mib = measure(command)
         records = [json.loads(line) for line in open(out)]
     decode = {r["batch"]: r for r in records if r["bench"] == "decode"}
     prefill = next(r for r in records if r["bench"] == "prefill")
     return {"engine": f"pulseinfer {weight_type}", "prefill_s": prefill["seconds"],
             "decode_ms_p50": decode[1]["tpot_ms_p50"],
-            "decode_batch_ms_p50": decode[BATCH]["tpot_ms_p50"], "peak_mib": peak_mib}
+            "decode_batch_ms_p50": decode[batch]["tpot_ms_p50"], "peak_mib": peak_mib}
 
 
-def run_llama(python, model, threads):
-    stdout, peak_mib = measure([python, "-c", LLAMA_RUN, model, str(threads), str(BATCH),
-                                str(PROMPT), str(DECODE)])
+def run_llama(python, model, threads, prompt, batch):
+    stdout, peak_mib = measure([python, "-c", LLAMA_RUN, model, str(threads), str(batch),
+                                str(prompt), str(DECODE)])
     result = json.loads(stdout.strip().splitlines()[-1])
     return {"engine": f"llama.cpp {result['version']}", "prefill_s": result["prefill_s"],
             "decode_ms_p50": result["decode_ms_p50"],
@@ -229,6 +228,8 @@ def main():
     # pulseinfer-bench runs on every core (pulse_model_params.threads 0): llama.cpp gets as many.
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--prompt", type=int, default=512, help="tokens of each random prompt")
+    parser.add_argument("--batch", type=int, default=8, help="requests decoding together")
     parser.add_argument("--weight-types", default="quantized,f32")
     parser.add_argument("--out", default="side_by_side.jsonl")
     parser.add_argument("--commit", default="unknown")
@@ -244,27 +245,30 @@ def main():
     results = {}
     with open(args.out, "w") as out:
         for run in range(args.runs):
-            measured = [run_pulse(args.model, w) for w in args.weight_types.split(",")]
-            measured.append(run_llama(python, args.model, args.threads))
+            measured = [run_pulse(args.model, w, args.prompt, args.batch)
+                        for w in args.weight_types.split(",")]
+            measured.append(run_llama(python, args.model, args.threads, args.prompt, args.batch))
             for record in measured:
                 record.update({"bench": "side-by-side", "run": run, "threads": args.threads,
                                "model": os.path.basename(args.model), "commit": args.commit,
-                               "prompt": PROMPT, "decode_steps": DECODE, "batch": BATCH,
+                               "prompt": args.prompt, "decode_steps": DECODE,
+                               "batch": args.batch,
                                "command": " ".join(sys.argv)})
                 out.write(json.dumps(record) + "\n")
                 out.flush()
                 results.setdefault(record["engine"], []).append(record)
-                print(f"run {run}: {record['engine']:28} prefill {PROMPT / record['prefill_s']:7.1f} "
-                      f"tok/s  decode {1e3 / record['decode_ms_p50']:6.1f} tok/s, batch {BATCH} "
-                      f"{BATCH * 1e3 / record['decode_batch_ms_p50']:6.1f} tok/s  "
+                print(f"run {run}: {record['engine']:28} prefill "
+                      f"{args.prompt / record['prefill_s']:7.1f} tok/s  decode "
+                      f"{1e3 / record['decode_ms_p50']:6.1f} tok/s, batch {args.batch} "
+                      f"{args.batch * 1e3 / record['decode_batch_ms_p50']:6.1f} tok/s  "
                       f"peak {record['peak_mib']:6.0f} MiB", flush=True)
     print(f"\nmedians of {args.runs} runs, {args.threads} threads, {os.path.basename(args.model)}")
     print(f"{'engine':28} {'prefill tok/s':>14} {'decode tok/s':>13} "
-          f"{f'batch {BATCH} tok/s':>14} {'peak MiB':>9}")
+          f"{f'batch {args.batch} tok/s':>14} {'peak MiB':>9}")
     for engine, records in results.items():
-        prefill = statistics.median(PROMPT / r["prefill_s"] for r in records)
+        prefill = statistics.median(args.prompt / r["prefill_s"] for r in records)
         decode = statistics.median(1e3 / r["decode_ms_p50"] for r in records)
-        batched = statistics.median(BATCH * 1e3 / r["decode_batch_ms_p50"] for r in records)
+        batched = statistics.median(args.batch * 1e3 / r["decode_batch_ms_p50"] for r in records)
         peak = statistics.median(r["peak_mib"] for r in records)
         print(f"{engine:28} {prefill:14.1f} {decode:13.1f} {batched:14.1f} {peak:9.0f}")
 
