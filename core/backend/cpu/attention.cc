@@ -4,6 +4,8 @@
 #include <cassert>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/backend/cpu/exp.h"
@@ -44,6 +46,17 @@ void PrefetchRow(const float* row, int32_t dims) {
   for (int32_t d = 0; d < dims; d += 64 / sizeof(float)) __builtin_prefetch(row + d);
 }
 
+// Calls fn(std::integral_constant<int, n>{}) for n in 1..4: a kernel templated on how many heads
+// share its loads, for the heads left.
+template <typename Fn>
+void WithHeads(int32_t n, Fn&& fn) {
+  assert(n >= 1 && n <= 4);
+  [&]<int... kN>(std::integer_sequence<int, kN...>) {
+    ((n == kN + 1 ? fn(std::integral_constant<int, kN + 1>{}) : void()), ...);
+  }
+  (std::make_integer_sequence<int, 4>{});
+}
+
 // keys[i] = the key of token first + i of one sequence's KV head, for tokens first..last; its
 // value is value_offset() further.
 void KeyPointers(const PagedKvBatch& kv, int32_t seq, int32_t kv_head, int64_t first, int64_t last,
@@ -75,7 +88,7 @@ void ScoreKeys(const float* queries, const float* const* keys, int64_t count, in
     }
     Vec acc[kHeads][kKeyTile];
     for (int h = 0; h < kHeads; ++h) {
-      for (int k = 0; k < kKeyTile; ++k) acc[h][k] = Splat(0.0f);
+      for (int k = 0; k < kKeyTile; ++k) acc[h][k] = Vec{};
     }
     int32_t d = 0;
     for (; d + kLanes <= head_dim; d += kLanes) {
@@ -170,25 +183,10 @@ void WeightedValues(const float* const* keys, int64_t count, int64_t value_offse
   int32_t d0 = 0;
   for (; d0 + kValueDims <= head_dim; d0 += kValueDims) {
     for (int32_t h = 0; h < heads; h += kValueHeads) {
-      const float* head_p = p + h * p_stride;
-      float* head_out = out + int64_t{h} * head_dim;
-      switch (std::min(heads - h, kValueHeads)) {
-        case 4:
-          WeightedValueChunk<4>(keys, count, value_offset, head_p, p_stride, d0, head_out,
-                                head_dim);
-          break;
-        case 3:
-          WeightedValueChunk<3>(keys, count, value_offset, head_p, p_stride, d0, head_out,
-                                head_dim);
-          break;
-        case 2:
-          WeightedValueChunk<2>(keys, count, value_offset, head_p, p_stride, d0, head_out,
-                                head_dim);
-          break;
-        default:
-          WeightedValueChunk<1>(keys, count, value_offset, head_p, p_stride, d0, head_out,
-                                head_dim);
-      }
+      WithHeads(std::min(heads - h, kValueHeads), [&](auto n) {
+        WeightedValueChunk<n>(keys, count, value_offset, p + h * p_stride, p_stride, d0,
+                              out + int64_t{h} * head_dim, head_dim);
+      });
     }
   }
   for (int32_t h = 0; h < heads; ++h) {
@@ -213,19 +211,26 @@ struct SplitItem {
   int64_t partial;  // its first slot among the partial results, or -1 for a row of one range
 };
 
-// A thread's buffers for its items, kept from call to call (a decode step makes a call a layer).
+// A thread's buffers, kept from call to call (a decode step makes a call a layer).
 struct SplitScratch {
-  void Reserve(int32_t group, int32_t head_dim) {
+  void Reserve(int32_t group, int32_t head_dim, int64_t splits) {
     keys.resize(kSplitKeys);
     p.resize(static_cast<size_t>(group) * kSplitKeys);
     max.resize(group);
     sum.resize(group);
     values.resize(static_cast<size_t>(group) * head_dim);
+    weights.resize(splits);
   }
   std::vector<const float*> keys;
   std::vector<float> p;                 // [group][kSplitKeys]: scores, then their exponentials
   std::vector<float> max, sum, values;  // a row of one range's results before normalizing
+  std::vector<float> weights;           // MergeSplits' weight of each range
 };
+
+SplitScratch& ThreadScratch() {
+  thread_local SplitScratch scratch;
+  return scratch;
+}
 
 // The unnormalized softmax of `group` query heads (q, head_dim apart) of one item over its keys:
 // max[h], sum[h] of exp(score - max) and values[h][d] = sum_i exp(score_i - max) * value_i[d].
@@ -236,52 +241,39 @@ void AttendSplit(const float* q, int32_t group, const PagedKvBatch& kv, const Sp
   KeyPointers(kv, item.seq, item.kv_head, item.first, item.last, scratch.keys.data());
   const int64_t value_offset = kv.layout.value_offset();
   for (int32_t h = 0; h < group; h += kScoreHeads) {
-    const float* queries = q + int64_t{h} * head_dim;
-    float* p = scratch.p.data() + int64_t{h} * kSplitKeys;
-    const float** keys = scratch.keys.data();
-    switch (std::min(group - h, kScoreHeads)) {
-      case 4:
-        ScoreKeys<4>(queries, keys, count, head_dim, value_offset, scale, p, kSplitKeys, max + h);
-        break;
-      case 3:
-        ScoreKeys<3>(queries, keys, count, head_dim, value_offset, scale, p, kSplitKeys, max + h);
-        break;
-      case 2:
-        ScoreKeys<2>(queries, keys, count, head_dim, value_offset, scale, p, kSplitKeys, max + h);
-        break;
-      default:
-        ScoreKeys<1>(queries, keys, count, head_dim, value_offset, scale, p, kSplitKeys, max + h);
-    }
+    WithHeads(std::min(group - h, kScoreHeads), [&](auto n) {
+      ScoreKeys<n>(q + int64_t{h} * head_dim, scratch.keys.data(), count, head_dim, value_offset,
+                   scale, scratch.p.data() + int64_t{h} * kSplitKeys, kSplitKeys, max + h);
+    });
   }
   for (int32_t h = 0; h < group; ++h) {
     float* p = scratch.p.data() + int64_t{h} * kSplitKeys;
     for (int64_t i = 0; i < count; ++i) p[i] = Exp(p[i] - max[h]);
     sum[h] = Sum(p, count);
   }
-  WeightedValues(scratch.keys.data(), count, kv.layout.value_offset(), head_dim, scratch.p.data(),
-                 kSplitKeys, group, values);
+  WeightedValues(scratch.keys.data(), count, value_offset, head_dim, scratch.p.data(), kSplitKeys,
+                 group, values);
 }
 
 // out[d] = (sum_s w_s * values_s[d]) / (sum_s w_s * sum_s), w_s = exp(max_s - the largest max),
-// over `splits` partial results in key order (`stride` apart): the softmax over all the keys.
+// over `splits` partial results in key order (`stride` apart): the softmax over all the keys. One
+// range is its own normalization (w = 1). `weights` holds `splits` floats.
 void MergeSplits(const float* max, const float* sum, const float* values, int64_t splits,
-                 int64_t stride, int32_t head_dim, float* out) {
+                 int64_t stride, int32_t head_dim, float* weights, float* out) {
   float top = -std::numeric_limits<float>::infinity();
   for (int64_t s = 0; s < splits; ++s) top = std::max(top, max[s * stride]);
-  std::vector<float> weights(splits);
   float total = 0.0f;
   for (int64_t s = 0; s < splits; ++s) {
     weights[s] = Exp(max[s * stride] - top);
     total = MulAdd(sum[s * stride], weights[s], total);
   }
-  const float inv_total = 1.0f / total;
-  for (int32_t d = 0; d < head_dim; ++d) {
-    float acc = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) {
-      acc = MulAdd(values[s * stride * head_dim + d], weights[s], acc);
-    }
-    out[d] = acc * inv_total;
+  std::fill(out, out + head_dim, 0.0f);
+  for (int64_t s = 0; s < splits; ++s) {
+    const float* range = values + s * stride * head_dim;
+    for (int32_t d = 0; d < head_dim; ++d) out[d] = MulAdd(range[d], weights[s], out[d]);
   }
+  const float inv_total = 1.0f / total;
+  for (int32_t d = 0; d < head_dim; ++d) out[d] *= inv_total;
 }
 
 }  // namespace
@@ -327,6 +319,7 @@ void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_h
   std::vector<SplitItem> items;
   std::vector<Merge> merges;
   int64_t partials = 0;
+  int64_t max_splits = 1;
   for (int32_t seq = 0; seq < kv.num_seqs; ++seq) {
     const int32_t q_len = kv.q_offsets[seq + 1] - kv.q_offsets[seq];
     for (int32_t row = kv.q_offsets[seq]; row < kv.q_offsets[seq + 1]; ++row) {
@@ -335,6 +328,7 @@ void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_h
             kv.kv_lens[kv.TableRow(seq, kv_head)] - q_len + (row - kv.q_offsets[seq]);
         const int64_t splits = position / kSplitKeys + 1;
         if (splits > 1) merges.push_back({static_cast<int64_t>(items.size()), splits});
+        max_splits = std::max(max_splits, splits);
         for (int64_t s = 0; s < splits; ++s) {
           items.push_back({row, seq, kv_head, s * kSplitKeys,
                            std::min(position, (s + 1) * kSplitKeys - 1),
@@ -352,8 +346,8 @@ void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_h
   const int32_t parts = static_cast<int64_t>(items.size()) < pool.num_threads() ? group : 1;
   const int32_t part_heads = group / parts;
   pool.ParallelFor(static_cast<int64_t>(items.size()) * parts, 1, [&](int64_t begin, int64_t end) {
-    thread_local SplitScratch scratch;
-    scratch.Reserve(part_heads, head_dim);
+    SplitScratch& scratch = ThreadScratch();
+    scratch.Reserve(part_heads, head_dim, max_splits);
     for (int64_t unit = begin; unit < end; ++unit) {
       const SplitItem& item = items[unit / parts];
       const int32_t first_head = static_cast<int32_t>(unit % parts) * part_heads;
@@ -369,22 +363,22 @@ void Attention(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_h
                   scratch.sum.data(), scratch.values.data());
       float* row_out = out + (int64_t{item.row} * num_heads + head) * head_dim;
       for (int32_t h = 0; h < part_heads; ++h) {
-        const float inv_sum = 1.0f / scratch.sum[h];
-        for (int32_t d = 0; d < head_dim; ++d) {
-          row_out[int64_t{h} * head_dim + d] = scratch.values[int64_t{h} * head_dim + d] * inv_sum;
-        }
+        MergeSplits(&scratch.max[h], &scratch.sum[h], &scratch.values[int64_t{h} * head_dim], 1, 1,
+                    head_dim, scratch.weights.data(), row_out + int64_t{h} * head_dim);
       }
     }
   });
   if (merges.empty()) return;
   pool.ParallelFor(static_cast<int64_t>(merges.size()) * group, 1, [&](int64_t begin, int64_t end) {
+    SplitScratch& scratch = ThreadScratch();
+    scratch.Reserve(part_heads, head_dim, max_splits);
     for (int64_t m = begin; m < end; ++m) {
       const Merge& merge = merges[m / group];
       const SplitItem& first = items[merge.first_item];
       const int32_t h = static_cast<int32_t>(m % group);
       const int64_t at = first.partial + h;
       MergeSplits(&partial_max[at], &partial_sum[at], &partial_values[at * head_dim], merge.splits,
-                  group, head_dim,
+                  group, head_dim, scratch.weights.data(),
                   out + (int64_t{first.row} * num_heads + first.kv_head * group + h) * head_dim);
     }
   });

@@ -48,15 +48,7 @@ struct Vec {
   }
 };
 
-// Every lane `value`.
-inline Vec Splat(float value) {
-  Vec v;
-  PULSE_UNROLL_LANES
-  for (int p = 0; p < kParts; ++p) v.part[p] = Part{} + value;
-  return v;
-}
-
-// Every lane of a Part `value` (Splat adds it to zero, which turns -0 into +0; this does not).
+// Every lane of a Part `value`.
 inline Part Broadcast(float value) {
 #if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
   return _mm512_set1_ps(value);
