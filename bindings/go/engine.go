@@ -383,6 +383,10 @@ type EngineStats struct {
 	// Steps that failed as a whole (a failed copy, the device tier exhausted mid-step) and ran
 	// once more.
 	RetriedSteps int64
+	// Offloaded requests whose prompt the KV cache could not hold, prefilled staged (the earlier
+	// chunks' KV read from the host tier a layer at a time), and the bytes those chunks recalled.
+	StagedRequests    int64
+	StagedRecallBytes int64
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -439,5 +443,7 @@ func (e *Engine) Stats() (EngineStats, error) {
 		DemotedRequests:       int64(stats.demoted_requests),
 		PromotedRequests:      int64(stats.promoted_requests),
 		RetriedSteps:          int64(stats.retried_steps),
+		StagedRequests:        int64(stats.staged_requests),
+		StagedRecallBytes:     int64(stats.staged_recall_bytes),
 	}, nil
 }

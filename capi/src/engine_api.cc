@@ -128,6 +128,8 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.demoted_requests = totals.admission.demoted;
     value.promoted_requests = totals.admission.promoted;
     value.retried_steps = totals.retried_steps;
+    value.staged_requests = totals.admission.staged;
+    value.staged_recall_bytes = totals.offload.staged.recall_bytes;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

@@ -30,7 +30,7 @@ constexpr size_t kMaxStepGraphs = 32;
 // A decode step graphs may replay: one token a sequence, every sequence dense or every one
 // sparse (its attention one run of tables, whose shape the sparse step's plan pads).
 bool IsGraphableDecode(int32_t max_q_len, const StepBatch& batch) {
-  if (max_q_len != 1) return false;
+  if (max_q_len != 1 || batch.has_staged()) return false;
   int32_t sparse = 0;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) sparse += batch.sparse(s) ? 1 : 0;
   return sparse == 0 || sparse == batch.num_seqs();
@@ -194,6 +194,7 @@ absl::Status ModelRunner::RunOps() {
   PULSE_RETURN_IF_ERROR(RunLayers());
   for (StepContext& context : step_contexts()) {
     if (context.sparse_planned) PULSE_RETURN_IF_ERROR(sparse_->FinishStep(*context.sparse));
+    if (context.staged) PULSE_RETURN_IF_ERROR(sparse_->staged()->Finish());
   }
   Logits();
   return absl::OkStatus();
@@ -335,6 +336,7 @@ absl::Status ModelRunner::EndStep(const absl::Status& read, int64_t output_reads
   step_host_waits_ = model_->backend().host_waits() - waits_before_ - output_reads;
   absl::Status status = read;
   for (StepContext& context : step_contexts()) {
+    if (std::exchange(context.staged, false) && !read.ok()) sparse_->staged()->Abandon();
     if (!std::exchange(context.sparse_planned, false)) continue;
     if (read.ok()) {
       status.Update(sparse_->Collect(*context.sparse, counters(context.step.first_seq)));
@@ -379,6 +381,17 @@ absl::Status ModelRunner::Check(const StepBatch& batch) const {
       return absl::InvalidArgumentError(absl::StrFormat(
           "step batch: sequence %d has %d new of %d tokens in %d blocks of %d tokens", s,
           new_tokens, kv_len, blocks.size(), block_tokens));
+    }
+    if (batch.staged(s)) {
+      // Its blocks are the staging area's; StagedPrefill::Plan checks its host blocks.
+      if (batch.num_seqs() != 1 || sparse_ == nullptr || sparse_->staged() == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("step batch: sequence %d is a staged prompt chunk %s", s,
+                            batch.num_seqs() != 1
+                                ? "beside other sequences"
+                                : "and the runner has no host tier (ModelRunnerOptions::offload)"));
+      }
+      continue;
     }
     // Blocks past the dense pool are the device tier's slots.
     const int32_t dense_blocks = sparse_ == nullptr ? cache_.num_blocks() : sparse_->first_slot();
@@ -537,7 +550,15 @@ absl::Status ModelRunner::UploadMicroBatch(const StepBatch& batch, int32_t first
   step.logit_rows = device + logit_rows;
   context.step = step;
   context.sparse_planned = false;
+  context.staged = batch.has_staged();
   if (batch.has_sparse()) PULSE_RETURN_IF_ERROR(PlanSparse(batch, context));
+  if (context.staged) {
+    const std::span<const int32_t> host = batch.host_blocks(first_seq);
+    const int32_t kv_len = batch.kv_lens()[static_cast<size_t>(first_seq)];
+    // The host tier grows to hold what the chunk writes back (the engine grew it at admission).
+    PULSE_RETURN_IF_ERROR(sparse_->host_tier()->Reserve(*std::ranges::max_element(host) + 1));
+    PULSE_RETURN_IF_ERROR(sparse_->staged()->Plan(host, kv_len - step.num_tokens, kv_len));
+  }
   return absl::OkStatus();
 }
 
@@ -574,7 +595,7 @@ void ModelRunner::Embed(StepContext& context) {
 
 PagedKvBatch ModelRunner::KvBatch(const StepContext& context, int32_t layer) const {
   PagedKvBatch kv;
-  kv.blocks = cache_.layer(layer);
+  kv.blocks = context.staged ? sparse_->staged()->layer_blocks(layer) : cache_.layer(layer);
   kv.layout = cache_.layout();
   kv.num_seqs = context.step.num_seqs;
   kv.max_blocks_per_seq = context.step.max_blocks_per_seq;
@@ -605,8 +626,10 @@ absl::Status ModelRunner::PreAttention(StepContext& context, int32_t layer) {
   backend.Gemm(normed, rows, w.qkv.view(), w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<float>(),
                qkv);
   const float* inv_freq = model_->weights().rope_inv_freq.as<float>();
+  if (context.staged) PULSE_RETURN_IF_ERROR(sparse_->staged()->BeforeAppend(layer));
   backend.RopeAppendKv(qkv, rows, qkv_dim_, config.num_heads, context.step.positions, inv_freq,
                        KvBatch(context, layer));
+  if (context.staged) return sparse_->staged()->AfterAppend(layer);
   return context.sparse_planned ? sparse_->AfterAppend(layer, *context.sparse) : absl::OkStatus();
 }
 

@@ -26,6 +26,17 @@ void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_posit
   if (logits == LogitRows::kLast && !tokens.empty()) logit_rows_.push_back(num_tokens() - 1);
   sparse_.push_back(sparse);
   has_sparse_ |= sparse.has_value();
+  staged_.push_back(false);
+}
+
+void StepBatch::AddStagedSequence(std::span<const int32_t> tokens, int32_t start_position,
+                                  std::span<const int32_t> host_blocks, LogitRows logits) {
+  // Its attention reads logical block j as block j of the staging area.
+  std::vector<int32_t> staging(host_blocks.size());
+  for (size_t j = 0; j < staging.size(); ++j) staging[j] = static_cast<int32_t>(j);
+  AddSequence(tokens, start_position, staging, logits, std::nullopt, host_blocks);
+  staged_.back() = true;
+  has_staged_ = true;
 }
 
 void StepBatch::Clear() {
@@ -42,6 +53,8 @@ void StepBatch::Clear() {
   logit_rows_.clear();
   sparse_.clear();
   has_sparse_ = false;
+  staged_.clear();
+  has_staged_ = false;
   max_blocks_per_seq_ = 0;
 }
 

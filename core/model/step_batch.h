@@ -44,6 +44,12 @@ class StepBatch {
                    const std::optional<SparseSelection>& sparse = std::nullopt,
                    std::span<const int32_t> host_blocks = {},
                    std::span<const WriteBackEntry> departed = {});
+  // Adds a prompt chunk of an offloaded sequence none of whose blocks is resident: logical block
+  // j lives in host-tier block host_blocks[j] (which must cover every position through the last
+  // new one), and the chunk attends to it through the offload layer's staging area
+  // (core/offload/staged_prefill.h). Such a chunk is the only sequence of its step.
+  void AddStagedSequence(std::span<const int32_t> tokens, int32_t start_position,
+                         std::span<const int32_t> host_blocks, LogitRows logits);
   void Clear();
 
   int32_t num_seqs() const { return static_cast<int32_t>(kv_lens_.size()); }
@@ -67,6 +73,8 @@ class StepBatch {
     return sparse_[static_cast<size_t>(seq)];
   }
   bool has_sparse() const { return has_sparse_; }
+  bool staged(int32_t seq) const { return staged_[static_cast<size_t>(seq)]; }
+  bool has_staged() const { return has_staged_; }
 
  private:
   std::vector<int32_t> tokens_;
@@ -82,6 +90,8 @@ class StepBatch {
   std::vector<int32_t> logit_rows_;
   std::vector<std::optional<SparseSelection>> sparse_;  // [num_seqs]
   bool has_sparse_ = false;
+  std::vector<bool> staged_;  // [num_seqs]
+  bool has_staged_ = false;
   int32_t max_blocks_per_seq_ = 0;
 };
 

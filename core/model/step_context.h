@@ -58,6 +58,7 @@ struct StepContext {
   std::vector<int32_t> staging;        // the host side of Scratch::inputs
   std::unique_ptr<SparseStep> sparse;  // with sparse attention
   bool sparse_planned = false;         // this step planned sparse rows here
+  bool staged = false;                 // a staged prompt chunk (StagedPrefill) planned here
 };
 
 struct StepOutputs {

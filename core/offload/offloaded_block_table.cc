@@ -117,6 +117,36 @@ absl::Status OffloadedBlockTable::Grow(int32_t tokens) {
   return absl::OkStatus();
 }
 
+absl::Status OffloadedBlockTable::GrowHost(int32_t tokens) {
+  PULSE_RETURN_IF_ERROR(host_.Grow(tokens));
+  device_.resize(host_.blocks().size(), -1);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<WriteBackEntry>> OffloadedBlockTable::MakeResident(int32_t begin,
+                                                                              int32_t end) {
+  begin = std::max(begin, 0);
+  end = std::min<int32_t>(end, static_cast<int32_t>(device_.size()));
+  int32_t missing = 0;
+  for (int32_t j = begin; j < end; ++j) missing += device_[static_cast<size_t>(j)] < 0 ? 1 : 0;
+  if (missing > device_reserved_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "an offloaded sequence has %d device blocks left for %d blocks to make resident",
+        device_reserved_, missing));
+  }
+  std::vector<WriteBackEntry> made;
+  for (int32_t j = begin; j < end; ++j) {
+    int32_t& block = device_[static_cast<size_t>(j)];
+    if (block >= 0) continue;
+    // Cannot fail: the reservation covers it.
+    PULSE_ASSIGN_OR_RETURN(block, device_pool_->Allocate());
+    --device_reserved_;
+    ++resident_;
+    made.push_back({block, host_.blocks()[static_cast<size_t>(j)]});
+  }
+  return made;
+}
+
 std::vector<WriteBackEntry> OffloadedBlockTable::Evict(int32_t begin, int32_t end) {
   std::vector<WriteBackEntry> evicted;
   for (int32_t j = std::max(begin, 0); j < std::min<int32_t>(end, device_.size()); ++j) {

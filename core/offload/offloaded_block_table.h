@@ -1,9 +1,10 @@
 // One offloaded sequence's KV blocks in the two tiers: a host-tier block for every logical block
 // (reserved for the worst case up front, as BlockTable does), and device blocks of the dense pool
 // only for the logical blocks that must be resident. While the prompt is prefilled every block
-// is resident (chunks attend densely); from the first decode step on, only the attention-sink
-// blocks, the recent window and the block being written are, so the sequence holds at most
-// `resident_limit` device blocks however long it grows. The others live in the host tier,
+// is resident (chunks attend densely), or none is (a staged prefill, GrowHost, whose resident
+// set is made resident before the first decode step); from the first decode step on, only the
+// attention-sink blocks, the recent window and the block being written are, so the sequence holds
+// at most `resident_limit` device blocks however long it grows. The others live in the host tier,
 // written back once when they filled, and are recalled into device slots when selected.
 //
 // Both pools must outlive the table. Move-only; gives everything back when destroyed.
@@ -63,6 +64,13 @@ class OffloadedBlockTable {
   // tokens fit. OutOfRange beyond max_tokens, ResourceExhausted when the device reservation is
   // spent (the caller evicted too little).
   absl::Status Grow(int32_t tokens);
+  // Allocates host blocks only, until `tokens` tokens fit: a prompt prefilled staged
+  // (core/offload/staged_prefill.h) has no resident block. OutOfRange beyond max_tokens.
+  absl::Status GrowHost(int32_t tokens);
+  // Gives a device block, from the reservation, to every logical block in [begin, end) that is
+  // not resident, and returns them, each beside its host block, for the caller to recall.
+  // ResourceExhausted, changing nothing, when the reservation is short.
+  absl::StatusOr<std::vector<WriteBackEntry>> MakeResident(int32_t begin, int32_t end);
   // Frees the device blocks of the logical blocks in [begin, end) that are resident (their
   // content must be in the host tier by now); their reservation stays with the table. Returns
   // them, each beside its host block.

@@ -23,6 +23,12 @@ int32_t PeakDeviceBlocks(const SelectionOptions& selection, int32_t block_tokens
 // The device-tier slots its selection takes in a step (in each set): its budget's picks, or its
 // whole context's when the budget covers it.
 int32_t SlotsNeeded(const SelectionOptions& selection, int32_t block_tokens, int32_t max_kv_tokens);
+// After a staged prefill (OffloadedBlockTable::GrowHost), before the decode step that writes the
+// token at `position`: gives device blocks to its sinks, its window and the block it writes, and
+// returns them (dense block -> host block) for the caller to recall from the host tier.
+absl::StatusOr<std::vector<WriteBackEntry>> MakeResidentSet(OffloadedBlockTable& blocks,
+                                                            const SelectionOptions& selection,
+                                                            int32_t block_tokens, int32_t position);
 // Before the decode step that writes the token at `position`: frees the device blocks that left
 // the window (written back to the host tier when they filled) and gives back the device
 // reservation beyond the resident set. Returns the blocks freed (dense block -> host block),

@@ -99,6 +99,10 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
                           std::move(summaries), std::move(tiers)));
   if (sparse->tiers_) {
     PULSE_ASSIGN_OR_RETURN(sparse->move_done_, backend.CreateCopyEvent());
+    PULSE_ASSIGN_OR_RETURN(
+        sparse->staged_,
+        StagedPrefill::Create(backend, layout, cache.num_layers(), limits.max_blocks_per_seq,
+                              sparse->tiers_->host, sparse->summaries_));
     std::vector<SlotLayer> slot_layers;
     for (size_t layer = 0; layer < sparse->layers_.size(); ++layer) {
       slot_layers.push_back(
@@ -751,6 +755,12 @@ absl::Status SparseAttention::MoveToDevice(std::span<const int32_t> host_blocks,
         *move_done_));
   }
   return backend_.WaitForCopy(*move_done_);
+}
+
+OffloadStats SparseAttention::offload_stats() const {
+  OffloadStats stats = offload_stats_;
+  if (staged_) stats.staged = staged_->stats();
+  return stats;
 }
 
 SparseAttentionStats SparseAttention::stats(uint64_t key) const {

@@ -36,6 +36,7 @@
 #include "core/offload/offload_config.h"
 #include "core/offload/selection.h"
 #include "core/offload/slot_directory.h"
+#include "core/offload/staged_prefill.h"
 
 namespace pulse {
 
@@ -85,6 +86,7 @@ struct OffloadStats {
   int64_t writeback_bytes = 0;
   double writeback_seconds = 0;  // the copy engine's time on the steps' write-backs
   CacheStats cache;
+  StagedPrefillStats staged;  // prompt chunks prefilled staged (not counted above)
 };
 
 // The largest step a SparseAttention serves.
@@ -181,6 +183,8 @@ class SparseAttention {
 
   // The host tier (null without tiers): the scheduler grows it as it admits.
   HostTier* host_tier() { return tiers_ ? &tiers_->host : nullptr; }
+  // Prompt chunks of offloaded sequences prefilled staged (null without tiers).
+  StagedPrefill* staged() { return staged_.get(); }
   const OffloadConfig& config() const { return config_; }
   int32_t num_slots() const { return tiers_ ? tiers_->directory.num_slots() : 0; }
   int32_t first_slot() const { return dense_blocks_; }
@@ -188,7 +192,7 @@ class SparseAttention {
 
   const SparseAttentionStats& stats() const { return stats_; }
   SparseAttentionStats stats(uint64_t key) const;
-  OffloadStats offload_stats() const { return offload_stats_; }
+  OffloadStats offload_stats() const;
 
  private:
   struct Tiers {
@@ -215,7 +219,8 @@ class SparseAttention {
   const SparseLimits limits_;
   BlockSummaries summaries_;
   std::optional<Tiers> tiers_;
-  int32_t step_stamp_ = 0;  // the step's stamp (BuildSparseTables)
+  std::unique_ptr<StagedPrefill> staged_;  // with tiers
+  int32_t step_stamp_ = 0;                 // the step's stamp (BuildSparseTables)
   int32_t step_picks_ = 0;  // offloaded picks the step's micro-batches planned so far
   int32_t step_sets_ = 0;   // the step's selection sets (0 until a sparse row is planned)
   SparseAttentionStats stats_;

@@ -10,6 +10,7 @@
 #include "core/kv/block_table.h"
 #include "core/kv/kv_cache.h"
 #include "core/offload/selection.h"
+#include "core/offload/staged_prefill.h"
 
 namespace pulse {
 namespace {
@@ -82,9 +83,14 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
         SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));
   }
   const int64_t block_bytes = limits.block_bytes;
-  // Device bytes of the offload tiers: the slots' KV and the host tier's summaries.
+  const int32_t max_blocks_per_seq =
+      BlocksForTokens(resolved.max_context - 1, resolved.block_tokens);
+  // Device bytes of the offload tiers: the slots' KV, the host tier's summaries and the staging
+  // area of a prompt prefilled offloaded.
   const int64_t tier_bytes =
-      int64_t{limits.slot_blocks} * block_bytes + int64_t{limits.host_blocks} * summary_block_bytes;
+      int64_t{limits.slot_blocks} * block_bytes +
+      int64_t{limits.host_blocks} * summary_block_bytes +
+      (resolved.offload ? StagedPrefill::Bytes(layout, max_blocks_per_seq) : 0);
   if (resolved.kv_capacity_tokens == 0 && resolved.kv_memory_bytes > 0) {
     // Whole blocks, each with its summary, within what the tiers leave.
     const int64_t blocks =
@@ -92,16 +98,21 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
     if (blocks < 1) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "kv_memory_bytes = %d leaves no KV cache block: the offload tiers take %d bytes (their "
-          "slots and the host tier's summaries), a block of KV cache and its summary %d",
+          "slots, the host tier's summaries and the staging area of an offloaded prompt), a block "
+          "of KV cache and its summary %d",
           resolved.kv_memory_bytes, tier_bytes, block_bytes + summary_block_bytes));
     }
     resolved.kv_capacity_tokens = blocks * resolved.block_tokens;
   } else if (resolved.kv_capacity_tokens == 0) {
     // A backend with memory of its own (a GPU) gives the KV cache and its summaries a share of
-    // what is free.
+    // what the offload tiers leave free.
     const size_t available = backend.AvailableBytes();
     const int64_t kv_bytes =
-        available == 0 ? kDefaultKvBytes : static_cast<int64_t>(available * kDefaultKvShare);
+        available == 0
+            ? kDefaultKvBytes
+            : static_cast<int64_t>(static_cast<double>(std::max<int64_t>(
+                                       static_cast<int64_t>(available) - tier_bytes, 0)) *
+                                   kDefaultKvShare);
     resolved.kv_capacity_tokens = std::max<int64_t>(
         resolved.block_tokens, std::min(kDefaultKvContexts * resolved.max_context,
                                         kv_bytes / (token_bytes + summary_token_bytes)));
@@ -126,7 +137,7 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
   const ModelRunnerOptions runner_options{
       .max_step_tokens = resolved.max_step_tokens,
       .max_seqs = resolved.max_batch,
-      .max_blocks_per_seq = BlocksForTokens(resolved.max_context - 1, resolved.block_tokens),
+      .max_blocks_per_seq = max_blocks_per_seq,
       .offload = resolved.offload,
       .decode_graphs = resolved.decode_graphs,
       // The adaptive choice splits only offloaded steps, in two.

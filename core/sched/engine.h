@@ -76,7 +76,9 @@ struct EngineOptions {
   // decode step attends, in every layer, only to the blocks offload->selection selects; prompt
   // chunks stay dense. Each full block of a request is written back to the host tier once; while
   // a request decodes only its sinks and window stay in the KV cache (whose size is then
-  // kv_capacity_tokens for those and the prompts being prefilled), and the blocks a step selects
+  // kv_capacity_tokens for those and the prompts being prefilled; a prompt it cannot hold is
+  // prefilled staged, reading its earlier chunks' KV from the host tier a layer at a time:
+  // docs/design/admission.md), and the blocks a step selects
   // are recalled into the device tier's slots, where they stay cached across steps. Its 0 sizes
   // resolve to defaults: host_tokens 8 full contexts capped at 4 GiB of KV; slot_tokens max_batch
   // budgets (or contexts, when shorter) capped at 1 GiB of KV. Empty (the default): dense
@@ -207,6 +209,7 @@ struct EngineStats {
     int64_t io_waits = 0;
     int64_t demoted = 0;   // running resident requests offloaded under memory pressure
     int64_t promoted = 0;  // running offloaded requests made resident when memory freed
+    int64_t staged = 0;    // offloaded requests whose prompt the dense pool could not hold
     int32_t offloaded_running = 0;
     double link_bytes_per_second = 0;
     double recall_bytes_per_row = 0;

@@ -69,6 +69,9 @@ struct Request {
   RequestRecall recall;
   std::optional<OffloadedBlockTable> offloaded_blocks;
   int32_t slot_blocks = 0;
+  // Its prompt is prefilled staged (no block resident: the dense pool could not hold it), until
+  // its resident set is recalled before its first decode step.
+  bool staged = false;
   // In the batch of the step in flight: its blocks stay with it until the step ends, even when
   // it is cancelled meanwhile.
   bool in_step = false;

@@ -21,6 +21,10 @@ int32_t Scheduler::BlocksNeeded(const Request& request) const {
                           request.max_kv_tokens());
 }
 
+int32_t Scheduler::StagedBlocksNeeded(const Request& request) const {
+  return PeakDeviceBlocks(*request.offload, limits_.block_tokens, 0, request.max_kv_tokens());
+}
+
 absl::Status Scheduler::CanEverFit(const Request& request) const {
   const int32_t block_tokens = limits_.block_tokens;
   if (!request.offload && BlocksNeeded(request) > pool_.capacity()) {
@@ -29,11 +33,12 @@ absl::Status Scheduler::CanEverFit(const Request& request) const {
         "blocks of %d tokens)",
         request.max_kv_tokens(), BlocksNeeded(request), pool_.capacity(), block_tokens));
   }
-  if (request.offload && BlocksNeeded(request) > pool_.capacity()) {
+  // Its prompt may be prefilled staged, holding its sinks and window only.
+  if (request.offload && StagedBlocksNeeded(request) > pool_.capacity()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "the request needs %d KV blocks of %d tokens resident at once (its prompt, or its sinks "
-        "and window), more than the KV cache holds (%d)",
-        BlocksNeeded(request), block_tokens, pool_.capacity()));
+        "the request needs %d KV blocks of %d tokens resident at once (its sinks and window), "
+        "more than the KV cache holds (%d)",
+        StagedBlocksNeeded(request), block_tokens, pool_.capacity()));
   }
   if (!request.offload) return absl::OkStatus();
   const int32_t host_blocks = BlocksForTokens(request.max_kv_tokens(), block_tokens);
@@ -155,6 +160,7 @@ void Scheduler::PromoteOne(Admitted& admitted) {
 
 Scheduler::Admitted Scheduler::Admit() {
   Admitted admitted;
+  MakeStagedResident(admitted);
   PromoteOne(admitted);
   while (!queue_.empty() && running() < limits_.max_batch) {
     Request& request = *queue_.front();
@@ -183,7 +189,12 @@ Scheduler::Admitted Scheduler::Admit() {
             DemoteOne(admitted)) {
           continue;
         }
-        break;
+        // Else its prompt is prefilled staged, with its resident set's blocks only.
+        blocks = OffloadedBlockTable::Create(&pool_, &host_pool_, limits_.block_tokens,
+                                             request.max_kv_tokens(), StagedBlocksNeeded(request));
+        if (!blocks.ok()) break;
+        request.staged = true;
+        ++admission_.staged;
       }
       if (const absl::Status grown = PinHostBlocks(0); !grown.ok()) {
         // With nothing running, no pinned memory will come free for it: it can never run.
@@ -212,8 +223,42 @@ Scheduler::Admitted Scheduler::Admit() {
   return admitted;
 }
 
-std::vector<ScheduledSequence> Scheduler::FormBatch() const {
+void Scheduler::MakeStagedResident(Admitted& admitted) {
+  for (const std::shared_ptr<Request>& running : running_) {
+    Request& request = *running;
+    if (!request.staged || !request.decoding()) continue;
+    absl::StatusOr<std::vector<WriteBackEntry>> made = MakeResidentSet(
+        *request.offloaded_blocks, *request.offload, limits_.block_tokens, request.computed);
+    // Cannot fail: its table reserved its resident set.
+    if (!made.ok()) continue;
+    TierMove& move = admitted.moves.emplace_back(TierMove{.request = running, .to_host = false});
+    for (const WriteBackEntry& entry : *made) {
+      move.device_blocks.push_back(entry.device_block);
+      move.host_blocks.push_back(entry.host_block);
+    }
+    request.staged = false;
+  }
+}
+
+std::vector<ScheduledSequence> Scheduler::FormBatch() {
   std::vector<ScheduledSequence> batch;
+  // A staged prompt's chunk runs alone, every other step while other requests have work.
+  const auto staged = std::find_if(running_.begin(), running_.end(), [](const auto& request) {
+    return request->staged && !request->decoding();
+  });
+  const bool others = std::any_of(running_.begin(), running_.end(), [](const auto& request) {
+    return !request->staged || request->decoding();
+  });
+  if (staged != running_.end() && (!others || !last_batch_staged_)) {
+    Request& request = **staged;
+    const int32_t count =
+        std::min({request.uncomputed(), limits_.prefill_chunk, limits_.max_step_tokens});
+    batch.push_back({*staged, request.computed, count, /*decode=*/false,
+                     /*sample=*/count == request.uncomputed()});
+    last_batch_staged_ = true;
+    return batch;
+  }
+  last_batch_staged_ = false;
   int32_t budget = limits_.max_step_tokens;
   for (const std::shared_ptr<Request>& request : running_) {
     if (!request->decoding()) continue;
@@ -222,7 +267,7 @@ std::vector<ScheduledSequence> Scheduler::FormBatch() const {
   }
   for (const std::shared_ptr<Request>& request : running_) {
     if (budget == 0) break;
-    if (request->decoding()) continue;
+    if (request->decoding() || request->staged) continue;
     const int32_t count = std::min({request->uncomputed(), limits_.prefill_chunk, budget});
     batch.push_back({request, request->computed, count, /*decode=*/false,
                      /*sample=*/count == request->uncomputed()});

@@ -61,6 +61,8 @@ class Scheduler {
   // Device KV blocks the request holds at most: its worst case, or for an offloaded request the
   // larger of its prompt and its resident set (PeakDeviceBlocks).
   int32_t BlocksNeeded(const Request& request) const;
+  // Of an offloaded request whose prompt is prefilled staged: its resident set only.
+  int32_t StagedBlocksNeeded(const Request& request) const;
   // OK when the request could run in an otherwise empty engine; ResourceExhausted saying which
   // capacity it exceeds otherwise.
   absl::Status CanEverFit(const Request& request) const;
@@ -91,11 +93,16 @@ class Scheduler {
   // request the engine placed is promoted a step, the first admitted first, when its whole worst
   // case fits the dense pool with room left as at admission and the recall it would still cost
   // (its remaining tokens at its own average recall a step) outweighs copying its context back.
-  // Each request moves at most once each way. Between steps only.
+  // Each request moves at most once each way.
+  //
+  // An offloaded request whose prompt the dense pool cannot hold even so is prefilled staged
+  // (core/offload/staged_prefill.h): it holds only its resident set of device blocks, and once
+  // its prompt is in, a move recalls that set before its first decode step. Between steps only.
   Admitted Admit();
   // This step's work: one token for every decoding request, then prompt chunks of the
-  // prefilling requests in admission order within the step's token budget.
-  std::vector<ScheduledSequence> FormBatch() const;
+  // prefilling requests in admission order within the step's token budget. A staged prompt's
+  // chunk is a step of its own, every other step while other work runs.
+  std::vector<ScheduledSequence> FormBatch();
   // Takes the request out of the queue or the running set and frees its KV blocks.
   void Remove(Request& request);
 
@@ -113,6 +120,8 @@ class Scheduler {
   bool FitsResident(const Request& request, int32_t held = 0) const;
   // Demotes the most recently admitted request that may be demoted; false when none may.
   bool DemoteOne(Admitted& admitted);
+  // The moves that recall the resident sets of requests whose staged prompts are in.
+  void MakeStagedResident(Admitted& admitted);
   // Promotes the first admitted request that may be promoted, if any.
   void PromoteOne(Admitted& admitted);
   // Host tier blocks made addressable for the host pool's blocks plus `more`.
@@ -128,6 +137,7 @@ class Scheduler {
   const AdmissionPolicy policy_;
   StepCosts costs_;
   int32_t offloaded_running_ = 0;
+  bool last_batch_staged_ = false;    // the last batch formed was a staged prompt chunk
   EngineStats::Admission admission_;  // the counts
   std::deque<std::shared_ptr<Request>> queue_;
   std::vector<std::shared_ptr<Request>> running_;  // in admission order

@@ -7,11 +7,17 @@ namespace {
 
 // Adds an offloaded request's sequence. While the request decodes, only its sinks, its window and
 // the block written stay resident; the blocks that left the window were written back to the host
-// tier when they filled, and the step keeps them in free device slots.
+// tier when they filled, and the step keeps them in free device slots. A staged prompt's chunk
+// has no resident block.
 absl::Status AddOffloaded(const ScheduledSequence& sequence, std::span<const int32_t> tokens,
                           LogitRows logits, int32_t block_tokens, StepBatch& batch) {
   Request& request = *sequence.request;
   OffloadedBlockTable& blocks = *request.offloaded_blocks;
+  if (request.staged) {
+    PULSE_RETURN_IF_ERROR(blocks.GrowHost(sequence.begin + sequence.count));
+    batch.AddStagedSequence(tokens, sequence.begin, blocks.host_blocks(), logits);
+    return absl::OkStatus();
+  }
   std::vector<WriteBackEntry> departed;
   if (sequence.decode) {
     departed = KeepResidentSet(blocks, *request.offload, block_tokens, sequence.begin);

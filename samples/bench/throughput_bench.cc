@@ -13,8 +13,9 @@
 // N requests of CONTEXT random tokens at once, each generating greedily past the measurement.
 // What does not fit waits, as it would in a server. Once every running request decodes, the
 // decode-only steps are timed (the first two are warm-up; a step that prefills a newly admitted
-// request is not timed): output tokens/s is the tokens they generated over their time, TPOT the
-// median and 99th percentile of their times. Prefill is not part of the figure.
+// request, or that decodes some requests while another prefills, is not timed): output tokens/s
+// is the tokens they generated over their time, TPOT the median and 99th percentile of their
+// times. Prefill is not part of the figure.
 //
 // Modes: dense (offloading off: the batch the cap allows); offload-headwise, the baseline of
 // head-wise offloading systems (head-wise selection, a copy a chunk, every request offloaded,
@@ -246,7 +247,12 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
       Fail("a request ended before the timed steps did (" + point.mode + ", concurrency " +
            std::to_string(point.concurrency) + ")");
     }
-    if (report.prefill_tokens != 0 || report.decode_tokens == 0) continue;
+    // Timed once every running request decodes: a staged prompt's chunk runs in a step of its
+    // own, between steps that decode the others.
+    if (report.prefill_tokens != 0 || report.decode_tokens == 0 ||
+        report.decode_tokens != state.running) {
+      continue;
+    }
     if (++decode_only <= 2) continue;  // warm-up
     if (step_ms.empty()) first = before;
     step_ms.push_back(ms);

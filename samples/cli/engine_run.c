@@ -16,15 +16,16 @@ pulse_engine* create_single_engine(pulse_model* model, size_t context,
     const size_t block = (size_t)params.block_tokens;
     params.max_batch = 1;
     params.max_context = (int32_t)context;
-    params.kv_capacity_tokens = (int64_t)((context + block - 1) / block * block);
+    const int64_t context_tokens = (int64_t)((context + block - 1) / block * block);
+    if (params.kv_capacity_tokens == 0) params.kv_capacity_tokens = context_tokens;
     /* One request: a host tier of its context and slots of its budget are all it can use. */
     if (params.offload_mode != PULSE_OFFLOAD_OFF && params.offload_host_tokens == 0) {
-      params.offload_host_tokens = params.kv_capacity_tokens;
+      params.offload_host_tokens = context_tokens;
     }
     if (params.offload_mode != PULSE_OFFLOAD_OFF && params.offload_slot_tokens == 0) {
-      params.offload_slot_tokens = params.offload_budget_tokens < params.kv_capacity_tokens
+      params.offload_slot_tokens = params.offload_budget_tokens < context_tokens
                                        ? params.offload_budget_tokens
-                                       : params.kv_capacity_tokens;
+                                       : context_tokens;
     }
     pulse_engine* engine = NULL;
     status = pulse_engine_create(model, &params, &engine);

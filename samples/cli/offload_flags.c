@@ -42,6 +42,8 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   flags->block_tokens = defaults.block_tokens;
   flags->admission = defaults.offload_admission == PULSE_ADMIT_OFFLOAD_EVERY ? "every" : "adaptive";
   flags->micro_batches = defaults.micro_batches;
+  flags->kv_tokens = 0;
+  flags->prefill_chunk = defaults.prefill_chunk;
   const flag_spec own[kOffloadFlagCount] = {
       {"--offload", kFlagString, &flags->mode, 0, 0},
       {"--budget", kFlagInt32, &flags->budget, 1, 1 << 30},
@@ -57,6 +59,8 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
       {"--block-tokens", kFlagInt32, &flags->block_tokens, 1, 4096},
       {"--admission", kFlagString, &flags->admission, 0, 0},
       {"--micro-batches", kFlagInt32, &flags->micro_batches, 0, 8},
+      {"--kv-tokens", kFlagInt32, &flags->kv_tokens, 1, 1 << 30},
+      {"--prefill-chunk", kFlagInt32, &flags->prefill_chunk, 1, 1 << 20},
   };
   for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
 }
@@ -111,6 +115,8 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
   params->offload_summary_boxes = flags->summary_boxes;
   params->block_tokens = flags->block_tokens;
   params->micro_batches = flags->micro_batches;
+  params->kv_capacity_tokens = flags->kv_tokens;
+  params->prefill_chunk = flags->prefill_chunk;
   return 1;
 }
 
@@ -125,6 +131,12 @@ void print_offload_stats(pulse_engine* engine) {
             (long long)stats.admitted_resident, (long long)stats.admitted_offloaded,
             (long long)stats.admission_io_waits, stats.recall_mb_per_row, stats.link_gb_s,
             stats.step_compute_ms);
+  }
+  if (stats.staged_requests > 0) {
+    fprintf(stderr,
+            "staged prefill: %lld prompts longer than the KV cache, %.2f MiB of earlier chunks "
+            "recalled\n",
+            (long long)stats.staged_requests, (double)stats.staged_recall_bytes / (1 << 20));
   }
   if (stats.split_steps > 0) {
     fprintf(stderr,

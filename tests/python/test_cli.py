@@ -342,6 +342,21 @@ def test_offload_with_a_budget_covering_the_context_generates_the_dense_ids(
         assert "sparse attention:" in proc.stderr and "100.0% of the context" in proc.stderr
 
 
+def test_a_prompt_longer_than_the_kv_cache_is_prefilled_staged_with_the_dense_ids(
+        cli, shakespeare_path, smollm2_path):
+    prompt = shakespeare_path.read_text()[:3000]
+    common = ("generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens", 8,
+              "--ignore-eos", "--format", "ids", "--prefill-chunk", 200)
+    dense = run(cli, *common)
+    assert dense.returncode == 0, dense.stderr
+    # 256 tokens of KV cache hold the sinks and window, not the 700-odd tokens of the prompt.
+    staged = run(cli, *common, "--offload", "solohead", "--admission", "every", "--budget", 4096,
+                 "--kv-tokens", 256)
+    assert staged.returncode == 0, staged.stderr
+    assert staged.stdout == dense.stdout
+    assert "staged prefill: 1 prompts longer than the KV cache" in staged.stderr, staged.stderr
+
+
 def test_adaptive_admission_runs_a_request_that_fits_resident(cli, shakespeare_path, smollm2_path):
     prompt = shakespeare_path.read_text()[:3000]
     proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens", 8,

@@ -72,6 +72,8 @@ class EngineStats:
     demoted_requests: int
     promoted_requests: int
     retried_steps: int
+    staged_requests: int
+    staged_recall_bytes: int
 
 
 class Engine:

@@ -443,6 +443,11 @@ typedef struct pulse_engine_stats {
    * the step) and ran once more from the same inputs; a second failure fails the step's
    * requests, with its status, and the engine serves on. */
   int64_t retried_steps;
+  /* Offloaded requests whose prompt the KV cache could not hold, prefilled staged: a chunk reads
+   * the earlier chunks' KV from the host tier a layer at a time, so the device holds two layers
+   * of the prompt beside its sinks and window; and the bytes those chunks recalled. */
+  int64_t staged_requests;
+  int64_t staged_recall_bytes;
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

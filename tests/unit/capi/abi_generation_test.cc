@@ -492,6 +492,18 @@ TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
         EXPECT_GT(with.host_waits, 0);
       }
     }
+    EXPECT_EQ(stats.staged_requests, 0);
+    // A KV cache of 64 tokens, less than the 150-token prompt: the prompt is prefilled staged,
+    // in chunks of 40 tokens that read the chunks before them from the host tier.
+    pulse_engine_params staged_params = OffloadParams(mode, 1 << 20);
+    staged_params.kv_capacity_tokens = 64;
+    staged_params.prefill_chunk = 40;
+    pulse_engine_stats staged;
+    EXPECT_EQ(Generate(model, staged_params, &staged), dense);
+    EXPECT_EQ(staged.staged_requests, 1);
+    // Chunks 2 to 4 recall the 5, 10 and 15 blocks before them in each of the 2 layers.
+    EXPECT_EQ(staged.staged_recall_bytes, (5 + 10 + 15) * 2 * (8 * 2 * 16 * 2 * 4));
+    EXPECT_EQ(staged.host_waits, 0);
     pulse_engine_stats small;
     GenerateWith(model, mode, 48, &small);
     EXPECT_GT(small.sparse_picked_blocks, 0);

@@ -174,7 +174,9 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, demoted_requests, 304);
   EXPECT_OFFSET(pulse_engine_stats, promoted_requests, 312);
   EXPECT_OFFSET(pulse_engine_stats, retried_steps, 320);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 328u);
+  EXPECT_OFFSET(pulse_engine_stats, staged_requests, 328);
+  EXPECT_OFFSET(pulse_engine_stats, staged_recall_bytes, 336);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 344u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {

@@ -45,6 +45,35 @@ TEST(OffloadedBlockTableTest, ReservesHostForTheWorstCaseAndDeviceForThePeak) {
   EXPECT_EQ(host.available(), 20);
 }
 
+// A staged prompt: host blocks only while it is prefilled; then device blocks for the blocks made
+// resident, from the reservation, each named beside its host block; a short reservation changes
+// nothing.
+TEST(OffloadedBlockTableTest, AStagedPromptHoldsNoDeviceBlockUntilItsSetIsMadeResident) {
+  BlockPool device(10);
+  BlockPool host(20);
+  absl::StatusOr<OffloadedBlockTable> table = OffloadedBlockTable::Create(&device, &host, 4, 50, 4);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(table->GrowHost(30).ok());  // 8 blocks
+  EXPECT_EQ(table->resident(), 0);
+  EXPECT_EQ(table->host_blocks().size(), 8u);
+  EXPECT_THAT(table->device_blocks(), ::testing::Each(-1));
+  EXPECT_EQ(table->GrowHost(53).code(), absl::StatusCode::kOutOfRange);
+
+  EXPECT_EQ(table->MakeResident(0, 8).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(table->resident(), 0);
+  absl::StatusOr<std::vector<WriteBackEntry>> made = table->MakeResident(5, 20);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_EQ(made->size(), 3u);
+  for (size_t i = 0; i < made->size(); ++i) {
+    EXPECT_EQ((*made)[i].device_block, table->device_blocks()[5 + i]);
+    EXPECT_EQ((*made)[i].host_block, table->host_blocks()[5 + i]);
+  }
+  EXPECT_TRUE(table->MakeResident(6, 8)->empty());  // resident already
+  EXPECT_EQ(table->resident(), 3);
+  EXPECT_EQ(table->device_held(), 4);
+  EXPECT_EQ(device.available(), 6);
+}
+
 TEST(OffloadedBlockTableTest, AFailedCreateReservesNothing) {
   BlockPool device(4);
   BlockPool host(8);

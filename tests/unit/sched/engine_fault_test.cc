@@ -137,11 +137,11 @@ TEST(EngineFaultTest, AFaultThatPersistsFailsTheStepsRequestsAndTheEngineServesO
 TEST(EngineFaultTest, ADeviceTierExhaustedMidStepIsRetriedAndThenFailsOnlyItsRequests) {
   const auto expected = Tokens(Generate(*MakeEngine(TinyModel(), Offloaded()), 11));
   std::atomic<int64_t> starved{0};
-  // The tiny model has two layers: build 41 is the second layer of a step in the run's middle.
+  // The tiny model has two layers: build 37 is the second layer of a step in the run's middle.
   std::unique_ptr<Engine> engine =
       MakeEngine(TinyModel(TinyConfig(), 0, 0, absl::ZeroDuration(), nullptr,
                            [&starved](int64_t build) {
-                             if (build != 41) return false;
+                             if (build != 37) return false;
                              ++starved;
                              return true;
                            }),

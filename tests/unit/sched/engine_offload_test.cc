@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/backend/block_estimator.h"
 #include "core/sched/engine.h"
 #include "gmock/gmock.h"
@@ -63,6 +65,19 @@ std::vector<std::vector<int32_t>> Generate(Engine& engine,
   return tokens;
 }
 
+// Steps the engine until nothing is pending; returns the most requests that ran at once.
+int32_t StepToIdle(Engine& engine) {
+  int32_t most_running = 0;
+  for (int32_t step = 0; engine.pending() > 0; ++step) {
+    EXPECT_LT(step, 1000);
+    if (step >= 1000) break;
+    const absl::StatusOr<StepReport> report = engine.Step();
+    EXPECT_TRUE(report.ok()) << report.status();
+    most_running = std::max(most_running, engine.stats().running);
+  }
+  return most_running;
+}
+
 std::vector<std::vector<int32_t>> Prompts(int32_t count, int32_t length, uint32_t seed) {
   std::vector<std::vector<int32_t>> prompts;
   for (int32_t i = 0; i < count; ++i) {
@@ -83,7 +98,8 @@ TEST(EngineOffloadTest, RequestsLongerThanTheKvCacheRunAndACoveringBudgetGivesTh
 
   for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
     SCOPED_TRACE(static_cast<int>(mode));
-    // 96 tokens of KV cache: no request's 100-odd tokens fit, but its prompt does.
+    // 96 tokens of KV cache: no request's 100-odd tokens fit, but its prompt does (or, while
+    // the others hold the cache, is prefilled staged).
     std::unique_ptr<Engine> engine = MakeEngine(model, Offloaded(mode, 160, 96));
     std::unique_ptr<Engine> dense_small =
         MakeEngine(model, {.block_tokens = kBlockTokens, .kv_capacity_tokens = 96});
@@ -96,11 +112,14 @@ TEST(EngineOffloadTest, RequestsLongerThanTheKvCacheRunAndACoveringBudgetGivesTh
     EXPECT_EQ(stats.kv_blocks_in_use, 0);
     EXPECT_EQ(stats.host_blocks_in_use, 0);
     EXPECT_EQ(stats.slot_blocks_in_use, 0);
-    // Every full block of every request written back once a layer: the KV of all but the last
-    // generated token, (prompt + 59) / 4 blocks.
+    // Every full block of every request filled once a layer (the KV of all but the last
+    // generated token, (prompt + 59) / 4 blocks): by a staged prompt chunk, or by a step that
+    // writes it back.
     int64_t full_blocks = 0;
     for (const auto& prompt : prompts) full_blocks += (prompt.size() + 59) / kBlockTokens;
-    EXPECT_EQ(stats.offload.writeback_blocks, full_blocks * TinyConfig().num_layers);
+    EXPECT_EQ(stats.offload.writeback_blocks + stats.offload.staged.filled_blocks,
+              full_blocks * TinyConfig().num_layers);
+    EXPECT_GT(stats.admission.staged, 0);
     EXPECT_GT(stats.offload.recall_bytes, 0);
     EXPECT_GT(stats.offload.cache.hits, stats.offload.cache.misses);
     EXPECT_EQ(stats.sparse.attended_tokens, stats.sparse.context_tokens);
@@ -126,6 +145,46 @@ TEST(EngineOffloadTest, GivenUpBlocksFillFreeSlotsAndChangeNoToken) {
   EXPECT_LT(4 * filled_stats.recall_bytes, recalled_stats.recall_bytes);
   EXPECT_EQ(filled_stats.cache.hits + filled_stats.cache.misses,
             recalled_stats.cache.hits + recalled_stats.cache.misses);
+}
+
+// Prompts longer than the KV cache are prefilled staged: the cache holds their sinks and windows
+// only, a staged prompt's chunks (ending inside blocks here) run in steps between the decode steps
+// of the request admitted before it, and with a budget covering the context the tokens are the
+// dense engine's, also when every copy lands late.
+TEST(EngineOffloadTest, PromptsLongerThanTheKvCacheArePrefilledStagedAndGiveTheDenseTokens) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const auto prompts = Prompts(2, 70, 61);  // 70 and 73 prompt tokens, + 30 generated
+  const auto expected = Generate(*MakeEngine(model, {.max_batch = 2,
+                                                     .prefill_chunk = 10,
+                                                     .block_tokens = kBlockTokens,
+                                                     .kv_capacity_tokens = 4 * 160}),
+                                 prompts, 30);
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    for (const absl::Duration delay : {absl::ZeroDuration(), absl::Milliseconds(1)}) {
+      SCOPED_TRACE(absl::StrCat(static_cast<int>(mode), " ", absl::FormatDuration(delay)));
+      // 40 tokens (10 blocks) of KV cache: a decoding request holds 5 of them.
+      EngineOptions options = Offloaded(mode, 160, 40);
+      options.max_batch = 2;
+      options.prefill_chunk = 10;
+      std::unique_ptr<Engine> engine = MakeEngine(TinyModel(TinyConfig(), 0, 0, delay), options);
+      std::vector<RequestId> ids;
+      for (const auto& prompt : prompts) {
+        ids.push_back(*engine->Submit(prompt, Greedy(30), nullptr));
+      }
+      const int32_t most_running = StepToIdle(*engine);
+      std::vector<std::vector<int32_t>> tokens;
+      for (const RequestId id : ids) tokens.push_back(SnapshotOf(*engine, id).tokens);
+      EXPECT_EQ(tokens, expected);
+      EXPECT_EQ(most_running, 2);
+      const EngineStats stats = engine->stats();
+      EXPECT_EQ(stats.admission.staged, 2);
+      EXPECT_EQ(stats.offload.staged.chunks, 7 + 8);
+      EXPECT_GT(stats.offload.staged.recall_bytes, 0);
+      EXPECT_EQ(stats.kv_blocks_in_use, 0);
+      EXPECT_EQ(stats.host_blocks_in_use, 0);
+      EXPECT_EQ(stats.sparse.attended_tokens, stats.sparse.context_tokens);
+    }
+  }
 }
 
 // Recall that lands late (each copy plan of the CPU copy engine delayed) changes no token: the
@@ -162,17 +221,14 @@ TEST(EngineOffloadTest, ASmallBudgetAttendsToLessAndDecodesMoreContextThanTheKvC
     ids.push_back(*engine->Submit(prompt, Greedy(60), nullptr));
   }
   // 4 requests of 100-odd tokens against 96 tokens (24 blocks) of KV cache. A decoding request
-  // holds 5 resident blocks, a prefilling one its whole prompt (10 to 13 blocks): three run at
-  // once, over three times the context the cache holds, and the fourth prompt waits for room.
-  int32_t most_running = 0;
-  for (int32_t step = 0; engine->pending() > 0; ++step) {
-    ASSERT_LT(step, 1000);
-    ASSERT_TRUE(engine->Step().ok());
-    most_running = std::max(most_running, engine->stats().running);
-  }
-  EXPECT_EQ(most_running, 3);
+  // holds 5 resident blocks, a prefilling one its whole prompt (10 to 13 blocks), or 5 when the
+  // cache cannot hold its prompt and it is prefilled staged: all four run at once, over four
+  // times the context the cache holds.
+  const int32_t most_running = StepToIdle(*engine);
+  EXPECT_EQ(most_running, 4);
   for (const RequestId id : ids) EXPECT_EQ(SnapshotOf(*engine, id).tokens.size(), 60u);
   const EngineStats stats = engine->stats();
+  EXPECT_GT(stats.admission.staged, 0);
   EXPECT_LT(stats.sparse.attended_tokens, stats.sparse.context_tokens / 2);
   EXPECT_GT(stats.offload.cache.misses, 0);
   EXPECT_GT(stats.sparse.reused_blocks, 0);
@@ -211,9 +267,19 @@ TEST(EngineOffloadTest, CapacitiesARequestCanNeverFitAreRefusedAtSubmitByName) {
     return engine->Submit(Prompt(prompt, TinyConfig().vocab_size, 1), Greedy(max_tokens), nullptr)
         .status();
   };
-  // The prompt must fit the KV cache (32 tokens) while it is prefilled.
-  EXPECT_EQ(status(40, 2).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(status(40, 2).message(), ::testing::HasSubstr("resident at once"));
+  // A prompt longer than the KV cache (32 tokens) is prefilled staged.
+  const absl::StatusOr<RequestId> staged =
+      engine->Submit(Prompt(33, TinyConfig().vocab_size, 1), Greedy(1), nullptr);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  // Its sinks and window must fit it: with a window of 40 tokens they take 9 blocks of 4 here.
+  EngineOptions wide = options;
+  wide.offload->selection.window_tokens = 40;
+  EXPECT_THAT(MakeEngine(model, wide)
+                  ->Submit(Prompt(33, TinyConfig().vocab_size, 1), Greedy(1), nullptr)
+                  .status()
+                  .message(),
+              ::testing::HasSubstr("resident at once"));
+  ASSERT_TRUE(engine->Cancel(*staged).ok());
   // The whole request must fit the host tier (80 tokens).
   EXPECT_THAT(status(20, 70).message(), ::testing::HasSubstr("host tier"));
   // A budget of 64 tokens picks up to 16 blocks of 4 a step; the device tier has 8 slots.
@@ -376,9 +442,11 @@ TEST(EngineOffloadTest, AKvMemoryCapSizesTheCacheAfterTheOffloadTiers) {
   options.kv_memory_bytes = kCap;
   std::unique_ptr<Engine> offloaded = MakeEngine(model, options);
   ASSERT_NE(offloaded, nullptr);
-  // 640 slot tokens (163840 bytes) and 640 host tokens' summaries (20480 bytes) first; the rest,
-  // 71680 bytes, holds 248 tokens of KV cache with their summaries (288 bytes a token).
-  EXPECT_EQ(offloaded->options().kv_capacity_tokens, 248);
+  // 640 slot tokens (163840 bytes), 640 host tokens' summaries (20480 bytes) and the staging
+  // area of an offloaded prompt (two layers of a 255-token context: 64 blocks of 512 bytes each,
+  // 65536 bytes) first; the rest, 6144 bytes, holds 20 tokens of KV cache with their summaries
+  // (288 bytes a token, whole blocks of 4).
+  EXPECT_EQ(offloaded->options().kv_capacity_tokens, 20);
   const int64_t used = offloaded->stats().kv_memory_bytes;
   EXPECT_LE(used, kCap);
   EXPECT_GT(used, kCap - 288 * kBlockTokens);

@@ -99,6 +99,34 @@ struct DecodeSequence {
   std::optional<int32_t> first_host;
 };
 
+// The decode steps of DecodeAll from position `prompt` on, over each sequence's `blocks` (dropped
+// from as the window moves, when it is offloaded) and `host` blocks.
+std::vector<std::vector<float>> DecodeFrom(ModelRunner& runner,
+                                           const std::vector<DecodeSequence>& sequences,
+                                           std::vector<std::vector<int32_t>>& blocks,
+                                           const std::vector<std::vector<int32_t>>& host,
+                                           int32_t prompt, int32_t decode) {
+  StepBatch batch;
+  std::vector<std::vector<float>> logits;
+  for (int32_t i = prompt; i < prompt + decode; ++i) {
+    batch.Clear();
+    for (size_t s = 0; s < sequences.size(); ++s) {
+      if (sequences[s].first_host) {
+        const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, sequences[s].sparse.options);
+        for (int32_t j = evicted.begin; j < evicted.end; ++j) {
+          blocks[s][static_cast<size_t>(j)] = -1;
+        }
+      }
+      batch.AddSequence(std::span<const int32_t>(sequences[s].tokens).subspan(i, 1), i, blocks[s],
+                        LogitRows::kLast, sequences[s].sparse, host[s]);
+    }
+    logits.emplace_back(sequences.size() * TinyConfig().vocab_size);
+    const absl::Status status = runner.Forward(batch, logits.back());
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  return logits;
+}
+
 // Each sequence's prompt (all but `decode` of its tokens) in a step of its own, then `decode`
 // steps of one token for every sequence; returns the decode steps' logits ([sequence][vocab]).
 // Offloaded, before each decode step the blocks that are neither sinks, nor window, nor written
@@ -127,24 +155,7 @@ std::vector<std::vector<float>> DecodeAll(ModelRunner& runner,
     const absl::Status prefilled = runner.Forward(batch, none);
     EXPECT_TRUE(prefilled.ok()) << prefilled;
   }
-  std::vector<std::vector<float>> logits;
-  for (int32_t i = prompt; i < prompt + decode; ++i) {
-    batch.Clear();
-    for (size_t s = 0; s < sequences.size(); ++s) {
-      if (sequences[s].first_host) {
-        const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, sequences[s].sparse.options);
-        for (int32_t j = evicted.begin; j < evicted.end; ++j) {
-          blocks[s][static_cast<size_t>(j)] = -1;
-        }
-      }
-      batch.AddSequence(std::span<const int32_t>(sequences[s].tokens).subspan(i, 1), i, blocks[s],
-                        LogitRows::kLast, sequences[s].sparse, host[s]);
-    }
-    logits.emplace_back(sequences.size() * TinyConfig().vocab_size);
-    const absl::Status status = runner.Forward(batch, logits.back());
-    EXPECT_TRUE(status.ok()) << status;
-  }
-  return logits;
+  return DecodeFrom(runner, sequences, blocks, host, prompt, decode);
 }
 
 // One sequence (see DecodeAll).
@@ -179,6 +190,97 @@ TEST(OffloadedAttentionTest, ABudgetCoveringTheContextIsDenseAttentionBitwise) {
       EXPECT_EQ(stats.cache.evictions, 0);
       EXPECT_GT(stats.recall_seconds, 0.0);
     }
+  }
+}
+
+// Whether the first `tokens` tokens of block `a` and block `b` of `layout` hold the same keys and
+// values.
+bool SameTokens(const void* a, const void* b, const PagedKvLayout& layout, int32_t tokens) {
+  const size_t row = static_cast<size_t>(layout.head_dim) * DTypeBytes(layout.type);
+  for (int32_t part = 0; part < 2 * layout.num_kv_heads; ++part) {
+    const size_t offset = static_cast<size_t>(part) * layout.block_tokens * row;
+    if (std::memcmp(static_cast<const char*>(a) + offset, static_cast<const char*>(b) + offset,
+                    static_cast<size_t>(tokens) * row) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A prompt prefilled staged (no block resident: each chunk recalls the earlier chunks' KV a
+// layer at a time into the staging area) gives each chunk's last logits of the prompt prefilled
+// with its blocks resident, bit for bit, and leaves every block, the partial last one too, in the
+// host tier as the dense cache holds it. Its sinks and window recalled into device blocks, it
+// then decodes as the dense sequence does.
+TEST(OffloadedAttentionTest, AStagedPromptIsTheResidentPrefillBitwise) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const int32_t vocab = TinyConfig().vocab_size;
+  const int32_t layers = TinyConfig().num_layers;
+  const std::vector<int32_t> tokens = Prompt(150, vocab, 23);
+  constexpr int32_t kPrompt = 130;
+  constexpr int32_t kChunk = 37;  // chunks end inside blocks
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    ModelRunner dense_runner = MakeRunner(model);
+    ModelRunner runner = MakeRunner(model, Offload(mode, kBlocksPerSeq));
+    std::vector<std::vector<int32_t>> blocks(1, std::vector<int32_t>(kBlocksPerSeq));
+    std::vector<std::vector<int32_t>> host(1, std::vector<int32_t>(kBlocksPerSeq));
+    std::iota(blocks[0].begin(), blocks[0].end(), 0);
+    std::iota(host[0].begin(), host[0].end(), 7);
+    StepBatch batch;
+    for (int32_t begin = 0; begin < kPrompt; begin += kChunk) {
+      const int32_t count = std::min(kChunk, kPrompt - begin);
+      const std::span<const int32_t> chunk = std::span<const int32_t>(tokens).subspan(
+          static_cast<size_t>(begin), static_cast<size_t>(count));
+      const auto written = static_cast<size_t>((begin + count + kBlockTokens - 1) / kBlockTokens);
+      std::vector<std::vector<float>> expected(1, std::vector<float>(vocab));
+      std::vector<std::vector<float>> staged(1, std::vector<float>(vocab));
+      batch.Clear();
+      batch.AddSequence(chunk, begin, std::span<const int32_t>(blocks[0]).first(written),
+                        LogitRows::kLast);
+      ASSERT_TRUE(dense_runner.Forward(batch, expected[0]).ok());
+      batch.Clear();
+      batch.AddStagedSequence(chunk, begin, std::span<const int32_t>(host[0]).first(written),
+                              LogitRows::kLast);
+      const absl::Status status = runner.Forward(batch, staged[0]);
+      ASSERT_TRUE(status.ok()) << status;
+      EXPECT_EQ(runner.step_host_waits(), 0);
+      ExpectBitwiseEqual(staged, expected);
+    }
+    const PagedKvLayout& layout = dense_runner.cache().layout();
+    for (int32_t layer = 0; layer < layers; ++layer) {
+      for (int32_t j = 0; j * kBlockTokens < kPrompt; ++j) {
+        EXPECT_TRUE(SameTokens(
+            runner.host_tier()->block(layer, host[0][static_cast<size_t>(j)]),
+            static_cast<const char*>(dense_runner.cache().layer(layer)) + j * layout.block_bytes(),
+            layout, std::min(kBlockTokens, kPrompt - j * kBlockTokens)))
+            << "layer " << layer << " block " << j;
+      }
+    }
+    const StagedPrefillStats stats = runner.offload_stats().staged;
+    EXPECT_EQ(stats.chunks, 4);
+    EXPECT_EQ(stats.filled_blocks, layers * (kPrompt / kBlockTokens));
+    // Chunks 2 to 4 recall the 10, 19 and 28 blocks before them in every layer.
+    EXPECT_EQ(stats.recall_bytes, layers * (10 + 19 + 28) * layout.block_bytes());
+    EXPECT_EQ(runner.offload_stats().writeback_blocks, 0);
+
+    // Its resident set (sinks, window, the block written next) recalled; the rest stays in the
+    // host tier.
+    const SparseSelection selection = Selection(mode, 1 << 20);
+    const BlockRange away = NonResidentBlocks(kPrompt, kBlockTokens, selection.options);
+    std::vector<int32_t> resident_host;
+    std::vector<int32_t> resident_device;
+    for (int32_t j = 0; j * kBlockTokens < kPrompt; ++j) {
+      if (j >= away.begin && j < away.end) continue;
+      resident_host.push_back(host[0][static_cast<size_t>(j)]);
+      resident_device.push_back(blocks[0][static_cast<size_t>(j)]);
+    }
+    ASSERT_TRUE(runner.MoveToDevice(resident_host, resident_device).ok());
+    std::vector<std::vector<int32_t>> dense_blocks = blocks;
+    const auto dense = DecodeFrom(dense_runner, {{tokens, selection, 0, std::nullopt}},
+                                  dense_blocks, {{}}, kPrompt, 20);
+    ExpectBitwiseEqual(DecodeFrom(runner, {{tokens, selection, 0, 7}}, blocks, host, kPrompt, 20),
+                       dense);
   }
 }
 

@@ -227,6 +227,11 @@ pub struct EngineStats {
     /// Steps that failed as a whole (a failed copy, the device tier exhausted mid-step) and ran
     /// once more.
     pub retried_steps: i64,
+    /// Offloaded requests whose prompt the KV cache could not hold, prefilled staged (the
+    /// earlier chunks' KV read from the host tier a layer at a time).
+    pub staged_requests: i64,
+    /// Bytes the staged prompts' chunks recalled.
+    pub staged_recall_bytes: i64,
 }
 
 impl EngineStats {
@@ -276,6 +281,8 @@ impl EngineStats {
             demoted_requests: stats.demoted_requests,
             promoted_requests: stats.promoted_requests,
             retried_steps: stats.retried_steps,
+            staged_requests: stats.staged_requests,
+            staged_recall_bytes: stats.staged_recall_bytes,
         }
     }
 }
