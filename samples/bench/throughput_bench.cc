@@ -192,8 +192,10 @@ pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& po
 void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Point& point,
          Records& records, LiveTable& table) {
   // Enough tokens for every request to decode through every admitted prompt's prefill (a chunk
-  // a step, one prompt after another) and the timed steps.
-  const int32_t prefill_steps = (point.context + args.prefill_chunk - 1) / args.prefill_chunk + 2;
+  // a step, one prompt after another; a staged prompt's chunk alternates with a step decoding the
+  // others, hence twice the chunks) and the timed steps.
+  const int32_t prefill_steps =
+      2 * ((point.context + args.prefill_chunk - 1) / args.prefill_chunk + 2);
   const int32_t max_tokens = point.concurrency * prefill_steps + args.decode_steps + 8;
   const std::string fields =
       "\"model\": " + JsonString(facts.name) + ", \"backend\": " + JsonString(facts.info.backend) +
