@@ -277,6 +277,7 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
           ", \"admitted_resident\": " + std::to_string(state.admitted_resident) +
           ", \"admitted_offloaded\": " + std::to_string(state.admitted_offloaded) +
           ", \"admission_io_waits\": " + std::to_string(state.admission_io_waits) +
+          ", \"staged_requests\": " + std::to_string(state.staged_requests) +
           ", \"predicted_recall_ms\": " + Number(state.predicted_recall_ms) +
           ", \"step_compute_ms\": " + Number(state.step_compute_ms) +
           ", \"recall_bytes_per_step\": " + Number(recall_bytes / steps) + ", \"recall_gb_s\": " +

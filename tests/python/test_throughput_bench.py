@@ -43,6 +43,9 @@ def test_at_equal_kv_memory_offloading_runs_what_dense_cannot(tool, tmp_path):
     assert (dense["picks"], offloaded["picks"]) == ("dense", "scores")
     assert (offloaded["running"], offloaded["running_offloaded"], offloaded["waiting"]) == (4, 4, 0)
     assert offloaded["admitted_offloaded"] == 4 and offloaded["recall_bytes_per_step"] > 0
+    # What the slots, summaries and staging area leave of 2 MiB holds no 1536-token prompt: each
+    # is prefilled staged.
+    assert (dense["staged_requests"], offloaded["staged_requests"]) == (0, 4)
     # Without interruption every step runs as one micro-batch; the others choose (on this CPU
     # the recall of a tiny model is seldom long enough to split for).
     assert (unsplit["micro_batches"], unsplit["split_steps"]) == (1, 0)
