@@ -256,10 +256,10 @@ class CpuBackend final : public Backend {
       for (int64_t i = begin; i < end; ++i) {
         const float* row = q + query_rows[i] * q_stride;
         const std::span<const std::byte> summary(stored + summary_ids[i] * bytes, bytes);
-        for (int32_t h = 0; h < num_heads; ++h) {
-          bounds[h * int64_t{count} + i] = reference::BlockBound(
-              layout, estimator, std::span<const float>(row + int64_t{h} * dim, dim), summary,
-              h / group);
+        for (int32_t kv_head = 0; kv_head < layout.num_kv_heads; ++kv_head) {
+          const int64_t first = int64_t{kv_head} * group;
+          reference::GroupBounds(layout, estimator, row + first * dim, group, summary, kv_head,
+                                 bounds + first * count + i, count);
         }
       }
     });

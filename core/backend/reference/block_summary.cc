@@ -150,26 +150,88 @@ class RowReader {
   float scale_ = 1.0f;
 };
 
+// Row `row` of a summary stored at kPrecision, read in fp32 into out[d * stride] for d <
+// head_dim.
 template <SummaryPrecision kPrecision>
-float HeadBound(std::span<const float> query, std::span<const std::byte> summary,
-                const RowLayout& rows, size_t first_row, int32_t boxes, int32_t box_rows) {
-  // NaN unless some box's bound is a number (fmax keeps the number).
-  float best = std::numeric_limits<float>::quiet_NaN();
-  for (int32_t box = 0; box < boxes; ++box) {
-    const size_t row = first_row + static_cast<size_t>(box) * box_rows;
-    const RowReader<kPrecision> lo(summary, rows, row);
-    float bound = 0.0f;
-    if (box_rows == 1) {
-      for (size_t d = 0; d < query.size(); ++d) bound += query[d] * lo[d];
-    } else {
-      const RowReader<kPrecision> hi(summary, rows, row + 1);
-      for (size_t d = 0; d < query.size(); ++d) {
-        bound += std::max(query[d] * lo[d], query[d] * hi[d]);
-      }
+void ReadRow(std::span<const std::byte> summary, const RowLayout& rows, size_t row, size_t head_dim,
+             float* out, size_t stride) {
+  if constexpr (kPrecision == SummaryPrecision::kInt4) {
+    // The row's sixteen values, each as DequantizeInt makes it, looked up by nibble.
+    const std::byte* packed = summary.data() + rows.row_offset(row);
+    const float scale = Load<float>(summary.data() + rows.scale_offset(row));
+    float values[16];
+    for (int nibble = 0; nibble < 16; ++nibble) {
+      values[nibble] = DequantizeInt(LowInt4(static_cast<uint8_t>(nibble)), scale);
     }
-    best = std::fmax(best, bound);
+    for (size_t d = 0; d < head_dim; d += 2) {
+      const auto byte = static_cast<uint8_t>(packed[d / 2]);
+      out[d * stride] = values[byte & 0x0F];
+      out[(d + 1) * stride] = values[byte >> 4];
+    }
+  } else {
+    const RowReader<kPrecision> reader(summary, rows, row);
+    for (size_t d = 0; d < head_dim; ++d) out[d * stride] = reader[d];
   }
-  return best;
+}
+
+// Box i's bound (box_rows 1: sum over d of q[d] * lo[d]; 2: of max(q[d] * lo[d], q[d] * hi[d]),
+// in channel order) for kBoxes consecutive boxes, whose values are values[d * stride + i]
+// (lo) and values[(head_dim + d) * stride + i] (hi): the boxes' sums are independent chains
+// kept in registers.
+template <size_t kBoxes>
+void BoxSums(const float* query, size_t head_dim, const float* values, size_t stride,
+             int32_t box_rows, float* sums) {
+  float acc[kBoxes] = {};
+  if (box_rows == 1) {
+    for (size_t d = 0; d < head_dim; ++d) {
+      const float q = query[d];
+      const float* lo = values + d * stride;
+      for (size_t i = 0; i < kBoxes; ++i) acc[i] += q * lo[i];
+    }
+  } else {
+    for (size_t d = 0; d < head_dim; ++d) {
+      const float q = query[d];
+      const float* lo = values + d * stride;
+      const float* hi = lo + head_dim * stride;
+      for (size_t i = 0; i < kBoxes; ++i) acc[i] += std::max(q * lo[i], q * hi[i]);
+    }
+  }
+  std::copy(acc, acc + kBoxes, sums);
+}
+
+template <SummaryPrecision kPrecision>
+void HeadBounds(const float* queries, int32_t group, size_t head_dim,
+                std::span<const std::byte> summary, const RowLayout& rows, size_t first_row,
+                int32_t boxes, int32_t box_rows, float* bounds, int64_t bound_stride) {
+  const auto num_boxes = static_cast<size_t>(boxes);
+  // The head's rows in fp32, box-minor: values[(r * head_dim + d) * boxes + box] is value d of
+  // row r of the box.
+  thread_local std::vector<float> values;
+  thread_local std::vector<float> sums;
+  values.resize(static_cast<size_t>(box_rows) * head_dim * num_boxes);
+  sums.resize(num_boxes);
+  for (size_t box = 0; box < num_boxes; ++box) {
+    for (int32_t r = 0; r < box_rows; ++r) {
+      ReadRow<kPrecision>(summary, rows, first_row + box * box_rows + r, head_dim,
+                          values.data() + static_cast<size_t>(r) * head_dim * num_boxes + box,
+                          num_boxes);
+    }
+  }
+  constexpr size_t kChunk = 8;
+  for (int32_t h = 0; h < group; ++h) {
+    const float* query = queries + static_cast<size_t>(h) * head_dim;
+    size_t box = 0;
+    for (; box + kChunk <= num_boxes; box += kChunk) {
+      BoxSums<kChunk>(query, head_dim, values.data() + box, num_boxes, box_rows, &sums[box]);
+    }
+    for (; box < num_boxes; ++box) {
+      BoxSums<1>(query, head_dim, values.data() + box, num_boxes, box_rows, &sums[box]);
+    }
+    // NaN unless some box's bound is a number (fmax keeps the number).
+    float best = std::numeric_limits<float>::quiet_NaN();
+    for (const float sum : sums) best = std::fmax(best, sum);
+    bounds[h * bound_stride] = best;
+  }
 }
 
 }  // namespace
@@ -223,27 +285,36 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& e
 float BlockBound(const PagedKvLayout& layout, const BlockEstimator& estimator,
                  std::span<const float> query, std::span<const std::byte> summary,
                  int32_t kv_head) {
-  assert(static_cast<int64_t>(query.size()) == layout.head_dim &&
-         static_cast<int64_t>(summary.size()) == SummaryBytes(layout, estimator) && kv_head >= 0 &&
-         kv_head < layout.num_kv_heads);
+  assert(static_cast<int64_t>(query.size()) == layout.head_dim);
+  float bound = 0.0f;
+  GroupBounds(layout, estimator, query.data(), 1, summary, kv_head, &bound, 0);
+  return bound;
+}
+
+void GroupBounds(const PagedKvLayout& layout, const BlockEstimator& estimator, const float* queries,
+                 int32_t group, std::span<const std::byte> summary, int32_t kv_head, float* bounds,
+                 int64_t bound_stride) {
+  assert(static_cast<int64_t>(summary.size()) == SummaryBytes(layout, estimator) && kv_head >= 0 &&
+         kv_head < layout.num_kv_heads && group >= 1);
   const RowLayout rows = RowsOf(layout, estimator);
   const int32_t box_rows = SummaryBoxRows(estimator);
   const size_t first_row = static_cast<size_t>(kv_head) * estimator.boxes * box_rows;
+  const auto head_dim = static_cast<size_t>(layout.head_dim);
   switch (estimator.precision) {
     case SummaryPrecision::kBf16:
-      return HeadBound<SummaryPrecision::kBf16>(query, summary, rows, first_row, estimator.boxes,
-                                                box_rows);
+      return HeadBounds<SummaryPrecision::kBf16>(queries, group, head_dim, summary, rows, first_row,
+                                                 estimator.boxes, box_rows, bounds, bound_stride);
     case SummaryPrecision::kInt8:
-      return HeadBound<SummaryPrecision::kInt8>(query, summary, rows, first_row, estimator.boxes,
-                                                box_rows);
+      return HeadBounds<SummaryPrecision::kInt8>(queries, group, head_dim, summary, rows, first_row,
+                                                 estimator.boxes, box_rows, bounds, bound_stride);
     case SummaryPrecision::kInt4:
-      return HeadBound<SummaryPrecision::kInt4>(query, summary, rows, first_row, estimator.boxes,
-                                                box_rows);
+      return HeadBounds<SummaryPrecision::kInt4>(queries, group, head_dim, summary, rows, first_row,
+                                                 estimator.boxes, box_rows, bounds, bound_stride);
     case SummaryPrecision::kF32:
       break;
   }
-  return HeadBound<SummaryPrecision::kF32>(query, summary, rows, first_row, estimator.boxes,
-                                           box_rows);
+  HeadBounds<SummaryPrecision::kF32>(queries, group, head_dim, summary, rows, first_row,
+                                     estimator.boxes, box_rows, bounds, bound_stride);
 }
 
 absl::Status ScoreBlocks(const PagedKvLayout& layout, const BlockEstimator& estimator,
@@ -277,10 +348,11 @@ absl::Status ScoreBlocks(const PagedKvLayout& layout, const BlockEstimator& esti
   for (size_t i = 0; i < block_ids.size(); ++i) {
     const std::span<const std::byte> summary =
         summaries.subspan(static_cast<size_t>(block_ids[i]) * summary_bytes, summary_bytes);
-    for (size_t head = 0; head < num_query_heads; ++head) {
-      bounds[head * block_ids.size() + i] =
-          BlockBound(layout, estimator, query.subspan(head * head_dim, head_dim), summary,
-                     static_cast<int32_t>(head / group));
+    for (size_t kv_head = 0; kv_head < num_kv_heads; ++kv_head) {
+      GroupBounds(layout, estimator, query.data() + kv_head * group * head_dim,
+                  static_cast<int32_t>(group), summary, static_cast<int32_t>(kv_head),
+                  bounds.data() + kv_head * group * block_ids.size() + i,
+                  static_cast<int64_t>(block_ids.size()));
     }
   }
   return absl::OkStatus();

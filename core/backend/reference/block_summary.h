@@ -40,6 +40,12 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& e
 // The sums run in channel order.
 float BlockBound(const PagedKvLayout& layout, const BlockEstimator& estimator,
                  std::span<const float> query, std::span<const std::byte> summary, int32_t kv_head);
+// BlockBound for `group` query heads at once (`queries`: [group][head_dim]), each head's into
+// bounds[h * bound_stride]: the same sums in the same order, so the same bits, with every box's
+// rows read once for the group and the boxes' sums run side by side.
+void GroupBounds(const PagedKvLayout& layout, const BlockEstimator& estimator, const float* queries,
+                 int32_t group, std::span<const std::byte> summary, int32_t kv_head, float* bounds,
+                 int64_t bound_stride);
 
 // The bounds of every query head over the blocks `block_ids`: bounds[h][i] is query head h's
 // BlockBound over block block_ids[i], whose summary is the block_ids[i]-th of `summaries`.

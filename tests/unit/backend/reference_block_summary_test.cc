@@ -256,6 +256,45 @@ TEST(BlockBoundTest, BoundsEveryKeyOfTheBlock) {
   }
 }
 
+// GroupBounds writes each query head's BlockBound, bit for bit, at its stride, for every
+// precision, radius and box count (chunks of eight boxes and the ones after them).
+TEST(BlockBoundTest, GroupBoundsAreEachHeadsBlockBound) {
+  std::mt19937 rng(29);
+  for (int32_t trial = 0; trial < 40; ++trial) {
+    const PagedKvLayout layout{.block_tokens = 4 * (1 + static_cast<int32_t>(rng() % 8)),
+                               .num_kv_heads = 1 + static_cast<int32_t>(rng() % 3),
+                               .head_dim = 2 * (1 + static_cast<int32_t>(rng() % 40))};
+    std::vector<float> block = RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 2.0f);
+    const int32_t group = 1 + static_cast<int32_t>(rng() % 4);
+    const auto head_dim = static_cast<size_t>(layout.head_dim);
+    const std::vector<float> queries = RandomFloats(rng, group * head_dim, 1.0f);
+    for (const SummaryPrecision precision : {SummaryPrecision::kF32, SummaryPrecision::kBf16,
+                                             SummaryPrecision::kInt8, SummaryPrecision::kInt4}) {
+      for (const float radius : {0.0f, 1.0f}) {
+        for (const int32_t boxes : {1, 2, layout.block_tokens}) {
+          const BlockEstimator estimator{.boxes = boxes, .radius = radius, .precision = precision};
+          const std::vector<std::byte> summary =
+              Summarize(layout, estimator, block, layout.block_tokens);
+          for (int32_t kv_head = 0; kv_head < layout.num_kv_heads; ++kv_head) {
+            std::vector<float> bounds(static_cast<size_t>(group) * 5, -1.0f);
+            GroupBounds(layout, estimator, queries.data(), group, summary, kv_head, bounds.data(),
+                        5);
+            for (int32_t h = 0; h < group; ++h) {
+              const float expected =
+                  BlockBound(layout, estimator,
+                             std::span<const float>(queries).subspan(h * head_dim, head_dim),
+                             summary, kv_head);
+              ASSERT_TRUE(SameValue(bounds[static_cast<size_t>(h) * 5], expected))
+                  << "trial " << trial << " " << EstimatorName(estimator, layout.block_tokens);
+              ASSERT_EQ(bounds[static_cast<size_t>(h) * 5 + 1], -1.0f);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ScoreBlocksTest, EveryQueryHeadAgainstItsKvHeadsSummaries) {
   const PagedKvLayout layout{.block_tokens = 4, .num_kv_heads = 2, .head_dim = 3};
   constexpr int32_t kQueryHeads = 6;  // groups of 3
