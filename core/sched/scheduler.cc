@@ -189,7 +189,10 @@ Scheduler::Admitted Scheduler::Admit() {
             DemoteOne(admitted)) {
           continue;
         }
-        // Else its prompt is prefilled staged, with its resident set's blocks only.
+        // It waits while the offloaded requests holding more than their resident sets (prompts
+        // being prefilled, or just in) would leave room for its prompt once they decode; else it
+        // is prefilled staged, with its resident set's blocks only.
+        if (BlocksNeeded(request) <= pool_.available() + BlocksOverResidentSets()) break;
         blocks = OffloadedBlockTable::Create(&pool_, &host_pool_, limits_.block_tokens,
                                              request.max_kv_tokens(), StagedBlocksNeeded(request));
         if (!blocks.ok()) break;
@@ -285,6 +288,15 @@ void Scheduler::Remove(Request& request) {
   request.offloaded_blocks.reset();
   slots_reserved_ -= request.slot_blocks;
   request.slot_blocks = 0;
+}
+
+int32_t Scheduler::BlocksOverResidentSets() const {
+  int32_t over = 0;
+  for (const std::shared_ptr<Request>& request : running_) {
+    if (!request->offloaded_blocks) continue;
+    over += std::max(0, request->offloaded_blocks->device_held() - StagedBlocksNeeded(*request));
+  }
+  return over;
 }
 
 double Scheduler::RunningRecallBytes() const {

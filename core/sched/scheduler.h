@@ -95,9 +95,10 @@ class Scheduler {
   // (its remaining tokens at its own average recall a step) outweighs copying its context back.
   // Each request moves at most once each way.
   //
-  // An offloaded request whose prompt the dense pool cannot hold even so is prefilled staged
-  // (core/offload/staged_prefill.h): it holds only its resident set of device blocks, and once
-  // its prompt is in, a move recalls that set before its first decode step. Between steps only.
+  // An offloaded request whose prompt the dense pool cannot hold even so, nor will once the
+  // offloaded prompts being prefilled are in, is prefilled staged (core/offload/staged_prefill.h):
+  // it holds only its resident set of device blocks, and once its prompt is in, a move recalls
+  // that set before its first decode step. Between steps only.
   Admitted Admit();
   // This step's work: one token for every decoding request, then prompt chunks of the
   // prefilling requests in admission order within the step's token budget. A staged prompt's
@@ -126,6 +127,9 @@ class Scheduler {
   void PromoteOne(Admitted& admitted);
   // Host tier blocks made addressable for the host pool's blocks plus `more`.
   absl::Status PinHostBlocks(int32_t more);
+  // Device blocks the running offloaded requests hold or reserve beyond their resident sets:
+  // a prompt prefilled with its blocks resident gives them back at its first decode step.
+  int32_t BlocksOverResidentSets() const;
   // The running offloaded requests' recall bytes a step (AdmissionView::running_recall_bytes).
   double RunningRecallBytes() const;
 

@@ -435,7 +435,8 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
               ", \"summary_precision\": " + JsonString(args.summary_precision) +
               ", \"admission\": " + JsonString(args.admission) +
               ", \"fill_free_slots\": " + (setting.fill_free_slots ? "true" : "false") +
-              ", \"admitted_offloaded\": " + std::to_string(after.admitted_offloaded);
+              ", \"admitted_offloaded\": " + std::to_string(after.admitted_offloaded) +
+              ", \"staged_requests\": " + std::to_string(after.staged_requests);
     budget = std::to_string(args.budget);
     if (ms > 0) recall_gb_s = pulse_bench::Fixed(bytes / ms / 1e6, 1);
     if (lookups > 0) hit_rate = pulse_bench::Fixed(hits / lookups, 2);

@@ -187,6 +187,26 @@ TEST(EngineOffloadTest, PromptsLongerThanTheKvCacheArePrefilledStagedAndGiveTheD
   }
 }
 
+// A prompt that the KV cache will hold once the prompt being prefilled is in (its request then
+// keeps only its resident set) waits for it and is prefilled resident; one that it will not hold
+// even then is prefilled staged. Either way the tokens are the dense engine's.
+TEST(EngineOffloadTest, APromptWaitsForRoomThatIsComingAndIsStagedOtherwise) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(36, TinyConfig().vocab_size, 81),
+                                                     Prompt(36, TinyConfig().vocab_size, 82)};
+  const auto expected =
+      Generate(*MakeEngine(model, {.block_tokens = kBlockTokens, .kv_capacity_tokens = 4 * 160}),
+               prompts, 12);
+  // A prompt is 9 blocks, a resident set 5: 14 blocks hold one of each, 13 do not.
+  for (const auto& [kv_tokens, staged] : {std::pair{56, 0}, std::pair{52, 1}}) {
+    SCOPED_TRACE(kv_tokens);
+    std::unique_ptr<Engine> engine =
+        MakeEngine(model, Offloaded(SelectionMode::kSoloHead, 160, kv_tokens));
+    EXPECT_EQ(Generate(*engine, prompts, 12), expected);
+    EXPECT_EQ(engine->stats().admission.staged, staged);
+  }
+}
+
 // Recall that lands late (each copy plan of the CPU copy engine delayed) changes no token: the
 // step waits for what it attends to, whatever the timing. Sampled with seeds, at a budget that
 // selects, four requests at once.
