@@ -83,7 +83,8 @@ class Scheduler {
   // Admits queued requests in order while the batch has room, the admission policy places them
   // (a request the engine places runs resident or offloaded as AdmissionPolicy::Place says) and
   // their KV can be reserved (for an offloaded request: host blocks for its worst case, pinned in
-  // the host tier, device blocks for BlocksNeeded, and slots for its budget's picks).
+  // the host tier, device blocks for BlocksNeeded, or StagedBlocksNeeded when it is staged, and
+  // slots for its budget's picks).
   //
   // Under the I/O-adaptive policy placement also changes while requests run. When the head of
   // the queue is to run offloaded but the dense pool cannot hold its prompt, the decoding
