@@ -1,6 +1,6 @@
 #include "core/offload/staged_prefill.h"
 
-#include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "core/kv/block_table.h"
