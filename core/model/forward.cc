@@ -553,11 +553,9 @@ absl::Status ModelRunner::UploadMicroBatch(const StepBatch& batch, int32_t first
   context.staged = batch.has_staged();
   if (batch.has_sparse()) PULSE_RETURN_IF_ERROR(PlanSparse(batch, context));
   if (context.staged) {
-    const std::span<const int32_t> host = batch.host_blocks(first_seq);
     const int32_t kv_len = batch.kv_lens()[static_cast<size_t>(first_seq)];
-    // The host tier grows to hold what the chunk writes back (the engine grew it at admission).
-    PULSE_RETURN_IF_ERROR(sparse_->host_tier()->Reserve(*std::ranges::max_element(host) + 1));
-    PULSE_RETURN_IF_ERROR(sparse_->staged()->Plan(host, kv_len - step.num_tokens, kv_len));
+    PULSE_RETURN_IF_ERROR(
+        sparse_->staged()->Plan(batch.host_blocks(first_seq), kv_len - step.num_tokens, kv_len));
   }
   return absl::OkStatus();
 }

@@ -56,20 +56,15 @@ absl::StatusOr<OffloadedBlockTable::Resident> OffloadedBlockTable::ToResident() 
   } else {
     device_pool_->Unreserve(device_reserved_ - needed).IgnoreError();  // the table reserved them
   }
-  int32_t reserved = needed;
+  device_reserved_ = needed;
   std::vector<int32_t> recall_host;
   std::vector<int32_t> recall_device;
-  for (size_t j = 0; j < device_.size(); ++j) {
-    if (device_[j] >= 0) continue;
-    // Cannot fail: `needed` covers every block that is not resident.
-    PULSE_ASSIGN_OR_RETURN(device_[j], device_pool_->Allocate());
-    --reserved;
-    recall_host.push_back(host_.blocks()[j]);
-    recall_device.push_back(device_[j]);
-  }
+  // Cannot fail: `needed` covers every block that is not resident.
+  PULSE_RETURN_IF_ERROR(
+      MakeResident(0, static_cast<int32_t>(device_.size()), recall_host, recall_device));
   PULSE_ASSIGN_OR_RETURN(BlockTable blocks,
                          BlockTable::Adopt(device_pool_, block_tokens, host_.max_tokens(),
-                                           std::exchange(device_, {}), reserved));
+                                           std::exchange(device_, {}), device_reserved_));
   resident_ = 0;
   device_reserved_ = 0;
   device_pool_ = nullptr;
@@ -123,8 +118,9 @@ absl::Status OffloadedBlockTable::GrowHost(int32_t tokens) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<WriteBackEntry>> OffloadedBlockTable::MakeResident(int32_t begin,
-                                                                              int32_t end) {
+absl::Status OffloadedBlockTable::MakeResident(int32_t begin, int32_t end,
+                                               std::vector<int32_t>& recall_host,
+                                               std::vector<int32_t>& recall_device) {
   begin = std::max(begin, 0);
   end = std::min<int32_t>(end, static_cast<int32_t>(device_.size()));
   int32_t missing = 0;
@@ -134,7 +130,6 @@ absl::StatusOr<std::vector<WriteBackEntry>> OffloadedBlockTable::MakeResident(in
         "an offloaded sequence has %d device blocks left for %d blocks to make resident",
         device_reserved_, missing));
   }
-  std::vector<WriteBackEntry> made;
   for (int32_t j = begin; j < end; ++j) {
     int32_t& block = device_[static_cast<size_t>(j)];
     if (block >= 0) continue;
@@ -142,9 +137,10 @@ absl::StatusOr<std::vector<WriteBackEntry>> OffloadedBlockTable::MakeResident(in
     PULSE_ASSIGN_OR_RETURN(block, device_pool_->Allocate());
     --device_reserved_;
     ++resident_;
-    made.push_back({block, host_.blocks()[static_cast<size_t>(j)]});
+    recall_host.push_back(host_.blocks()[static_cast<size_t>(j)]);
+    recall_device.push_back(block);
   }
-  return made;
+  return absl::OkStatus();
 }
 
 std::vector<WriteBackEntry> OffloadedBlockTable::Evict(int32_t begin, int32_t end) {

@@ -68,9 +68,11 @@ class OffloadedBlockTable {
   // (core/offload/staged_prefill.h) has no resident block. OutOfRange beyond max_tokens.
   absl::Status GrowHost(int32_t tokens);
   // Gives a device block, from the reservation, to every logical block in [begin, end) that is
-  // not resident, and returns them, each beside its host block, for the caller to recall.
-  // ResourceExhausted, changing nothing, when the reservation is short.
-  absl::StatusOr<std::vector<WriteBackEntry>> MakeResident(int32_t begin, int32_t end);
+  // not resident, and appends its host block to recall_host and the device block to
+  // recall_device, for the caller to recall. ResourceExhausted, changing nothing, when the
+  // reservation is short.
+  absl::Status MakeResident(int32_t begin, int32_t end, std::vector<int32_t>& recall_host,
+                            std::vector<int32_t>& recall_device);
   // Frees the device blocks of the logical blocks in [begin, end) that are resident (their
   // content must be in the host tier by now); their reservation stays with the table. Returns
   // them, each beside its host block.

@@ -23,17 +23,14 @@ int32_t SlotsNeeded(const SelectionOptions& selection, int32_t block_tokens,
   return std::min(selection.budget_tokens, max_kv_tokens) / block_tokens;
 }
 
-absl::StatusOr<std::vector<WriteBackEntry>> MakeResidentSet(OffloadedBlockTable& blocks,
-                                                            const SelectionOptions& selection,
-                                                            int32_t block_tokens,
-                                                            int32_t position) {
+absl::Status MakeResidentSet(OffloadedBlockTable& blocks, const SelectionOptions& selection,
+                             int32_t block_tokens, int32_t position,
+                             std::vector<int32_t>& recall_host,
+                             std::vector<int32_t>& recall_device) {
   const BlockRange range = NonResidentBlocks(position, block_tokens, selection);
-  PULSE_ASSIGN_OR_RETURN(std::vector<WriteBackEntry> made, blocks.MakeResident(0, range.begin));
-  PULSE_ASSIGN_OR_RETURN(
-      const std::vector<WriteBackEntry> rest,
-      blocks.MakeResident(range.end, static_cast<int32_t>(blocks.device_blocks().size())));
-  made.insert(made.end(), rest.begin(), rest.end());
-  return made;
+  PULSE_RETURN_IF_ERROR(blocks.MakeResident(0, range.begin, recall_host, recall_device));
+  return blocks.MakeResident(range.end, static_cast<int32_t>(blocks.device_blocks().size()),
+                             recall_host, recall_device);
 }
 
 std::vector<WriteBackEntry> KeepResidentSet(OffloadedBlockTable& blocks,

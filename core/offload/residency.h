@@ -25,10 +25,12 @@ int32_t PeakDeviceBlocks(const SelectionOptions& selection, int32_t block_tokens
 int32_t SlotsNeeded(const SelectionOptions& selection, int32_t block_tokens, int32_t max_kv_tokens);
 // After a staged prefill (OffloadedBlockTable::GrowHost), before the decode step that writes the
 // token at `position`: gives device blocks to its sinks, its window and the block it writes, and
-// returns them (dense block -> host block) for the caller to recall from the host tier.
-absl::StatusOr<std::vector<WriteBackEntry>> MakeResidentSet(OffloadedBlockTable& blocks,
-                                                            const SelectionOptions& selection,
-                                                            int32_t block_tokens, int32_t position);
+// appends them (host block to recall_host, device block to recall_device) for the caller to
+// recall from the host tier.
+absl::Status MakeResidentSet(OffloadedBlockTable& blocks, const SelectionOptions& selection,
+                             int32_t block_tokens, int32_t position,
+                             std::vector<int32_t>& recall_host,
+                             std::vector<int32_t>& recall_device);
 // Before the decode step that writes the token at `position`: frees the device blocks that left
 // the window (written back to the host tier when they filled) and gives back the device
 // reservation beyond the resident set. Returns the blocks freed (dense block -> host block),

@@ -1,5 +1,6 @@
 #include "core/offload/staged_prefill.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -45,12 +46,13 @@ absl::Status StagedPrefill::Plan(std::span<const int32_t> host_blocks, int32_t c
         "staging area holds %d blocks)",
         computed, kv_len, blocks, block_tokens, max_blocks_));
   }
-  for (const int32_t block : host_blocks) {
-    if (block < 0 || block >= host_.capacity()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "a staged prompt chunk in host block %d of %d pinned", block, host_.capacity()));
-    }
+  const int32_t lowest = *std::ranges::min_element(host_blocks);
+  if (lowest < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a staged prompt chunk in host block %d", lowest));
   }
+  // The host tier grows to hold what the chunk writes back (the engine grew it at admission).
+  PULSE_RETURN_IF_ERROR(host_.Reserve(*std::ranges::max_element(host_blocks) + 1));
   host_blocks_.assign(host_blocks.begin(), host_blocks.end());
   recall_blocks_ = BlocksForTokens(computed, block_tokens);
   const int32_t first_written = computed / block_tokens;

@@ -50,8 +50,9 @@ class StagedPrefill {
 
   // Plans the chunk of tokens [computed, kv_len) of a sequence whose logical block j lives in
   // host block host_blocks[j] (exactly the blocks of kv_len tokens): its attention reads
-  // logical block j as block j of the staging area. InvalidArgument for a chunk past the
-  // staging area or host blocks that are not pinned; nothing is enqueued.
+  // logical block j as block j of the staging area; the host tier is grown to hold its blocks.
+  // InvalidArgument for a chunk past the staging area or host blocks outside the tier,
+  // ResourceExhausted when the tier cannot be pinned that far; nothing is enqueued.
   absl::Status Plan(std::span<const int32_t> host_blocks, int32_t computed, int32_t kv_len);
   // The layer's KV as the chunk's attention reads it (blocks 0 to the chunk's last).
   void* layer_blocks(int32_t layer) const;

@@ -230,15 +230,14 @@ void Scheduler::MakeStagedResident(Admitted& admitted) {
   for (const std::shared_ptr<Request>& running : running_) {
     Request& request = *running;
     if (!request.staged || !request.decoding()) continue;
-    absl::StatusOr<std::vector<WriteBackEntry>> made = MakeResidentSet(
-        *request.offloaded_blocks, *request.offload, limits_.block_tokens, request.computed);
+    TierMove move{.request = running, .to_host = false};
     // Cannot fail: its table reserved its resident set.
-    if (!made.ok()) continue;
-    TierMove& move = admitted.moves.emplace_back(TierMove{.request = running, .to_host = false});
-    for (const WriteBackEntry& entry : *made) {
-      move.device_blocks.push_back(entry.device_block);
-      move.host_blocks.push_back(entry.host_block);
+    if (!MakeResidentSet(*request.offloaded_blocks, *request.offload, limits_.block_tokens,
+                         request.computed, move.host_blocks, move.device_blocks)
+             .ok()) {
+      continue;
     }
+    admitted.moves.push_back(std::move(move));
     request.staged = false;
   }
 }

@@ -59,16 +59,22 @@ TEST(OffloadedBlockTableTest, AStagedPromptHoldsNoDeviceBlockUntilItsSetIsMadeRe
   EXPECT_THAT(table->device_blocks(), ::testing::Each(-1));
   EXPECT_EQ(table->GrowHost(53).code(), absl::StatusCode::kOutOfRange);
 
-  EXPECT_EQ(table->MakeResident(0, 8).status().code(), absl::StatusCode::kResourceExhausted);
+  std::vector<int32_t> recall_host;
+  std::vector<int32_t> recall_device;
+  EXPECT_EQ(table->MakeResident(0, 8, recall_host, recall_device).code(),
+            absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(table->resident(), 0);
-  absl::StatusOr<std::vector<WriteBackEntry>> made = table->MakeResident(5, 20);
-  ASSERT_TRUE(made.ok()) << made.status();
-  ASSERT_EQ(made->size(), 3u);
-  for (size_t i = 0; i < made->size(); ++i) {
-    EXPECT_EQ((*made)[i].device_block, table->device_blocks()[5 + i]);
-    EXPECT_EQ((*made)[i].host_block, table->host_blocks()[5 + i]);
+  EXPECT_TRUE(recall_host.empty() && recall_device.empty());
+  const absl::Status made = table->MakeResident(5, 20, recall_host, recall_device);
+  ASSERT_TRUE(made.ok()) << made;
+  ASSERT_EQ(recall_host.size(), 3u);
+  ASSERT_EQ(recall_device.size(), 3u);
+  for (size_t i = 0; i < recall_host.size(); ++i) {
+    EXPECT_EQ(recall_device[i], table->device_blocks()[5 + i]);
+    EXPECT_EQ(recall_host[i], table->host_blocks()[5 + i]);
   }
-  EXPECT_TRUE(table->MakeResident(6, 8)->empty());  // resident already
+  ASSERT_TRUE(table->MakeResident(6, 8, recall_host, recall_device).ok());
+  EXPECT_EQ(recall_host.size(), 3u);  // resident already
   EXPECT_EQ(table->resident(), 3);
   EXPECT_EQ(table->device_held(), 4);
   EXPECT_EQ(device.available(), 6);
