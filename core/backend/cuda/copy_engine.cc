@@ -46,7 +46,7 @@ struct CopyEngine::Staging {
 absl::StatusOr<std::unique_ptr<CopyEngine>> CopyEngine::Create(int32_t gather_blocks) {
   int device = 0;
   PULSE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  PULSE_ASSIGN_OR_RETURN(UniqueStream stream, CreateStream());
+  PULSE_ASSIGN_OR_RETURN(UniqueStream stream, CreateStream(StreamPriority::kHighest));
   return std::make_unique<CopyEngine>(device, gather_blocks, std::move(stream));
 }
 

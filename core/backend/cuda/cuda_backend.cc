@@ -76,8 +76,6 @@ class CudaBackend final : public Backend {
     table_scratch_ = DeviceBuffer();
     gemm_workspace_ = DeviceBuffer();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    if (capture_stream_ != nullptr) cudaStreamDestroy(capture_stream_);
-    if (capture_copy_stream_ != nullptr) cudaStreamDestroy(capture_copy_stream_);
   }
 
   std::string_view name() const override { return "cuda"; }
@@ -267,7 +265,7 @@ class CudaBackend final : public Backend {
         return absl::FailedPreconditionError(
             "WaitForCopy inside a graph capture, for a copy enqueued outside it");
       }
-      PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(capture_stream_, own->join.get(), 0));
+      PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(capture_stream_.get(), own->join.get(), 0));
       return absl::OkStatus();
     }
     PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, own->event.get(), 0));
@@ -313,16 +311,15 @@ class CudaBackend final : public Backend {
     }
     PULSE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     if (capture_stream_ == nullptr) {
-      PULSE_CUDA_RETURN_IF_ERROR(
-          cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking));
-      PULSE_CUDA_RETURN_IF_ERROR(
-          cudaStreamCreateWithFlags(&capture_copy_stream_, cudaStreamNonBlocking));
+      PULSE_ASSIGN_OR_RETURN(capture_stream_, cuda::CreateStream());
+      PULSE_ASSIGN_OR_RETURN(capture_copy_stream_,
+                             cuda::CreateStream(cuda::StreamPriority::kHighest));
       PULSE_ASSIGN_OR_RETURN(capture_fork_, cuda::CreateEvent(cudaEventDisableTiming));
     }
     ++capture_count_;
     // Thread-local mode: other threads may allocate, free and synchronize meanwhile.
     PULSE_CUDA_RETURN_IF_ERROR(
-        cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal));
+        cudaStreamBeginCapture(capture_stream_.get(), cudaStreamCaptureModeThreadLocal));
     capture_ = Capture{.active = true, .thread = std::this_thread::get_id(), .error = {}};
     return absl::OkStatus();
   }
@@ -331,7 +328,7 @@ class CudaBackend final : public Backend {
     absl::MutexLock lock(&mu_);
     if (!Capturing()) return absl::FailedPreconditionError("EndCapture without BeginCapture");
     cudaGraph_t captured = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(capture_stream_, &captured);
+    const cudaError_t ended = cudaStreamEndCapture(capture_stream_.get(), &captured);
     const cuda::UniqueGraph graph(captured);
     absl::Status failure = std::exchange(capture_, Capture{}).error;
     if (ended != cudaSuccess) {
@@ -604,7 +601,7 @@ class CudaBackend final : public Backend {
   }
   // Where the calling thread's ops go.
   cudaStream_t stream() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return Capturing() ? capture_stream_ : stream_;
+    return Capturing() ? capture_stream_.get() : stream_;
   }
 
   // Keeps the first failure of an op: the capture's while capturing, else the next sync
@@ -699,17 +696,18 @@ class CudaBackend final : public Backend {
   absl::Status CaptureCopy(CudaCopyEvent& done,
                            std::optional<absl::FunctionRef<cudaError_t(cudaStream_t)>> launch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(capture_fork_.get(), capture_stream_));
-    PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(capture_copy_stream_, capture_fork_.get(), 0));
-    if (launch.has_value()) {
-      PULSE_CUDA_RETURN_IF_ERROR((*launch)(capture_copy_stream_));
-    }
+    PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(capture_fork_.get(), capture_stream_.get()));
     PULSE_CUDA_RETURN_IF_ERROR(
-        cudaEventRecordWithFlags(done.event.get(), capture_copy_stream_, cudaEventRecordExternal));
+        cudaStreamWaitEvent(capture_copy_stream_.get(), capture_fork_.get(), 0));
+    if (launch.has_value()) {
+      PULSE_CUDA_RETURN_IF_ERROR((*launch)(capture_copy_stream_.get()));
+    }
+    PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(
+        done.event.get(), capture_copy_stream_.get(), cudaEventRecordExternal));
     if (done.join == nullptr) {
       PULSE_ASSIGN_OR_RETURN(done.join, cuda::CreateEvent(cudaEventDisableTiming));
     }
-    PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(done.join.get(), capture_copy_stream_));
+    PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(done.join.get(), capture_copy_stream_.get()));
     done.join_capture = capture_count_;
     done.armed = true;
     return absl::OkStatus();
@@ -756,9 +754,11 @@ class CudaBackend final : public Backend {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   Capture capture_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> host_waits_ = 0;
-  cudaStream_t capture_stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // made by the first capture
-  // A capture's copies branch off onto this stream (CaptureCopy), forked by capture_fork_.
-  cudaStream_t capture_copy_stream_ ABSL_GUARDED_BY(mu_) = nullptr;
+  cuda::UniqueStream capture_stream_ ABSL_GUARDED_BY(mu_);  // made by the first capture
+  // A capture's copies branch off onto this stream (CaptureCopy), forked by capture_fork_; its
+  // priority, kept by the graph's nodes, lets a recall's thread blocks take SMs as the other
+  // micro-batch's kernels free them.
+  cuda::UniqueStream capture_copy_stream_ ABSL_GUARDED_BY(mu_);
   cuda::UniqueEvent capture_fork_ ABSL_GUARDED_BY(mu_);
   uint64_t capture_count_ ABSL_GUARDED_BY(mu_) = 0;  // captures begun
 };

@@ -4,9 +4,13 @@
 
 namespace pulse::cuda {
 
-absl::StatusOr<UniqueStream> CreateStream() {
+absl::StatusOr<UniqueStream> CreateStream(StreamPriority priority) {
+  int least = 0;
+  int greatest = 0;
+  PULSE_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   cudaStream_t stream = nullptr;
-  PULSE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  PULSE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(
+      &stream, cudaStreamNonBlocking, priority == StreamPriority::kHighest ? greatest : least));
   return UniqueStream(stream);
 }
 
@@ -47,7 +51,8 @@ absl::StatusOr<UniqueDevice> AllocateDevice(size_t bytes) {
 
 absl::StatusOr<UniqueGraphExec> InstantiateGraph(cudaGraph_t graph) {
   cudaGraphExec_t exec = nullptr;
-  PULSE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+  PULSE_CUDA_RETURN_IF_ERROR(
+      cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
   return UniqueGraphExec(exec);
 }
 

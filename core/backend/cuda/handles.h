@@ -37,8 +37,11 @@ using UniqueDevice = std::unique_ptr<void, DeviceDeleter>;
 using UniqueGraph = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDeleter>;
 using UniqueGraphExec = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
 
-// A stream that does not synchronize with the legacy default stream.
-absl::StatusOr<UniqueStream> CreateStream();
+enum class StreamPriority { kDefault, kHighest };
+
+// A stream that does not synchronize with the legacy default stream. Where SMs are contended,
+// the thread blocks of a kHighest stream's kernels are scheduled before those of a kDefault one.
+absl::StatusOr<UniqueStream> CreateStream(StreamPriority priority = StreamPriority::kDefault);
 absl::StatusOr<UniqueEvent> CreateEvent(unsigned int flags);
 // Whether the work `event` stands for has completed (cudaEventQuery without the sticky "not
 // ready" that a later launch check would read as its own failure).
@@ -46,7 +49,8 @@ absl::StatusOr<bool> EventCompleted(cudaEvent_t event);
 // Page-locked host memory (cudaHostAlloc with `flags`).
 absl::StatusOr<UniquePinned> AllocatePinned(size_t bytes, unsigned int flags);
 absl::StatusOr<UniqueDevice> AllocateDevice(size_t bytes);
-// An executable graph of `graph`'s nodes (cudaGraphInstantiate).
+// An executable graph of `graph`'s nodes (cudaGraphInstantiate); each kernel node keeps the
+// priority of the stream it was captured from.
 absl::StatusOr<UniqueGraphExec> InstantiateGraph(cudaGraph_t graph);
 
 }  // namespace pulse::cuda
