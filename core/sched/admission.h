@@ -84,9 +84,10 @@ enum class Placement : uint8_t {
 
 // What a placement decision sees of the engine.
 struct AdmissionView {
-  // The request's whole worst case fits the dense pool now, with room left for one offloaded
-  // request like it (its prompt, or its sinks and window) when the batch has room for another,
-  // so that resident requests alone never close the pool to offloaded ones.
+  // The request's whole worst case fits the dense pool now, with room left for the resident set
+  // of one offloaded request like it (its sinks, window and the block written: a prompt the pool
+  // cannot hold is prefilled staged) when the batch has room for another, so that resident
+  // requests alone never close the pool to offloaded ones.
   bool fits_resident = false;
   int32_t offloaded_running = 0;  // offloaded requests running now (admitted this round included)
   // Their recall bytes a step: each one's own average, or the engine's a row before it has one.

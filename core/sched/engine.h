@@ -42,13 +42,12 @@ using RequestId = uint64_t;
 // mode or a budget of their own run as they ask).
 enum class AdmissionKind : uint8_t {
   // Resident (attended densely, its whole worst case reserved in the KV cache) while it fits
-  // there with room left for an offloaded request like it (when the batch has room for another);
-  // otherwise offloaded, while the
-  // predicted recall time of a decode step with it stays within the step's measured compute
-  // time (core/sched/admission.h), and otherwise it waits. So at a load that fits the KV cache
-  // nothing is offloaded. Running requests move too (Scheduler::Admit): a resident one is
-  // demoted when a waiting request's prompt does not fit, an offloaded one promoted back when
-  // memory frees; each at most once.
+  // there with room left for the resident set of an offloaded request like it (when the batch
+  // has room for another); otherwise offloaded, while the predicted recall time of a decode step
+  // with it stays within the step's measured compute time (core/sched/admission.h), and
+  // otherwise it waits. So at a load that fits the KV cache nothing is offloaded. Running
+  // requests move too (Scheduler::Admit): a resident one is demoted when a waiting request's
+  // prompt does not fit, an offloaded one promoted back when memory frees; each at most once.
   kIoAdaptive,
   // Offloaded, whenever its blocks in both tiers and its slots can be reserved.
   kOffloadEvery,

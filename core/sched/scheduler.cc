@@ -62,8 +62,9 @@ void Scheduler::Enqueue(std::shared_ptr<Request> request) { queue_.push_back(std
 
 bool Scheduler::FitsResident(const Request& request, int32_t held) const {
   int32_t needed = BlocksForTokens(request.max_kv_tokens(), limits_.block_tokens) - held;
-  // Room for another request only when the batch would have room for it.
-  if (request.offload && running() + 1 < limits_.max_batch) needed += BlocksNeeded(request);
+  // Room for another request only when the batch would have room for it: its resident set,
+  // since a prompt the pool cannot hold is prefilled staged.
+  if (request.offload && running() + 1 < limits_.max_batch) needed += StagedBlocksNeeded(request);
   return needed <= pool_.available();
 }
 
