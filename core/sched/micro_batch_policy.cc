@@ -21,10 +21,12 @@ int32_t MicroBatchPolicy::Choose(const MicroBatchView& view) {
       count = std::min(fixed_, view.decode_rows);
     } else if (view.offloaded_rows > 0 && view.costs != nullptr && view.costs->measured() &&
                view.costs->PredictedRecallSeconds(view.offloaded_rows) >=
-                   view.costs->compute_seconds()) {
+                   kEligibleRecallShare * view.costs->compute_seconds()) {
       last_eligible_ = true;
       const bool split = !prefers_one();
-      if (++since_probe_ >= kProbeInterval) {
+      // Once two have been measured, one is at once, so that the faster way is known early.
+      const bool first_whole = split_.steps > 0 && whole_.steps == 0;
+      if (first_whole || ++since_probe_ >= kProbeInterval) {
         since_probe_ = 0;
         ++probe_steps_;
         count = split ? 1 : 2;

@@ -2,8 +2,8 @@
 // side of the layer-wise scheduling that the model runner carries out (core/model/forward.h,
 // docs/design/scheduling.md). Splitting a step lets one micro-batch's recall land while another
 // computes, at the price of reading the weights once more per extra micro-batch; so the
-// adaptive choice splits only what recalls at least as long as it computes, and only while
-// split steps measure faster.
+// adaptive choice splits only steps that recall a good share of their compute time, and only
+// while split steps measure faster.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +27,13 @@ class MicroBatchPolicy {
 
   // The micro-batches of the next step. Adaptive: one unless the step decodes only, has an
   // offloaded row and two sequences or more, and the measured rates predict its recall to take
-  // at least its compute time (such a step is eligible). An eligible step runs as two unless the
-  // eligible steps measured (Observe) say two take longer a row than one: the model's promise,
-  // t = max(recall, compute + one more read of the weights) against recall + compute, holds only
-  // where the backend overlaps the copy with compute as planned, and each extra micro-batch
-  // costs a weight pass and launches that a small step may not repay. Every kProbeInterval-th
-  // eligible step runs the other way, to keep both measured (and compute, which StepCosts
-  // measures only on steps that run as one).
+  // at least kEligibleRecallShare of its compute time (such a step is eligible). The model,
+  // t = max(recall, compute + one more read of the weights) against recall + compute, says a
+  // split pays wherever the recall exceeds that extra read of the weights, which is not measured
+  // apart; and it holds only where the backend overlaps the copy with compute as planned. So the
+  // eligible steps follow the way measured faster (Observe): the first runs as two, the next as
+  // one, then the faster a row, with every kProbeInterval-th eligible step the other way to keep
+  // both measured (and compute, which StepCosts measures only on steps that run as one).
   int32_t Choose(const MicroBatchView& view);
   // The wall time of the step just chosen, with its decode rows.
   void Observe(double seconds, int32_t decode_rows);
@@ -47,6 +47,7 @@ class MicroBatchPolicy {
   bool prefers_one() const;
 
   static constexpr int32_t kProbeInterval = 16;
+  static constexpr double kEligibleRecallShare = 0.25;
 
  private:
   // Seconds a decode row of the eligible steps run one way, as a moving average.

@@ -28,13 +28,14 @@ TEST(MicroBatchPolicyTest, AFixedCountSplitsEveryDecodeStepOfThatManySequences) 
   EXPECT_EQ(policy.last(), 1);
 }
 
-TEST(MicroBatchPolicyTest, AdaptiveSplitsInTwoOnlyWhatRecallsAtLeastAsLongAsItComputes) {
+TEST(MicroBatchPolicyTest, AdaptiveSplitsInTwoOnlyWhatRecallsAQuarterOfItsCompute) {
   MicroBatchPolicy policy(0);
   const StepCosts unmeasured;
   EXPECT_EQ(policy.Choose({.decode_rows = 8, .offloaded_rows = 8, .costs = &unmeasured}), 1);
-  const StepCosts fast_link = Costs(/*recall_ms=*/1, /*compute_ms=*/10);
-  EXPECT_EQ(policy.Choose({.decode_rows = 8, .offloaded_rows = 8, .costs = &fast_link}), 1);
-  // 10 rows of 1 ms against 10 ms of compute: recall takes as long, so two.
+  const StepCosts fast_link = Costs(/*recall_ms=*/0.25, /*compute_ms=*/10);
+  // 9 rows of 0.25 ms against 10 ms of compute: under a quarter of it, so one.
+  EXPECT_EQ(policy.Choose({.decode_rows = 9, .offloaded_rows = 9, .costs = &fast_link}), 1);
+  // 10 rows: a quarter, so two.
   EXPECT_EQ(policy.Choose({.decode_rows = 12, .offloaded_rows = 10, .costs = &fast_link}), 2);
   const StepCosts slow_link = Costs(/*recall_ms=*/20, /*compute_ms=*/10);
   EXPECT_EQ(policy.Choose({.decode_rows = 4, .offloaded_rows = 1, .costs = &slow_link}), 2);
@@ -78,9 +79,10 @@ TEST(MicroBatchPolicyTest, EligibleStepsFollowTheFasterMeasuredWay) {
     policy.Observe((count > 1 ? split_ms : whole_ms) * 1e-3, view.decode_rows);
     return count;
   };
-  // Two until one has been measured too (the first probe).
-  for (int32_t i = 0; i < MicroBatchPolicy::kProbeInterval - 1; ++i) EXPECT_EQ(step(), 2);
+  // Two first, then one at once to measure it too (a probe).
+  EXPECT_EQ(step(), 2);
   EXPECT_EQ(step(), 1);
+  EXPECT_EQ(policy.probe_steps(), 1);
   EXPECT_TRUE(policy.prefers_one());
   int32_t twos = 0;
   for (int32_t i = 0; i < 2 * MicroBatchPolicy::kProbeInterval; ++i) twos += step() > 1 ? 1 : 0;
