@@ -3,7 +3,7 @@
 // measured in the same run; then the gather executor beside an HBM-bound kernel.
 //
 //   pulse-recall-bench [--backend cuda|cpu] [--host-gib 4] [--device-gib 1] [--plan-mib 64]
-//       [--runs 30] [--gather-blocks 32] [--hbm-rows 8192] [--link-only 0|1] [--device NAME]
+//       [--runs 30] [--gather-blocks 16] [--hbm-rows 8192] [--link-only 0|1] [--device NAME]
 //       [--commit SHA] [--out FILE.jsonl]
 //
 // --link-only 1 measures the link alone ("bench": "link" records, one a direction): what
@@ -42,7 +42,7 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: pulse-recall-bench [--backend cuda|cpu] [--host-gib 4] [--device-gib 1] "
-    "[--plan-mib 64] [--runs 30] [--gather-blocks 32] [--hbm-rows 8192] [--device NAME] "
+    "[--plan-mib 64] [--runs 30] [--gather-blocks 16] [--hbm-rows 8192] [--device NAME] "
     "[--commit SHA] [--out FILE.jsonl]";
 
 constexpr size_t kGiB = size_t{1} << 30;
@@ -65,7 +65,7 @@ struct Args {
   double device_gib = 1;
   int64_t plan_mib = 64;
   int32_t runs = 30;
-  int32_t gather_blocks = 32;
+  int32_t gather_blocks = 16;
   int64_t hbm_rows = 8192;
   bool link_only = false;
   std::string device = "unknown";

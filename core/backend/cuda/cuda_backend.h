@@ -19,9 +19,11 @@ namespace pulse {
 struct CudaBackendOptions {
   int32_t device = 0;
   size_t memory_limit_bytes = 0;  // 0: the device's memory; else Allocate beyond it fails
-  // Thread blocks (of 512 threads) of the copy engine's gather kernel, in [1, 1024]: 32 reach
-  // the PCIe limit at 4 KiB chunks and leave the other SMs to compute (FACTS.md).
-  int32_t copy_gather_blocks = 32;
+  // Thread blocks (of 512 threads) of the copy engine's gather kernel, in [1, 1024]. 16 keep
+  // 1 MiB of loads in flight, far past what PCIe's latency needs: measured on an H100, 16 move
+  // 49-50 GB/s of a 55 GB/s link beside an HBM-bound kernel, which keeps 89% of its rate, where
+  // 32 moved as much but cut it to 52% (samples/bench/results/README.md, "Recall engine").
+  int32_t copy_gather_blocks = 16;
   // Decode attention splits each sequence's keys into at most this many thread blocks an SM, in
   // [1, 64]; within that, into the count that fills the last wave of blocks best
   // (cuda::DecodeAttentionSplits).
