@@ -5,6 +5,10 @@
 namespace pulse {
 
 void MicroBatchPolicy::RowTime::Add(double seconds) {
+  if (!warm) {
+    warm = true;
+    return;
+  }
   seconds_per_row = StepAverage(seconds_per_row, seconds, steps);
   ++steps;
 }

@@ -31,9 +31,10 @@ class MicroBatchPolicy {
   // t = max(recall, compute + one more read of the weights) against recall + compute, says a
   // split pays wherever the recall exceeds that extra read of the weights, which is not measured
   // apart; and it holds only where the backend overlaps the copy with compute as planned. So the
-  // eligible steps follow the way measured faster (Observe): the first runs as two, the next as
-  // one, then the faster a row, with every kProbeInterval-th eligible step the other way to keep
-  // both measured (and compute, which StepCosts measures only on steps that run as one).
+  // eligible steps follow the way measured faster (Observe): the first two run as two, the next
+  // two as one (each way's first step is not measured), then the faster a row, with every
+  // kProbeInterval-th eligible step the other way to keep both measured (and compute, which
+  // StepCosts measures only on steps that run as one).
   int32_t Choose(const MicroBatchView& view);
   // The wall time of the step just chosen, with its decode rows.
   void Observe(double seconds, int32_t decode_rows);
@@ -50,9 +51,12 @@ class MicroBatchPolicy {
   static constexpr double kEligibleRecallShare = 0.25;
 
  private:
-  // Seconds a decode row of the eligible steps run one way, as a moving average.
+  // Seconds a decode row of the eligible steps run one way, as a moving average. The first
+  // step run a way is left out: it may capture and instantiate the step's graph, tens of
+  // milliseconds that a 40 ms step would be judged by.
   struct RowTime {
     void Add(double seconds_per_row);
+    bool warm = false;
     int64_t steps = 0;
     double seconds_per_row = 0;
   };
