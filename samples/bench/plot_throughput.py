@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Plots pulseinfer-throughput records: output tokens/s against concurrent requests, one line a
-mode, one panel a (KV cap, context, picks) cell. Records that did not fit are left out.
+"""Plots pulseinfer-throughput records: output tokens/s against concurrent requests, one panel a
+(KV cap, context) cell, one line a (mode, picks) pair; dense, which picks nothing, is in every
+panel of its cell. A point measured more than once is its last record; each line names the
+commits its points ran at. Records that did not fit are left out.
 
-    python3 samples/bench/plot_throughput.py RECORDS.jsonl OUT.png [--commit SHA]
+    python3 samples/bench/plot_throughput.py RECORDS.jsonl OUT.png [--commit SHA]... [--source NAME]...
 
-Needs matplotlib (pip install matplotlib)."""
+RECORDS may be the results history (samples/bench/results/history.jsonl): --source keeps the
+records committed in those files, --commit those of those commits. Needs matplotlib."""
 import argparse
 import collections
 import json
@@ -19,35 +22,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records")
     parser.add_argument("out")
-    parser.add_argument("--commit", help="only the records of this commit")
+    parser.add_argument("--commit", action="append", help="only the records of this commit")
+    parser.add_argument("--source", action="append", help="only the records of this source file")
     args = parser.parse_args()
-    panels = collections.defaultdict(lambda: collections.defaultdict(list))
+    # cell -> (mode, picks) -> concurrency -> record
+    panels = collections.defaultdict(lambda: collections.defaultdict(dict))
     with open(args.records) as lines:
         for line in lines:
             record = json.loads(line)
             if record.get("bench") != "throughput" or not record.get("fits"):
                 continue
-            if args.commit and record.get("commit") != args.commit:
+            if args.commit and record.get("commit") not in args.commit:
                 continue
-            cell = (record["kv_mib"], record["context"], record["picks"])
-            panels[cell][record["mode"]].append((record["concurrency"], record["tokens_per_s"]))
+            if args.source and record.get("source") not in args.source:
+                continue
+            line_key = (record["mode"], record["picks"])
+            panels[(record["kv_mib"], record["context"])][line_key][record["concurrency"]] = record
     if not panels:
         raise SystemExit(f"no throughput records that fit in {args.records}")
     cells = sorted(panels)
-    figure, axes = plt.subplots(1, len(cells), figsize=(5 * len(cells), 4), squeeze=False)
+    figure, axes = plt.subplots(1, len(cells), figsize=(6 * len(cells), 4.5), squeeze=False)
     for axis, cell in zip(axes[0], cells):
-        kv_mib, context, picks = cell
-        for mode, points in sorted(panels[cell].items()):
-            points.sort()
-            axis.plot([n for n, _ in points], [t for _, t in points], marker="o", label=mode)
-        axis.set_title(f"KV {kv_mib:g} MiB, context {context}, picks {picks}")
+        kv_mib, context = cell
+        axis.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+        for (mode, picks), points in sorted(panels[cell].items()):
+            counts = sorted(points)
+            commits = sorted({points[n].get("commit", "?") for n in counts})
+            label = mode if mode == "dense" else f"{mode}, picks {picks}"
+            axis.plot(counts, [points[n]["tokens_per_s"] for n in counts], marker="o",
+                      label=f"{label} ({', '.join(commits)})")
+        axis.set_title(f"KV memory {kv_mib / 1024:g} GiB, {context}-token contexts")
         axis.set_xlabel("concurrent requests")
         axis.set_ylabel("output tokens/s")
         axis.set_xscale("log", base=2)
         axis.grid(True, alpha=0.3)
-        axis.legend(fontsize="small")
+        axis.legend(fontsize="x-small")
     figure.tight_layout()
-    figure.savefig(args.out, dpi=120)
+    figure.savefig(args.out, dpi=110)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,11 @@
 engine runs the batch its cap allows and the rest wait, an offloaded engine runs them all, no
 engine uses more KV memory than its cap, and a cap too small is recorded, not a crash."""
 import json
+import pathlib
 import subprocess
+import sys
+
+PLOT = pathlib.Path(__file__).resolve().parents[2] / "samples/bench/plot_throughput.py"
 
 # The tiny Llama of tests/data with a context long enough for the grid.
 TINY = {
@@ -73,3 +77,19 @@ def test_a_cap_that_holds_no_request_is_recorded_as_not_fitting(tool, tmp_path):
                      "--modes", "dense,pulse")
     assert [record["fits"] for record in records] == [False, False]
     assert all(record["error"] for record in records)
+
+
+def test_the_plot_draws_a_panel_a_cell_and_refuses_an_empty_selection(tool, tmp_path):
+    records, _ = run(tool, tmp_path, "--kv-mib", "2", "--contexts", "1024", "--concurrency",
+                     "2,3", "--modes", "dense,pulse-offload-every")
+    assert [(r["mode"], r["concurrency"]) for r in records if r["fits"]] == [
+        ("dense", 2), ("pulse-offload-every", 2), ("dense", 3), ("pulse-offload-every", 3)]
+    png = tmp_path / "throughput.png"
+    proc = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "throughput.jsonl"), str(png),
+                           "--commit", "test"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    proc = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "throughput.jsonl"),
+                           str(tmp_path / "none.png"), "--commit", "other"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no throughput records that fit" in proc.stderr
