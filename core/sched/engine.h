@@ -88,8 +88,8 @@ struct EngineOptions {
   bool decode_graphs = true;
   // The micro-batches a decode step runs as, interleaved layer by layer so that one's recall
   // lands while another computes (core/sched/micro_batch_policy.h). 0 (the default): chosen each
-  // step, one unless an offloading engine's recall would take at least the step's compute time,
-  // then two. 1 to 8: every decode step of at least that many sequences. The tokens are the same
+  // step, one unless an offloading engine's recall would take at least a quarter of the step's
+  // compute time, then two or one, whichever it has measured faster. 1 to 8: every decode step of at least that many sequences. The tokens are the same
   // for any count on a backend whose kernels compute a row alike whatever the batch (the CPU
   // backend's; the CUDA backend's GEMMs may pick other algorithms for other row counts).
   int32_t micro_batches = 0;

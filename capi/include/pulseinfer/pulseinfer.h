@@ -265,11 +265,10 @@ typedef struct pulse_engine_params {
   /* How an offloading engine places each request that takes its offloading (a request that asks
    * for a mode or a budget of its own runs as it asks): PULSE_ADMIT_IO_ADAPTIVE (default) runs it
    * resident, attended densely with its whole KV reserved in the KV cache, while it fits there
-   * with room left for an offloaded request like it (when max_batch allows another); otherwise
-   * offloaded, while the predicted recall time of a decode step with it stays within the step's
-   * measured compute time; otherwise it waits. So at a load that fits the KV cache nothing is
-   * offloaded.
-   * PULSE_ADMIT_OFFLOAD_EVERY offloads every such request. Under PULSE_ADMIT_IO_ADAPTIVE a running
+   * with room left for the resident set (sinks, window) of an offloaded request like it (when
+   * max_batch allows another); otherwise offloaded, while the predicted recall time of a decode
+   * step with it stays within the step's measured compute time; otherwise it waits. So at a load
+   * that fits the KV cache nothing is offloaded. PULSE_ADMIT_OFFLOAD_EVERY offloads every such request. Under PULSE_ADMIT_IO_ADAPTIVE a running
    * request may change placement: a decoding resident request is demoted (its sinks and window
    * stay, the rest moves to the host tier) when a waiting request's prompt does not fit, and an
    * offloaded one promoted back when nothing waits, its worst case fits and the recall it would
@@ -289,9 +288,10 @@ typedef struct pulse_engine_params {
   /* Fields appended after version 6. */
   /* The micro-batches a decode step runs as, their layers interleaved so that one's recall
    * lands while another computes: 0 (default) chosen each step, one unless an offloading
-   * engine's recall would take at least the step's compute time, then two; 1 to 8: every decode
-   * step of at least that many requests. The CPU backend gives the same tokens for any count;
-   * on CUDA a split step's GEMMs may round differently. */
+   * engine's recall would take at least a quarter of the step's compute time, then two or one,
+   * whichever the engine has measured faster; 1 to 8: every decode step of at least that many
+   * requests. The CPU backend gives the same tokens for any count; on CUDA a split step's GEMMs
+   * may round differently. */
   int32_t micro_batches;
   /* Fields appended after version 7. */
   /* 1 (default): the blocks an offloaded request stops keeping resident (its prompt's, when it

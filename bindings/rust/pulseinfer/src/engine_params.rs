@@ -162,9 +162,10 @@ impl EngineParams {
     }
 
     /// The micro-batches a decode step runs as, their layers interleaved so that one's recall
-    /// lands while another computes: 0 (the default) chosen each step (two while an offloading
-    /// engine's recall would take at least the step's compute time, else one); 1 to 8: every
-    /// decode step of at least that many requests.
+    /// lands while another computes: 0 (the default) chosen each step (one, unless an
+    /// offloading engine's recall would take at least a quarter of the step's compute time:
+    /// then two or one, whichever it has measured faster); 1 to 8: every decode step of at
+    /// least that many requests.
     pub fn micro_batches(mut self, count: i32) -> Self {
         self.raw.micro_batches = count;
         self
