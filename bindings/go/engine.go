@@ -74,6 +74,11 @@ type EngineParams struct {
 	// tier alone, so that every first pick of one is recalled; by default (false) they also fill
 	// the free device slots, where its first picks of them are hits.
 	NoFillFreeSlots bool
+	// OffloadMinBudgetTokens is, under AdmissionIOAdaptive, the least budget (at most
+	// OffloadBudgetTokens) admission may give a request whose recall at the full budget would not
+	// keep up with compute: halved until it does, down to this one, instead of waiting. 0 (the
+	// default): budgets are never lowered.
+	OffloadMinBudgetTokens int32
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -156,6 +161,7 @@ func DefaultEngineParams() EngineParams {
 		OffloadSyntheticReuse:   float64(params.offload_synthetic_reuse),
 		MicroBatches:            int32(params.micro_batches),
 		NoFillFreeSlots:         params.offload_fill_free_slots == 0,
+		OffloadMinBudgetTokens:  int32(params.offload_min_budget_tokens),
 	}
 }
 
@@ -189,6 +195,7 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	if p.NoFillFreeSlots {
 		params.offload_fill_free_slots = 0
 	}
+	params.offload_min_budget_tokens = C.int32_t(p.OffloadMinBudgetTokens)
 	return params
 }
 
@@ -387,6 +394,8 @@ type EngineStats struct {
 	// chunks' KV read from the host tier a layer at a time), and the bytes those chunks recalled.
 	StagedRequests    int64
 	StagedRecallBytes int64
+	// Offloaded requests admitted with a budget below the engine's (OffloadMinBudgetTokens).
+	LoweredBudgets int64
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -445,5 +454,6 @@ func (e *Engine) Stats() (EngineStats, error) {
 		RetriedSteps:          int64(stats.retried_steps),
 		StagedRequests:        int64(stats.staged_requests),
 		StagedRecallBytes:     int64(stats.staged_recall_bytes),
+		LoweredBudgets:        int64(stats.lowered_budgets),
 	}, nil
 }

@@ -393,6 +393,12 @@ func TestAdaptiveAdmissionRunsWhatFitsResident(t *testing.T) {
 		stats.LinkGBPerSecond <= 0 || stats.RecallMBPerRow <= 0 {
 		t.Errorf("every: %v, %+v; want %v offloaded", ids, stats, want)
 	}
+	// A least budget to lower to: nothing is lowered for a request that fits.
+	adaptive.OffloadMinBudgetTokens = 16
+	ids, stats = generate150(t, tiny, &adaptive)
+	if !equal(ids, want) || stats.AdmittedResident != 1 || stats.LoweredBudgets != 0 {
+		t.Errorf("least budget: %v, %+v; want %v resident, nothing lowered", ids, stats, want)
+	}
 }
 
 // generate150 returns 12 greedy ids after a 150-token prompt, and the engine's stats after them.

@@ -130,6 +130,7 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.retried_steps = totals.retried_steps;
     value.staged_requests = totals.admission.staged;
     value.staged_recall_bytes = totals.offload.staged.recall_bytes;
+    value.lowered_budgets = totals.admission.lowered_budgets;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

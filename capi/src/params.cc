@@ -71,6 +71,7 @@ pulse_engine_params DefaultEngineParams() {
                                  : PULSE_ADMIT_IO_ADAPTIVE;
   params.micro_batches = options.micro_batches;
   params.offload_fill_free_slots = offload.fill_free_slots ? 1 : 0;
+  params.offload_min_budget_tokens = options.min_budget_tokens;
   return params;
 }
 
@@ -197,6 +198,14 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   offload.host_tokens = params.offload_host_tokens;
   offload.slot_tokens = params.offload_slot_tokens;
   options.offload = offload;
+  if (params.offload_min_budget_tokens < 0 ||
+      params.offload_min_budget_tokens > params.offload_budget_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pulse_engine_params.offload_min_budget_tokens is ", params.offload_min_budget_tokens,
+        "; expected 0 (the default) to offload_budget_tokens (", params.offload_budget_tokens,
+        ")"));
+  }
+  options.min_budget_tokens = params.offload_min_budget_tokens;
   return options;
 }
 

@@ -62,6 +62,19 @@ Placement AdmissionPolicy::Place(const AdmissionView& view) const {
              : Placement::kWait;
 }
 
+int32_t AdmissionPolicy::LoweredBudget(const AdmissionView& view) const {
+  if (kind_ != AdmissionKind::kIoAdaptive || min_budget_tokens_ <= 0 || view.costs == nullptr ||
+      !view.costs->measured() || view.budget_tokens <= min_budget_tokens_) {
+    return 0;
+  }
+  for (int32_t budget = view.budget_tokens;;) {
+    budget = std::max(budget / 2, min_budget_tokens_);
+    const double row = view.costs->recall_bytes_per_row() * budget / view.budget_tokens;
+    if (RecallKeepsUp(view.running_recall_bytes + row, *view.costs)) return budget;
+    if (budget == min_budget_tokens_) return 0;
+  }
+}
+
 bool AdmissionPolicy::RecallKeepsUp(double recall_bytes, const StepCosts& costs) {
   return !costs.measured() || costs.RecallSeconds(recall_bytes) <= costs.compute_seconds();
 }

@@ -90,6 +90,7 @@ struct AdmissionView {
   // requests alone never close the pool to offloaded ones.
   bool fits_resident = false;
   int32_t offloaded_running = 0;  // offloaded requests running now (admitted this round included)
+  int32_t budget_tokens = 0;      // the request's budget offloaded: the engine's
   // Their recall bytes a step: each one's own average, or the engine's a row before it has one.
   double running_recall_bytes = 0;
   const StepCosts* costs = nullptr;
@@ -97,7 +98,9 @@ struct AdmissionView {
 
 class AdmissionPolicy {
  public:
-  explicit AdmissionPolicy(AdmissionKind kind) : kind_(kind) {}
+  // `min_budget_tokens`: EngineOptions::min_budget_tokens (0: budgets are never lowered).
+  explicit AdmissionPolicy(AdmissionKind kind, int32_t min_budget_tokens = 0)
+      : kind_(kind), min_budget_tokens_(min_budget_tokens) {}
 
   // Where a request that the engine places (it asked for the engine's offloading, not its own
   // mode or budget) runs if admitted now. kOffloadEvery: offloaded. kIoAdaptive: resident when
@@ -105,6 +108,11 @@ class AdmissionPolicy {
   // requests' recall and the engine's average a row for it) stays within the measured compute
   // time (or nothing offloaded runs, or nothing is measured yet); else kWait.
   Placement Place(const AdmissionView& view) const;
+  // For a request that Place makes wait: the largest of the view's budget halved once or more,
+  // and at least the policy's least budget, at which the predicted recall of a step with it
+  // keeps up (its recall a row taken as the engine's average a row scaled by the budgets'
+  // ratio); 0 when none does, or when budgets are not lowered.
+  int32_t LoweredBudget(const AdmissionView& view) const;
   // Whether a step that recalls `recall_bytes` keeps up as the rates stand: while nothing is
   // measured, or its recall time stays within the measured compute time.
   static bool RecallKeepsUp(double recall_bytes, const StepCosts& costs);
@@ -113,6 +121,7 @@ class AdmissionPolicy {
 
  private:
   AdmissionKind kind_;
+  int32_t min_budget_tokens_;
 };
 
 }  // namespace pulse

@@ -77,7 +77,8 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
                          .max_step_tokens = resolved.max_step_tokens,
                          .block_tokens = resolved.block_tokens,
                          .block_bytes = token_bytes * resolved.block_tokens,
-                         .admission = resolved.admission};
+                         .admission = resolved.admission,
+                         .min_budget_tokens = resolved.min_budget_tokens};
   if (resolved.offload) {
     PULSE_RETURN_IF_ERROR(
         SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));

@@ -84,14 +84,22 @@ struct EngineOptions {
   // attention, every block in the KV cache.
   std::optional<OffloadConfig> offload = std::nullopt;
   AdmissionKind admission = AdmissionKind::kIoAdaptive;  // with offload
+  // Under kIoAdaptive, the least budget (offload->selection.budget_tokens or less) admission may
+  // give a request the engine places, when a step with it at the engine's budget would recall
+  // past its compute time: the budget halves until the predicted recall keeps up, down to this
+  // one, and the request is admitted with it rather than waiting. Fewer tokens attended, more
+  // requests running; its tokens then depend on the measured rates. 0 (the default): budgets
+  // are never lowered.
+  int32_t min_budget_tokens = 0;
   // Replay decode steps as graphs where the backend has them (ModelRunnerOptions::decode_graphs).
   bool decode_graphs = true;
   // The micro-batches a decode step runs as, interleaved layer by layer so that one's recall
   // lands while another computes (core/sched/micro_batch_policy.h). 0 (the default): chosen each
   // step, one unless an offloading engine's recall would take at least a quarter of the step's
-  // compute time, then two or one, whichever it has measured faster. 1 to 8: every decode step of at least that many sequences. The tokens are the same
-  // for any count on a backend whose kernels compute a row alike whatever the batch (the CPU
-  // backend's; the CUDA backend's GEMMs may pick other algorithms for other row counts).
+  // compute time, then two or one, whichever it has measured faster. 1 to 8: every decode step of
+  // at least that many sequences. The tokens are the same for any count on a backend whose kernels
+  // compute a row alike whatever the batch (the CPU backend's; the CUDA backend's GEMMs may pick
+  // other algorithms for other row counts).
   int32_t micro_batches = 0;
 
   absl::Status Validate() const;
@@ -209,6 +217,8 @@ struct EngineStats {
     int64_t demoted = 0;   // running resident requests offloaded under memory pressure
     int64_t promoted = 0;  // running offloaded requests made resident when memory freed
     int64_t staged = 0;    // offloaded requests whose prompt the dense pool could not hold
+    // Offloaded requests admitted with a budget below the engine's (min_budget_tokens).
+    int64_t lowered_budgets = 0;
     int32_t offloaded_running = 0;
     double link_bytes_per_second = 0;
     double recall_bytes_per_row = 0;

@@ -56,6 +56,12 @@ absl::Status EngineOptions::Validate() const {
         absl::StrFormat("micro_batches = %d is outside [0, %d]", micro_batches, kMaxMicroBatches));
   }
   if (offload) PULSE_RETURN_IF_ERROR(offload->Validate());
+  const int32_t budget = offload ? offload->selection.budget_tokens : 0;
+  if (min_budget_tokens < 0 || min_budget_tokens > budget) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "min_budget_tokens = %d is outside [0, the offloaded selection's budget %d]",
+        min_budget_tokens, budget));
+  }
   return absl::OkStatus();
 }
 

@@ -13,7 +13,7 @@ Scheduler::Scheduler(const SchedulerLimits& limits, int32_t num_blocks, HostTier
       pool_(num_blocks),
       host_pool_(limits.host_blocks),
       host_tier_(host_tier),
-      policy_(limits.admission) {}
+      policy_(limits.admission, limits.min_budget_tokens) {}
 
 int32_t Scheduler::BlocksNeeded(const Request& request) const {
   if (!request.offload) return BlocksForTokens(request.max_kv_tokens(), limits_.block_tokens);
@@ -167,13 +167,20 @@ Scheduler::Admitted Scheduler::Admit() {
     Request& request = *queue_.front();
     // The head waits for running requests to finish; the ones behind it wait their turn.
     if (request.placed_by_engine && request.offload) {
-      const Placement placement = policy_.Place({.fits_resident = FitsResident(request),
-                                                 .offloaded_running = offloaded_running_,
-                                                 .running_recall_bytes = RunningRecallBytes(),
-                                                 .costs = &costs_});
+      request.offload = request.engine_selection;  // not a budget lowered in an earlier round
+      const AdmissionView view{.fits_resident = FitsResident(request),
+                               .offloaded_running = offloaded_running_,
+                               .budget_tokens = request.offload->budget_tokens,
+                               .running_recall_bytes = RunningRecallBytes(),
+                               .costs = &costs_};
+      const Placement placement = policy_.Place(view);
       if (placement == Placement::kWait) {
-        ++admission_.io_waits;
-        break;
+        const int32_t budget = policy_.LoweredBudget(view);
+        if (budget == 0) {
+          ++admission_.io_waits;
+          break;
+        }
+        request.offload->budget_tokens = budget;
       }
       if (placement == Placement::kResident) request.offload.reset();
     }
@@ -213,6 +220,10 @@ Scheduler::Admitted Scheduler::Admit() {
       slots_reserved_ += slots;
       ++offloaded_running_;
       ++admission_.offloaded;
+      if (request.placed_by_engine &&
+          request.offload->budget_tokens < request.engine_selection->budget_tokens) {
+        ++admission_.lowered_budgets;
+      }
     } else {
       absl::StatusOr<BlockTable> blocks =
           BlockTable::Create(&pool_, limits_.block_tokens, request.max_kv_tokens());

@@ -23,6 +23,7 @@ struct SchedulerLimits {
   int32_t host_blocks = 0;  // the host tier of offloaded requests (0: none)
   int32_t slot_blocks = 0;  // the device tier's slots (0: none)
   AdmissionKind admission = AdmissionKind::kIoAdaptive;
+  int32_t min_budget_tokens = 0;  // EngineOptions::min_budget_tokens
 };
 
 // A running request's KV moved between the tiers by a change of placement, for the model runner

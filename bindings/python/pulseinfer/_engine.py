@@ -74,6 +74,7 @@ class EngineStats:
     retried_steps: int
     staged_requests: int
     staged_recall_bytes: int
+    lowered_budgets: int
 
 
 class Engine:

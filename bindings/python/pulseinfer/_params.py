@@ -77,6 +77,10 @@ class EngineParams:
     # free device slots, so that its first picks of them are hits; 0: the host tier alone keeps
     # them, and every first pick of one is recalled.
     offload_fill_free_slots: int = _ENGINE.offload_fill_free_slots
+    # Under Admission.IO_ADAPTIVE, the least budget (at most offload_budget_tokens) admission may
+    # give a request whose recall at the full budget would not keep up with compute: halved
+    # until it does, down to this one, instead of waiting. 0 (the default): never lowered.
+    offload_min_budget_tokens: int = _ENGINE.offload_min_budget_tokens
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

@@ -255,6 +255,15 @@ def test_adaptive_admission_runs_what_fits_resident_and_says_so(tiny_model):
         stats = engine.stats()
     assert (stats.admitted_resident, stats.admitted_offloaded, stats.running_offloaded) == (0, 1, 0)
     assert stats.link_gb_s > 0 and stats.step_compute_ms > 0 and stats.recall_mb_per_row > 0
+    # A least budget to lower to: nothing is lowered for a request that fits, and one above the
+    # budget is refused by name.
+    assert EngineParams().offload_min_budget_tokens == 0
+    with Engine(tiny_model, dataclasses.replace(params, offload_min_budget_tokens=16)) as engine:
+        assert engine.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids() == expected
+        assert (engine.stats().admitted_resident, engine.stats().lowered_budgets) == (1, 0)
+    with pytest.raises(pulseinfer.InvalidArgumentError, match="offload_min_budget_tokens"):
+        Engine(tiny_model, dataclasses.replace(params, offload_budget_tokens=48,
+                                               offload_min_budget_tokens=49))
 
 
 def test_micro_batches_give_the_ids_of_one(tiny_model):

@@ -299,6 +299,15 @@ typedef struct pulse_engine_params {
    * slots that are free, so that its first picks of them are hits; they are the first to be
    * evicted. 0: only the host tier keeps them, and every first pick of one is recalled. */
   int32_t offload_fill_free_slots;
+  /* Fields appended after version 8. */
+  /* Under PULSE_ADMIT_IO_ADAPTIVE, the least budget in tokens (at most offload_budget_tokens)
+   * that admission may give a request the engine places when a decode step with it at
+   * offload_budget_tokens would recall past the step's compute time: the budget halves until the
+   * predicted recall keeps up, down to this one, and the request runs with it instead of
+   * waiting. More requests run, each attending fewer tokens; which budget a request gets then
+   * depends on the measured rates (pulse_engine_stats.lowered_budgets counts them). 0
+   * (default): budgets are never lowered. */
+  int32_t offload_min_budget_tokens;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {
@@ -448,6 +457,9 @@ typedef struct pulse_engine_stats {
    * of the prompt beside its sinks and window; and the bytes those chunks recalled. */
   int64_t staged_requests;
   int64_t staged_recall_bytes;
+  /* Offloaded requests admitted with a budget below the engine's
+   * (pulse_engine_params.offload_min_budget_tokens). */
+  int64_t lowered_budgets;
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

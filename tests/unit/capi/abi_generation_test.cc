@@ -457,6 +457,31 @@ TEST(AbiOffload, FreeSlotsKeepTheBlocksARequestStopsKeepingResident) {
   pulse_model_free(model);
 }
 
+// A least budget for admission to lower to: in [0, offload_budget_tokens], refused by name
+// outside it; a budget is lowered only where recall would not keep up, which a single request
+// never meets, so its tokens and stats are the same as without.
+TEST(AbiOffload, ALeastBudgetIsWithinTheBudgetAndLowersNothingAlone) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_params params = OffloadParams(PULSE_OFFLOAD_SOLOHEAD, 48);
+  params.offload_admission = PULSE_ADMIT_IO_ADAPTIVE;  // 160 KV tokens: the request is offloaded
+  pulse_engine_stats stats;
+  const std::vector<int32_t> tokens = Generate(model, params, &stats);
+  params.offload_min_budget_tokens = 16;
+  pulse_engine_stats lowering;
+  EXPECT_EQ(Generate(model, params, &lowering), tokens);
+  EXPECT_EQ(lowering.admitted_offloaded, 1);
+  EXPECT_EQ(lowering.lowered_budgets, 0);
+  for (const int32_t least : {-1, 49}) {
+    params.offload_min_budget_tokens = least;
+    pulse_engine* engine = nullptr;
+    EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT) << least;
+    EXPECT_NE(std::string(pulse_last_error()).find("offload_min_budget_tokens"), std::string::npos)
+        << pulse_last_error();
+  }
+  pulse_model_free(model);
+}
+
 TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
   pulse_model* model = LoadTinyModel();
   ASSERT_NE(model, nullptr);

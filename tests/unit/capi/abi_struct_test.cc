@@ -137,7 +137,9 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, kv_memory_bytes, 104);
   EXPECT_OFFSET(pulse_engine_params, offload_synthetic_reuse, 112);
   EXPECT_OFFSET(pulse_engine_params, micro_batches, 120);
-  EXPECT_EQ(sizeof(pulse_engine_params), 128u);
+  EXPECT_OFFSET(pulse_engine_params, offload_fill_free_slots, 124);
+  EXPECT_OFFSET(pulse_engine_params, offload_min_budget_tokens, 128);
+  EXPECT_EQ(sizeof(pulse_engine_params), 136u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -176,7 +178,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, retried_steps, 320);
   EXPECT_OFFSET(pulse_engine_stats, staged_requests, 328);
   EXPECT_OFFSET(pulse_engine_stats, staged_recall_bytes, 336);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 344u);
+  EXPECT_OFFSET(pulse_engine_stats, lowered_budgets, 344);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 352u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {
@@ -214,6 +217,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_admission, PULSE_ADMIT_IO_ADAPTIVE);
   EXPECT_EQ(engine.kv_memory_bytes, 0);
   EXPECT_EQ(engine.offload_synthetic_reuse, 0.0);
+  EXPECT_EQ(engine.offload_min_budget_tokens, 0);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);

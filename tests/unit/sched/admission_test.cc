@@ -89,6 +89,40 @@ TEST(AdmissionPolicyTest, IoAdaptiveIsResidentWhileItFitsThenOffloadsWhileRecall
             Placement::kOffloaded);
 }
 
+// Where a request would wait for recall, a least budget lets admission halve the request's budget
+// until the step's predicted recall keeps up, down to that least budget.
+TEST(AdmissionPolicyTest, ABudgetIsHalvedUntilRecallKeepsUpDownToTheLeastOne) {
+  StepCosts costs;
+  costs.Record({.seconds = 0.010,
+                .offloaded_rows = 2,
+                .recall_bytes = 2'000'000,
+                .recall_seconds = 0.002});  // 8 ms of compute, 1 ms of recall a row at 2048
+  const AdmissionPolicy policy(AdmissionKind::kIoAdaptive, /*min_budget_tokens=*/256);
+  const auto view = [&](double running_ms) {
+    return AdmissionView{.offloaded_running = 8,
+                         .budget_tokens = 2048,
+                         .running_recall_bytes = running_ms * 1e6,
+                         .costs = &costs};
+  };
+  ASSERT_EQ(policy.Place(view(7.5)), Placement::kWait);  // 8.5 ms with it
+  EXPECT_EQ(policy.LoweredBudget(view(7.5)), 1024);      // 0.5 ms more: 8 ms
+  EXPECT_EQ(policy.LoweredBudget(view(7.7)), 512);       // 0.25 ms more: 7.95 ms
+  EXPECT_EQ(policy.LoweredBudget(view(7.8)), 256);       // 0.125 ms more: 7.925 ms
+  EXPECT_EQ(policy.LoweredBudget(view(7.9)), 0);         // not even at 256
+  // A least budget that is not a halving of the budget is tried last.
+  const AdmissionPolicy odd(AdmissionKind::kIoAdaptive, /*min_budget_tokens=*/300);
+  EXPECT_EQ(odd.LoweredBudget(view(7.8)), 300);  // 0.146 ms more: 7.946 ms
+  // Budgets are not lowered without a least budget, when offloading every request, before
+  // anything is measured, or below the least budget.
+  EXPECT_EQ(AdmissionPolicy(AdmissionKind::kIoAdaptive).LoweredBudget(view(7.5)), 0);
+  EXPECT_EQ(AdmissionPolicy(AdmissionKind::kOffloadEvery, 256).LoweredBudget(view(7.5)), 0);
+  const StepCosts unmeasured;
+  EXPECT_EQ(policy.LoweredBudget({.budget_tokens = 2048, .costs = &unmeasured}), 0);
+  EXPECT_EQ(
+      policy.LoweredBudget({.budget_tokens = 256, .running_recall_bytes = 7.9e6, .costs = &costs}),
+      0);
+}
+
 TEST(RequestRecallTest, AveragesTheBytesOfEachStepFromTheRunningTotal) {
   RequestRecall recall;
   EXPECT_FALSE(recall.measured());

@@ -103,8 +103,8 @@ TEST(EngineAdmissionTest, UnderMemoryPressureTheRequestsThatDoNotFitAreOffloaded
   std::shared_ptr<const Model> model = TinyModel();
   const auto expected = Generate(*MakeEngine(model, Options(4 * 160, std::nullopt)));
   // 40 blocks: the first request's 25 and room for an offloaded one's resident set, so the next
-  // ones are offloaded; once the resident one finishes, a later one may fit resident again. How many
-  // of each depends on the measured rates (a request may wait for recall), the tokens do not.
+  // ones are offloaded; once the resident one finishes, a later one may fit resident again. How
+  // many of each depends on the measured rates (a request may wait for recall), the tokens do not.
   std::unique_ptr<Engine> engine = MakeEngine(model, Options(160, AdmissionKind::kIoAdaptive));
   EXPECT_EQ(Generate(*engine), expected);
   const EngineStats stats = engine->stats();

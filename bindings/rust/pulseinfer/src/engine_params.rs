@@ -179,6 +179,15 @@ impl EngineParams {
         self
     }
 
+    /// Under [`Admission::IoAdaptive`], the least budget in tokens (at most the offload budget)
+    /// that admission may give a request whose recall at the full budget would not keep up
+    /// with compute: halved until it does, down to this one, instead of waiting. 0 (the
+    /// default): budgets are never lowered.
+    pub fn offload_min_budget_tokens(mut self, tokens: i32) -> Self {
+        self.raw.offload_min_budget_tokens = tokens;
+        self
+    }
+
     pub(crate) fn as_raw(&self) -> &sys::pulse_engine_params {
         &self.raw
     }

@@ -232,6 +232,9 @@ pub struct EngineStats {
     pub staged_requests: i64,
     /// Bytes the staged prompts' chunks recalled.
     pub staged_recall_bytes: i64,
+    /// Offloaded requests admitted with a budget below the engine's
+    /// ([`EngineParams::offload_min_budget_tokens`](crate::EngineParams::offload_min_budget_tokens)).
+    pub lowered_budgets: i64,
 }
 
 impl EngineStats {
@@ -283,6 +286,7 @@ impl EngineStats {
             retried_steps: stats.retried_steps,
             staged_requests: stats.staged_requests,
             staged_recall_bytes: stats.staged_recall_bytes,
+            lowered_budgets: stats.lowered_budgets,
         }
     }
 }

@@ -204,6 +204,10 @@ fn adaptive_admission_runs_what_fits_resident_and_says_so() {
     assert_eq!(ids, dense);
     assert_eq!((stats.admitted_resident, stats.admitted_offloaded), (0, 1), "{stats:?}");
     assert!(stats.link_bytes_per_second > 0 && stats.recall_bytes_per_row > 0, "{stats:?}");
+    // A least budget to lower to: nothing is lowered for a request that fits.
+    let (ids, stats) = generate_150(&model, &adaptive.offload_min_budget_tokens(16));
+    assert_eq!(ids, dense);
+    assert_eq!((stats.admitted_resident, stats.lowered_budgets), (1, 0), "{stats:?}");
 }
 
 /// Two offloaded requests at once at a budget that selects, their decode steps split into two
