@@ -76,10 +76,12 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
         "of %d bytes",
         fragment_bytes, kCopyAlignment));
   }
+  // With a host tier only offloaded sequences attend sparsely, and their candidates are host-tier
+  // blocks: only those keep summaries.
   PULSE_ASSIGN_OR_RETURN(
       BlockSummaries summaries,
-      BlockSummaries::Create(backend, layout, cache.num_layers(), dense_blocks, host_blocks,
-                             layout.num_kv_heads, config.estimator));
+      BlockSummaries::Create(backend, layout, cache.num_layers(), tiered ? 0 : dense_blocks,
+                             host_blocks, layout.num_kv_heads, config.estimator));
   std::optional<Tiers> tiers;
   if (tiered) {
     PULSE_ASSIGN_OR_RETURN(HostTier host, HostTier::Create(backend, layout, cache.num_layers(),
@@ -225,6 +227,12 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
       return absl::InvalidArgumentError(
           absl::StrFormat("sequence %d is offloaded, but the runner %s", s,
                           tiers_ ? "offloads in the other selection mode" : "has no host tier"));
+    }
+    if (!offloaded && tiers_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "sequence %d attends sparsely but is not offloaded: a runner with a host tier keeps "
+          "summaries of host-tier blocks only",
+          s));
     }
     for (const WriteBackEntry& entry : sequence.departed) {
       if (!offloaded || entry.device_block < 0 || entry.device_block >= dense_blocks_ ||

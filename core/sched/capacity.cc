@@ -66,12 +66,12 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
   if (resolved.offload) {
     PULSE_RETURN_IF_ERROR(ValidateEstimator(resolved.offload->estimator, layout));
   }
-  // With offload, every KV block (resident or in the host tier) keeps its summary on the device.
+  // With offload, every host-tier block keeps its summary on the device (the dense pool's blocks
+  // are attended densely or written back before they are candidates: none needs one).
   const int64_t summary_block_bytes =
       resolved.offload
           ? int64_t{config.num_layers} * SummaryBytes(layout, resolved.offload->estimator)
           : 0;
-  const int64_t summary_token_bytes = summary_block_bytes / layout.block_tokens;
   SchedulerLimits limits{.max_batch = resolved.max_batch,
                          .prefill_chunk = resolved.prefill_chunk,
                          .max_step_tokens = resolved.max_step_tokens,
@@ -93,20 +93,19 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
       int64_t{limits.host_blocks} * summary_block_bytes +
       (resolved.offload ? StagedPrefill::Bytes(layout, max_blocks_per_seq) : 0);
   if (resolved.kv_capacity_tokens == 0 && resolved.kv_memory_bytes > 0) {
-    // Whole blocks, each with its summary, within what the tiers leave.
-    const int64_t blocks =
-        (resolved.kv_memory_bytes - tier_bytes) / (block_bytes + summary_block_bytes);
+    // Whole blocks within what the tiers leave.
+    const int64_t blocks = (resolved.kv_memory_bytes - tier_bytes) / block_bytes;
     if (blocks < 1) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "kv_memory_bytes = %d leaves no KV cache block: the offload tiers take %d bytes (their "
           "slots, the host tier's summaries and the staging area of an offloaded prompt), a block "
-          "of KV cache and its summary %d",
-          resolved.kv_memory_bytes, tier_bytes, block_bytes + summary_block_bytes));
+          "of KV cache %d",
+          resolved.kv_memory_bytes, tier_bytes, block_bytes));
     }
     resolved.kv_capacity_tokens = blocks * resolved.block_tokens;
   } else if (resolved.kv_capacity_tokens == 0) {
-    // A backend with memory of its own (a GPU) gives the KV cache and its summaries a share of
-    // what the offload tiers leave free.
+    // A backend with memory of its own (a GPU) gives the KV cache a share of what the offload
+    // tiers leave free.
     const size_t available = backend.AvailableBytes();
     const int64_t kv_bytes =
         available == 0
@@ -116,7 +115,7 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
                                    kDefaultKvShare);
     resolved.kv_capacity_tokens = std::max<int64_t>(
         resolved.block_tokens, std::min(kDefaultKvContexts * resolved.max_context,
-                                        kv_bytes / (token_bytes + summary_token_bytes)));
+                                        kv_bytes / token_bytes));
   }
   // Rounded up without the sum that overflows near INT64_MAX.
   const int64_t num_blocks = resolved.kv_capacity_tokens / resolved.block_tokens +
@@ -151,7 +150,7 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
       .options = resolved,
       .limits = limits,
       .dense_blocks = static_cast<int32_t>(num_blocks),
-      .kv_memory_bytes = num_blocks * (block_bytes + summary_block_bytes) + tier_bytes,
+      .kv_memory_bytes = num_blocks * block_bytes + tier_bytes,
       .runner = std::move(runner)};
 }
 

@@ -19,7 +19,7 @@ struct EngineCapacity {
   SchedulerLimits limits;
   int32_t dense_blocks = 0;  // the blocks of the runner's cache that are not offload slots
   // Device bytes of the KV: the cache's blocks and slots, and (with offload) the summaries of
-  // the dense and host-tier blocks.
+  // the host tier's blocks and the staging area.
   int64_t kv_memory_bytes = 0;
   ModelRunner runner;
 };

@@ -63,8 +63,8 @@ struct EngineOptions {
   // of its own).
   int64_t kv_capacity_tokens = 0;
   // The device memory the KV may use in all, with kv_capacity_tokens 0: with offload, the
-  // slots and the summaries of the host tier's blocks come first, and the KV cache (each of its
-  // blocks with its summary) gets the rest. 0: no such cap.
+  // slots, the summaries of the host tier's blocks and the staging area come first, and the KV
+  // cache gets the rest. 0: no such cap.
   int64_t kv_memory_bytes = 0;
   int32_t max_context = 0;  // prompt + generated tokens, at most the model's; 0: the model's
   // Copy each step's logits to the host, sample there and hand them to the sinks

@@ -275,9 +275,9 @@ typedef struct pulse_engine_params {
    * still cost outweighs copying its context back; each at most once. */
   int32_t offload_admission;
   /* The device memory the KV may use in all, in bytes, when kv_capacity_tokens is 0: with
-   * offloading, the device slots and the summaries of the host tier's blocks come first, and the
-   * KV cache (each of its blocks with its summary) gets the rest; ResourceExhausted when nothing
-   * is left. 0 (default): no such cap. Not with kv_capacity_tokens. */
+   * offloading, the device slots, the summaries of the host tier's blocks and the staging area of
+   * a prompt prefilled staged come first, and the KV cache gets the rest; ResourceExhausted when
+   * nothing is left. 0 (default): no such cap. Not with kv_capacity_tokens. */
   int64_t kv_memory_bytes;
   /* For benchmarks of recall: in (0, 1), offloaded decode steps pick blocks drawn at random
    * (seeded, the same every run) so that about this share of a step's picks stays picked the
@@ -437,7 +437,7 @@ typedef struct pulse_engine_stats {
   double predicted_recall_ms;
   int32_t running_offloaded; /* offloaded requests running now */
   /* Device bytes of the KV: the KV cache's blocks and slots and, when offloading, the summaries
-   * of the dense and host-tier blocks. */
+   * of the host tier's blocks and the staging area. */
   int64_t kv_memory_bytes;
   /* Fields appended after version 6: layer-wise scheduling (pulse_engine_params.micro_batches). */
   int64_t split_steps;   /* decode steps run as several micro-batches */
