@@ -632,7 +632,7 @@ absl::Status ModelRunner::PreAttention(StepContext& context, int32_t layer) {
 }
 
 absl::Status ModelRunner::Select(StepContext& context, int32_t layer) {
-  if (!SparseStepOpen(context)) return absl::OkStatus();
+  if (!SparseStepOpen(context) || sparse_->DenseLayer(layer)) return absl::OkStatus();
   return sparse_->Select(layer, *context.sparse, context.scratch.qkv.as<float>(), qkv_dim_);
 }
 
@@ -640,7 +640,7 @@ absl::Status ModelRunner::Attend(StepContext& context, int32_t layer) {
   const ModelConfig& config = model_->config();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   const float* q = context.scratch.qkv.as<float>();
-  if (SparseStepOpen(context)) {
+  if (SparseStepOpen(context) && !sparse_->DenseLayer(layer)) {
     const auto row_bytes =
         static_cast<int64_t>(q_dim_ * DTypeBytes(model_->backend().activation_type()));
     return sparse_->Attend(layer, *context.sparse, q, qkv_dim_, scale, context.scratch.attn.data(),

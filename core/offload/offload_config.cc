@@ -28,6 +28,9 @@ absl::Status OffloadConfig::Validate() const {
         "offload selection with a budget of %d tokens, %d sink and %d window tokens",
         selection.budget_tokens, selection.sink_tokens, selection.window_tokens));
   }
+  if (dense_layers < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d dense layers", dense_layers));
+  }
   if (synthetic_picks && synthetic_picks->period_q < 1024) {
     return absl::InvalidArgumentError(
         absl::StrFormat("synthetic picks drawn again every %d / 1024 steps: below one step",

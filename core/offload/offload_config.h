@@ -48,6 +48,11 @@ struct OffloadConfig {
   // scores (core/backend/block_scores.h); the scores are still computed, and selection, tables
   // and recall run on the drawn ones. Empty (the default): picks by score.
   std::optional<SyntheticPicks> synthetic_picks = std::nullopt;
+  // The first this many layers attend densely in every sparse row, the others through its
+  // selection. For the selection study (pulse-offload-accuracy --dense-layers): only without a
+  // host tier so far, since an offloaded request's blocks of those layers would have to stay
+  // resident.
+  int32_t dense_layers = 0;
 
   // InvalidArgument naming the first field that is out of range.
   absl::Status Validate() const;

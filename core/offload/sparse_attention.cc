@@ -57,6 +57,10 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
   const PagedKvLayout& layout = cache.layout();
   const int32_t sets = config.selection.mode == SelectionMode::kSoloHead ? 1 : layout.num_kv_heads;
   const bool tiered = config.host_tokens > 0 && config.slot_tokens > 0;
+  if (tiered && config.dense_layers > 0) {
+    return absl::UnimplementedError(
+        "dense layers with a host tier: offloaded requests would keep those layers resident");
+  }
   const int32_t host_blocks =
       tiered ? BlocksForTokens(static_cast<int32_t>(config.host_tokens), layout.block_tokens) : 0;
   const int32_t slots =
@@ -312,13 +316,16 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
     if (offloaded) offloaded_picks += partition.picks;
     table_stride = std::max(table_stride, partition.blocks_per_set());
     max_kv_len = std::max(max_kv_len, partition.selected_tokens);
-    // Every layer selects: the totals count (sequence, layer, set) selections.
-    const int64_t layers = static_cast<int64_t>(layers_.size());
-    row_stats.push_back({.selections = layers * num_sets,
-                         .candidate_blocks = layers * count * num_sets,
-                         .picked_blocks = layers * partition.picks * num_sets,
-                         .attended_tokens = layers * partition.selected_tokens,
-                         .context_tokens = layers * sequence.kv_len});
+    // Every layer but the dense ones selects: the totals count (sequence, layer, set)
+    // selections.
+    const int64_t dense = std::min<int64_t>(config_.dense_layers, std::ssize(layers_));
+    const int64_t layers = std::ssize(layers_) - dense;
+    row_stats.push_back(
+        {.selections = layers * num_sets,
+         .candidate_blocks = layers * count * num_sets,
+         .picked_blocks = layers * partition.picks * num_sets,
+         .attended_tokens = layers * partition.selected_tokens + dense * sequence.kv_len,
+         .context_tokens = std::ssize(layers_) * sequence.kv_len});
     row_keys.push_back(sequence.key);
     sparse[s] = true;
   }

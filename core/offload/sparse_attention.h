@@ -135,6 +135,8 @@ class SparseAttention {
   absl::Status Plan(std::span<const SparseSequence> sequences, int64_t* counters, SparseStep& step);
   // Whether the planned step has a row that attends sparsely (else attention is all dense).
   bool Attends(const SparseStep& step) const;
+  // Whether the step's sparse rows attend densely in `layer` (OffloadConfig::dense_layers).
+  bool DenseLayer(int32_t layer) const { return layer < config_.dense_layers; }
   // After the layer's KV append: the summaries of the blocks the step filled, and the
   // write-back of the offloaded ones.
   absl::Status AfterAppend(int32_t layer, SparseStep& step);

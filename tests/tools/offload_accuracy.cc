@@ -4,11 +4,13 @@
 //
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
 //       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink S] [--window W]
-//       [--block B] [--estimator E] [--sequential 0] [--backend cpu] [--crosscheck-picks 0]
-//       [--out FILE.jsonl]
+//       [--block B] [--estimator E] [--dense-layers 0] [--sequential 0] [--backend cpu]
+//       [--crosscheck-picks 0] [--out FILE.jsonl]
 //
 // Sink, window, block size and estimator default to the library's (tests/tools/offload_defaults.h);
-// records made with all four carry "default": true.
+// records made with all four (and no dense layers) carry "default": true. --dense-layers N: the
+// first N layers attend densely in every sparse configuration (OffloadConfig::dense_layers), the
+// others within its budget; the records' attended_fraction counts both.
 //
 // The text is tokenized with the model's tokenizer and cut into windows of each size, spread
 // evenly over it. In a window, the first tokens (a multiple of 32 tokens and of the block size,
@@ -75,7 +77,7 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
     "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink S] [--window W] "
-    "[--block B] [--estimator E] [--sequential 0] [--backend cpu|cuda] "
+    "[--block B] [--estimator E] [--dense-layers 0] [--sequential 0] [--backend cpu|cuda] "
     "[--crosscheck-picks 0|1 (needs --sequential 1)] [--out FILE.jsonl]";
 
 struct Args {
@@ -89,6 +91,7 @@ struct Args {
   int32_t window = SelectionDefaults{}.window;
   int32_t block = SelectionDefaults{}.block;
   std::string estimator = SelectionDefaults{}.estimator;
+  int32_t dense_layers = 0;
   bool sequential = false;
   bool cuda = false;  // else the CPU backend
   bool crosscheck_picks = false;
@@ -136,6 +139,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &args.block) && args.block > 0;
     } else if (flag == "--estimator") {
       args.estimator = std::string(value);
+    } else if (flag == "--dense-layers") {
+      ok = absl::SimpleAtoi(value, &args.dense_layers) && args.dense_layers >= 0;
     } else if (flag == "--sequential") {
       ok = value == "0" || value == "1";
       args.sequential = value == "1";
@@ -355,6 +360,7 @@ absl::Status Run(const Args& args) {
     PULSE_ASSIGN_OR_RETURN(const BlockEstimator estimator, ParseEstimator(args.estimator));
     OffloadConfig offload;
     offload.estimator = estimator;
+    offload.dense_layers = args.dense_layers;
     PULSE_ASSIGN_OR_RETURN(
         ModelRunner runner,
         ModelRunner::Create(model, std::move(cache),
@@ -430,6 +436,7 @@ absl::Status Run(const Args& args) {
             {"recent_window_tokens", args.window},
             {"block_tokens", args.block},
             {"estimator", args.estimator},
+            {"dense_layers", args.dense_layers},
             {"summary_bytes_per_token",
              static_cast<double>(SummaryBytes(layout, estimator)) / args.block},
             {"score_macs_per_token",
@@ -440,7 +447,9 @@ absl::Status Run(const Args& args) {
             {"agreement", agreement},
             {"reuse", reuse},
             {"attended_fraction", attended},
-            {"default", SelectionDefaults{}.Match(args.block, args.sink, args.window, estimator)},
+            {"default",
+             args.dense_layers == 0 &&
+                 SelectionDefaults{}.Match(args.block, args.sink, args.window, estimator)},
             {"backend", args.cuda ? "cuda" : "cpu"},
             {"command", args.command}};
         if (crosscheck != nullptr) {

@@ -27,7 +27,7 @@ constexpr int32_t kBlocksPerSeq = 40;  // 160 tokens
 // A runner with sparse attention over resident blocks in `mode` (no host tier), or without
 // sparse attention when `mode` is empty.
 ModelRunner MakeRunner(std::shared_ptr<const Model> model,
-                       std::optional<SelectionMode> mode = std::nullopt) {
+                       std::optional<SelectionMode> mode = std::nullopt, int32_t dense_layers = 0) {
   const ModelConfig& config = model->config();
   KvCache cache = *KvCache::Create(model->backend(),
                                    {.block_tokens = kBlockTokens,
@@ -39,7 +39,8 @@ ModelRunner MakeRunner(std::shared_ptr<const Model> model,
       {.max_step_tokens = 160,
        .max_seqs = 2,
        .max_blocks_per_seq = kBlocksPerSeq,
-       .offload = mode ? std::optional<OffloadConfig>(OffloadConfig{.selection = {.mode = *mode}})
+       .offload = mode ? std::optional<OffloadConfig>(OffloadConfig{.selection = {.mode = *mode},
+                                                                    .dense_layers = dense_layers})
                        : std::nullopt});
   EXPECT_TRUE(runner.ok()) << runner.status();
   return *std::move(runner);
@@ -119,6 +120,46 @@ TEST(SparseAttentionTest, ASmallBudgetAttendsToFewerTokens) {
     for (size_t i = 0; i < dense.size(); ++i) differs |= sparse[i] != dense[i];
     EXPECT_TRUE(differs) << "32 of ~150 tokens cannot give the dense logits";
   }
+}
+
+// Dense layers (OffloadConfig::dense_layers): with every layer dense a small budget gives the dense
+// logits bit for bit and selects nothing; with the first of two dense, the other selects and the
+// attended tokens count the dense layer's whole context. A runner with a host tier refuses them.
+TEST(SparseAttentionTest, DenseLayersAttendToEveryBlock) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const std::vector<int32_t> tokens = Prompt(150, TinyConfig().vocab_size, 12);
+  ModelRunner dense_runner = MakeRunner(model);
+  const auto dense = Decode(dense_runner, tokens, 10, 0, std::nullopt);
+  const int32_t layers = TinyConfig().num_layers;
+  ModelRunner all = MakeRunner(model, SelectionMode::kSoloHead, layers);
+  ExpectBitwiseEqual(Decode(all, tokens, 10, 0, Selection(SelectionMode::kSoloHead, 32)), dense);
+  EXPECT_EQ(all.sparse_stats().selections, 0);
+  EXPECT_EQ(all.sparse_stats().attended_tokens, all.sparse_stats().context_tokens);
+
+  ModelRunner none = MakeRunner(model, SelectionMode::kSoloHead);
+  const auto sparse = Decode(none, tokens, 10, 0, Selection(SelectionMode::kSoloHead, 32));
+  ModelRunner first = MakeRunner(model, SelectionMode::kSoloHead, 1);
+  const auto half = Decode(first, tokens, 10, 0, Selection(SelectionMode::kSoloHead, 32));
+  const SparseAttentionStats stats = first.sparse_stats();
+  EXPECT_EQ(stats.selections, int64_t{10} * (layers - 1));
+  EXPECT_EQ(stats.attended_tokens, none.sparse_stats().attended_tokens * (layers - 1) / layers +
+                                       stats.context_tokens / layers);
+  EXPECT_NE(half, sparse);
+  EXPECT_NE(half, dense);
+
+  const ModelConfig& config = model->config();
+  KvCache cache = *KvCache::Create(model->backend(),
+                                   {.block_tokens = kBlockTokens,
+                                    .num_kv_heads = config.num_kv_heads,
+                                    .head_dim = config.head_dim},
+                                   config.num_layers, 2 * kBlocksPerSeq);
+  const absl::StatusOr<ModelRunner> tiered = ModelRunner::Create(
+      model, std::move(cache),
+      {.max_step_tokens = 160,
+       .max_seqs = 2,
+       .max_blocks_per_seq = kBlocksPerSeq,
+       .offload = OffloadConfig{.host_tokens = 160, .slot_tokens = 64, .dense_layers = 1}});
+  EXPECT_EQ(tiered.status().code(), absl::StatusCode::kUnimplemented) << tiered.status();
 }
 
 TEST(SparseAttentionTest, SparseDecodeBesideAPromptChunkLeavesTheChunkDense) {
