@@ -44,6 +44,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   flags->micro_batches = defaults.micro_batches;
   flags->kv_tokens = 0;
   flags->prefill_chunk = defaults.prefill_chunk;
+  flags->min_budget = defaults.offload_min_budget_tokens;
   const flag_spec own[kOffloadFlagCount] = {
       {"--offload", kFlagString, &flags->mode, 0, 0},
       {"--budget", kFlagInt32, &flags->budget, 1, 1 << 30},
@@ -61,6 +62,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
       {"--micro-batches", kFlagInt32, &flags->micro_batches, 0, 8},
       {"--kv-tokens", kFlagInt32, &flags->kv_tokens, 1, 1 << 30},
       {"--prefill-chunk", kFlagInt32, &flags->prefill_chunk, 1, 1 << 20},
+      {"--min-budget", kFlagInt32, &flags->min_budget, 0, 1 << 30},
   };
   for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
 }
@@ -117,6 +119,7 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
   params->micro_batches = flags->micro_batches;
   params->kv_capacity_tokens = flags->kv_tokens;
   params->prefill_chunk = flags->prefill_chunk;
+  params->offload_min_budget_tokens = flags->min_budget;
   return 1;
 }
 
@@ -131,6 +134,10 @@ void print_offload_stats(pulse_engine* engine) {
             (long long)stats.admitted_resident, (long long)stats.admitted_offloaded,
             (long long)stats.admission_io_waits, stats.recall_mb_per_row, stats.link_gb_s,
             stats.step_compute_ms);
+  }
+  if (stats.lowered_budgets > 0) {
+    fprintf(stderr, "admission: %lld requests run at a budget lowered to keep up with recall\n",
+            (long long)stats.lowered_budgets);
   }
   if (stats.staged_requests > 0) {
     fprintf(stderr,

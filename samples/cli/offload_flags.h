@@ -25,9 +25,10 @@ typedef struct offload_flags {
   int32_t micro_batches; /* 0: chosen each step */
   int32_t kv_tokens;     /* 0: the library's default */
   int32_t prefill_chunk;
+  int32_t min_budget; /* 0: budgets are never lowered */
 } offload_flags;
 
-enum { kOffloadFlagCount = 16 };
+enum { kOffloadFlagCount = 17 };
 
 /* A printf format of the library's defaults, as offload_flags_init sets them: pass
  * OFFLOAD_FLAGS_HELP_ARGS(flags). */
@@ -57,7 +58,9 @@ enum { kOffloadFlagCount = 16 };
   "                        another computes: 0 (default) chosen each step, 1 to 8 fixed\n"       \
   "  --kv-tokens N         KV cache capacity in tokens (default: the library's); an offloaded\n" \
   "                        prompt it cannot hold is prefilled staged from the host tier\n"       \
-  "  --prefill-chunk N     prompt tokens of one request in one step (default %d)\n"
+  "  --prefill-chunk N     prompt tokens of one request in one step (default %d)\n"          \
+  "  --min-budget N        with --admission adaptive, the least budget a request may get\n"    \
+  "                        rather than wait for recall (default 0: never lowered)\n"
 #define OFFLOAD_FLAGS_HELP_ARGS(flags)                                                         \
   (int)(flags).budget, (int)(flags).sink, (int)(flags).window, (double)(flags).summary_radius, \
       (int)(flags).summary_boxes, (flags).summary_precision, (int)(flags).block_tokens,        \

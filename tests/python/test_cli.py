@@ -368,6 +368,16 @@ def test_adaptive_admission_runs_a_request_that_fits_resident(cli, shakespeare_p
                "--offload", "solohead", "--admission", "some")
     assert proc.returncode == 1
     assert "--admission expects adaptive or every, got 'some'" in proc.stderr
+    # A least budget: nothing to lower for a request that fits; above the budget, refused.
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens", 8,
+               "--offload", "solohead", "--budget", 256, "--min-budget", 64)
+    assert proc.returncode == 0, proc.stderr
+    assert "admission: 1 requests resident, 0 offloaded" in proc.stderr, proc.stderr
+    assert "lowered" not in proc.stderr
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt", "Hi", "--max-tokens", 1,
+               "--offload", "solohead", "--budget", 256, "--min-budget", 512)
+    assert proc.returncode != 0
+    assert "offload_min_budget_tokens" in proc.stderr, proc.stderr
 
 
 def test_offload_with_a_small_budget_attends_to_part_of_the_context(cli, shakespeare_path,
