@@ -58,8 +58,8 @@ enum { kOffloadFlagCount = 17 };
   "                        another computes: 0 (default) chosen each step, 1 to 8 fixed\n"       \
   "  --kv-tokens N         KV cache capacity in tokens (default: the library's); an offloaded\n" \
   "                        prompt it cannot hold is prefilled staged from the host tier\n"       \
-  "  --prefill-chunk N     prompt tokens of one request in one step (default %d)\n"          \
-  "  --min-budget N        with --admission adaptive, the least budget a request may get\n"    \
+  "  --prefill-chunk N     prompt tokens of one request in one step (default %d)\n"              \
+  "  --min-budget N        with --admission adaptive, the least budget a request may get\n"      \
   "                        rather than wait for recall (default 0: never lowered)\n"
 #define OFFLOAD_FLAGS_HELP_ARGS(flags)                                                         \
   (int)(flags).budget, (int)(flags).sink, (int)(flags).window, (double)(flags).summary_radius, \
