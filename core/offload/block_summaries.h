@@ -1,9 +1,8 @@
 // The Quest summaries that sparse rows score, a layer each: one for each of `num_dense` blocks of
 // the dense pool (summary id b for dense block b; SparseAttention keeps them only without a host
 // tier) and one for every host-tier block (num_dense + h for host block h), written by the step
-// that fills the block. Beside them, per selection set, the step
-// that last picked each summary's block (Backend::BuildSparseTables counts a pick as reused
-// when it is the step before).
+// that fills the block. Beside them, per selection set, the step that last picked each summary's
+// block (Backend::BuildSparseTables counts a pick as reused when it is the step before).
 #pragma once
 
 #include <cstdint>

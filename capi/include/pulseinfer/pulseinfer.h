@@ -268,11 +268,12 @@ typedef struct pulse_engine_params {
    * with room left for the resident set (sinks, window) of an offloaded request like it (when
    * max_batch allows another); otherwise offloaded, while the predicted recall time of a decode
    * step with it stays within the step's measured compute time; otherwise it waits. So at a load
-   * that fits the KV cache nothing is offloaded. PULSE_ADMIT_OFFLOAD_EVERY offloads every such request. Under PULSE_ADMIT_IO_ADAPTIVE a running
-   * request may change placement: a decoding resident request is demoted (its sinks and window
-   * stay, the rest moves to the host tier) when a waiting request's prompt does not fit, and an
-   * offloaded one promoted back when nothing waits, its worst case fits and the recall it would
-   * still cost outweighs copying its context back; each at most once. */
+   * that fits the KV cache nothing is offloaded. PULSE_ADMIT_OFFLOAD_EVERY offloads every such
+   * request. Under PULSE_ADMIT_IO_ADAPTIVE a running request may change placement: a decoding
+   * resident request is demoted (its sinks and window stay, the rest moves to the host tier) when
+   * a waiting request's prompt does not fit, and an offloaded one promoted back when nothing
+   * waits, its worst case fits and the recall it would still cost outweighs copying its context
+   * back; each at most once. */
   int32_t offload_admission;
   /* The device memory the KV may use in all, in bytes, when kv_capacity_tokens is 0: with
    * offloading, the device slots, the summaries of the host tier's blocks and the staging area of
