@@ -19,9 +19,9 @@ TINY = {
 }
 
 
-def run(tool, tmp_path, *flags):
+def run(tool, tmp_path, *flags, layers=TINY["num_hidden_layers"]):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(TINY))
+    config.write_text(json.dumps({**TINY, "num_hidden_layers": layers}))
     out = tmp_path / "throughput.jsonl"
     proc = subprocess.run(
         [str(tool("pulseinfer-throughput")), "--model", str(config), "--random-weights",
@@ -58,6 +58,19 @@ def test_at_equal_kv_memory_offloading_runs_what_dense_cannot(tool, tmp_path):
     assert offloaded["retried_steps"] == 0
     # The live table's rows, then the final table: the last line is the last run's.
     assert stderr.splitlines()[-1].split()[:5] == ["pulse-no-interrupt", "scores", "2", "1536", "4"]
+
+
+def test_at_a_load_the_dense_engine_holds_nothing_is_offloaded(tool, tmp_path):
+    # 16 layers: a 1536-token request and its generated tokens take about 6.1 MiB of fp32 KV, so
+    # 24 MiB hold three. The offloading engine's tiers for three (slots, the host tier's int4 key
+    # summaries, the staging area) take about 4 MiB and its KV cache keeps no summaries, which
+    # leaves room for the three resident: it decodes as the dense engine does.
+    records, _ = run(tool, tmp_path, "--kv-mib", "24", "--contexts", "1536", "--concurrency", "3",
+                     "--modes", "dense,pulse", layers=16)
+    dense, pulse = records
+    assert (dense["running"], dense["waiting"]) == (3, 0), dense
+    assert (pulse["running"], pulse["running_offloaded"], pulse["admitted_resident"]) == (3, 0, 3)
+    assert pulse["recall_bytes_per_step"] == 0, pulse
 
 
 def test_synthetic_picks_are_labelled_and_keep_about_their_reuse(tool, tmp_path):
