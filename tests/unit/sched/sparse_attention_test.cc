@@ -24,24 +24,30 @@ using ::pulse::testing::TinyModel;
 constexpr int32_t kBlockTokens = 4;
 constexpr int32_t kBlocksPerSeq = 40;  // 160 tokens
 
-// A runner with sparse attention over resident blocks in `mode` (no host tier), or without
-// sparse attention when `mode` is empty.
-ModelRunner MakeRunner(std::shared_ptr<const Model> model,
-                       std::optional<SelectionMode> mode = std::nullopt, int32_t dense_layers = 0) {
+// A runner over a cache of 80 blocks, with `offload` (a host tier when it sizes one).
+absl::StatusOr<ModelRunner> CreateRunner(std::shared_ptr<const Model> model,
+                                         std::optional<OffloadConfig> offload) {
   const ModelConfig& config = model->config();
   KvCache cache = *KvCache::Create(model->backend(),
                                    {.block_tokens = kBlockTokens,
                                     .num_kv_heads = config.num_kv_heads,
                                     .head_dim = config.head_dim},
                                    config.num_layers, 2 * kBlocksPerSeq);
-  absl::StatusOr<ModelRunner> runner = ModelRunner::Create(
-      std::move(model), std::move(cache),
-      {.max_step_tokens = 160,
-       .max_seqs = 2,
-       .max_blocks_per_seq = kBlocksPerSeq,
-       .offload = mode ? std::optional<OffloadConfig>(OffloadConfig{.selection = {.mode = *mode},
-                                                                    .dense_layers = dense_layers})
-                       : std::nullopt});
+  return ModelRunner::Create(std::move(model), std::move(cache),
+                             {.max_step_tokens = 160,
+                              .max_seqs = 2,
+                              .max_blocks_per_seq = kBlocksPerSeq,
+                              .offload = std::move(offload)});
+}
+
+// A runner with sparse attention over resident blocks in `mode` (no host tier), or without
+// sparse attention when `mode` is empty.
+ModelRunner MakeRunner(std::shared_ptr<const Model> model,
+                       std::optional<SelectionMode> mode = std::nullopt, int32_t dense_layers = 0) {
+  absl::StatusOr<ModelRunner> runner = CreateRunner(
+      std::move(model), mode ? std::optional<OffloadConfig>(OffloadConfig{
+                                   .selection = {.mode = *mode}, .dense_layers = dense_layers})
+                             : std::nullopt);
   EXPECT_TRUE(runner.ok()) << runner.status();
   return *std::move(runner);
 }
@@ -147,18 +153,8 @@ TEST(SparseAttentionTest, DenseLayersAttendToEveryBlock) {
   EXPECT_NE(half, sparse);
   EXPECT_NE(half, dense);
 
-  const ModelConfig& config = model->config();
-  KvCache cache = *KvCache::Create(model->backend(),
-                                   {.block_tokens = kBlockTokens,
-                                    .num_kv_heads = config.num_kv_heads,
-                                    .head_dim = config.head_dim},
-                                   config.num_layers, 2 * kBlocksPerSeq);
-  const absl::StatusOr<ModelRunner> tiered = ModelRunner::Create(
-      model, std::move(cache),
-      {.max_step_tokens = 160,
-       .max_seqs = 2,
-       .max_blocks_per_seq = kBlocksPerSeq,
-       .offload = OffloadConfig{.host_tokens = 160, .slot_tokens = 64, .dense_layers = 1}});
+  const absl::StatusOr<ModelRunner> tiered =
+      CreateRunner(model, OffloadConfig{.host_tokens = 160, .slot_tokens = 64, .dense_layers = 1});
   EXPECT_EQ(tiered.status().code(), absl::StatusCode::kUnimplemented) << tiered.status();
 }
 
