@@ -227,16 +227,15 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
     const SparseSequence& sequence = sequences[s];
     if (sequence.selection == nullptr) continue;
     const bool offloaded = !sequence.host_blocks.empty();
-    if (offloaded && (!tiers_ || sequence.selection->mode != config_.selection.mode)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("sequence %d is offloaded, but the runner %s", s,
-                          tiers_ ? "offloads in the other selection mode" : "has no host tier"));
-    }
-    if (!offloaded && tiers_) {
+    // With a host tier every sparse row is offloaded, in the runner's mode: only host-tier
+    // blocks keep summaries, and the slots are laid out for that mode.
+    if (offloaded != tiers_.has_value() ||
+        (offloaded && sequence.selection->mode != config_.selection.mode)) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "sequence %d attends sparsely but is not offloaded: a runner with a host tier keeps "
-          "summaries of host-tier blocks only",
-          s));
+          "sequence %d %s", s,
+          !offloaded ? "attends sparsely but is not offloaded, and the runner has a host tier"
+          : !tiers_  ? "is offloaded, but the runner has no host tier"
+                     : "is offloaded, but the runner offloads in the other selection mode"));
     }
     for (const WriteBackEntry& entry : sequence.departed) {
       if (!offloaded || entry.device_block < 0 || entry.device_block >= dense_blocks_ ||
