@@ -27,13 +27,10 @@ constexpr int32_t kGraphWidthTokens = 1024;
 // Graphs a runner keeps; the least recently used goes first.
 constexpr size_t kMaxStepGraphs = 32;
 
-// A decode step graphs may replay: one token a sequence, every sequence dense or every one
-// sparse (its attention one run of tables, whose shape the sparse step's plan pads).
+// A decode step graphs may replay: one token a sequence, no staged prompt. Dense and sparse
+// rows may mix: the sparse step's shape keys the runs of each kind.
 bool IsGraphableDecode(int32_t max_q_len, const StepBatch& batch) {
-  if (max_q_len != 1 || batch.has_staged()) return false;
-  int32_t sparse = 0;
-  for (int32_t s = 0; s < batch.num_seqs(); ++s) sparse += batch.sparse(s) ? 1 : 0;
-  return sparse == 0 || sparse == batch.num_seqs();
+  return max_q_len == 1 && !batch.has_staged();
 }
 
 // Ints of the packed step inputs for the given sizes: tokens and positions [tokens], kv_lens
@@ -206,9 +203,7 @@ absl::StatusOr<bool> ModelRunner::ReplayGraph() {
   for (const StepContext& context : step_contexts()) {
     shape.insert(shape.end(), {context.step.num_tokens, context.step.num_seqs,
                                context.step.num_logit_rows, context.step.max_blocks_per_seq});
-    SparseStep::Shape sparse = {};
-    if (context.sparse_planned) sparse = context.sparse->shape();
-    shape.insert(shape.end(), sparse.begin(), sparse.end());
+    if (context.sparse_planned) context.sparse->AppendShape(shape);
   }
   auto found = graphs_.find(shape);
   if (found == graphs_.end()) {

@@ -38,12 +38,12 @@ struct ModelRunnerOptions {
   // offloaded KV: the cache's last slot_tokens / block_tokens blocks become the device tier's
   // slots, which no block table may name. Empty: every sequence attends densely.
   std::optional<OffloadConfig> offload = std::nullopt;
-  // Replay decode steps (one token a sequence, every sequence dense or every one sparse) as
-  // graphs on backends that have them (Backend::SupportsGraphs): one graph per shape (sequences,
-  // block-table width, the sparse step's padded plan), captured the second time the shape runs;
-  // an offloaded step's recall and write-back are branches of its graph on the copy stream. The
-  // same ops as without, so the same results. A step whose recall the host plans (the baseline
-  // executors) cannot be captured and runs op by op.
+  // Replay decode steps (one token a sequence, its rows dense, sparse or both) as graphs on
+  // backends that have them (Backend::SupportsGraphs): one graph per shape (sequences,
+  // block-table width, the sparse step's padded plan and runs of rows of each kind), captured the
+  // second time the shape runs; an offloaded step's recall and write-back are branches of its
+  // graph on the copy stream. The same ops as without, so the same results. A step whose recall
+  // the host plans (the baseline executors) cannot be captured and runs op by op.
   bool decode_graphs = true;
   // The most micro-batches a decode step may run as (1 to kMaxMicroBatches): each past the
   // first has its own scratch, sized for half of max_seqs sequences.

@@ -4,7 +4,6 @@
 // reads or writes it. Several of them let a scheduler run micro-batches of one step interleaved.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -19,18 +18,18 @@ class SparseStep {
   SparseStep& operator=(const SparseStep&) = delete;
 
   // What a graph of the planned step bakes in besides its buffers' addresses: two steps of equal
-  // shapes launch the same ops over the same plan layout (their data may differ).
-  using Shape = std::array<int64_t, 9>;
-  Shape shape() const {
-    return {static_cast<int64_t>(staging.size()),
-            num_candidates,
-            num_rows,
-            num_sets,
-            table_stride,
-            max_kv_len,
-            num_filled,
-            num_writebacks,
-            offloaded ? 1 : 0};
+  // shapes launch the same ops over the same plan layout (their data may differ). Appended to
+  // `shape`: the padded plan's sizes, then each run of rows (which rows attend densely, which
+  // through the sparse tables).
+  void AppendShape(std::vector<int64_t>& shape) const {
+    shape.insert(shape.end(), {static_cast<int64_t>(staging.size()), num_candidates, num_rows,
+                               num_sets, table_stride, max_kv_len, num_filled, num_writebacks,
+                               offloaded ? 1 : 0, static_cast<int64_t>(runs.size())});
+    for (const Run& run : runs) {
+      shape.insert(shape.end(),
+                   {run.first_seq, run.end_seq, run.first_row, run.num_rows, run.max_q_len,
+                    run.sparse ? 1 : 0, run.first_sparse_row, static_cast<int64_t>(run.q_offsets)});
+    }
   }
 
  private:

@@ -3,6 +3,7 @@
 // selection modes and with every copy executor (recall leaves the same bytes in the slots, and
 // attention reads the same blocks in the same order); with a small budget they are bitwise those
 // of the same selection with every block resident.
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -173,6 +174,87 @@ TEST_P(OffloadBackendTest, GraphsOfOffloadedStepsGiveTheOpByOpLogits) {
   }
 }
 
+// Four sequences of 300-token prompts, prefilled one a step, then 24 decode steps of them all
+// run as `micro_batches` micro-batches: each decode step's logits, [sequences][vocab], and the
+// runner's graph counts. The sequences `offloaded` names attend through `mode`'s selection with
+// a budget of 128 tokens over both tiers; the others densely, every block on the device.
+struct FourSequences {
+  std::vector<std::vector<float>> logits;
+  GraphStats graphs;
+};
+
+FourSequences DecodeFour(const std::shared_ptr<const Model>& model, SelectionMode mode,
+                         int32_t micro_batches, bool graphs, std::array<bool, 4> offloaded) {
+  constexpr int32_t kSeqs = 4;
+  constexpr int32_t kPrompt = 300;
+  constexpr int32_t kDecode = 24;
+  constexpr int32_t kSlotsPerSeq = 8;
+  const ModelConfig& config = model->config();
+  const int32_t vocab = config.vocab_size;
+  const OffloadConfig offload{.selection = {.mode = mode},
+                              .host_tokens = kSeqs * kBlocksPerSeq * kBlockTokens,
+                              .slot_tokens = kSeqs * kSlotsPerSeq * kBlockTokens};
+  absl::StatusOr<KvCache> cache =
+      KvCache::Create(model->backend(),
+                      {.block_tokens = kBlockTokens,
+                       .num_kv_heads = config.num_kv_heads,
+                       .head_dim = config.head_dim,
+                       .type = model->backend().kv_type()},
+                      config.num_layers, kSeqs * (kBlocksPerSeq + kSlotsPerSeq));
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  absl::StatusOr<ModelRunner> runner = ModelRunner::Create(model, *std::move(cache),
+                                                           {.max_step_tokens = kPrompt,
+                                                            .max_seqs = kSeqs,
+                                                            .max_blocks_per_seq = kBlocksPerSeq,
+                                                            .offload = offload,
+                                                            .decode_graphs = graphs,
+                                                            .max_micro_batches = kSeqs});
+  EXPECT_TRUE(runner.ok()) << runner.status();
+  std::vector<std::vector<int32_t>> tokens(kSeqs, std::vector<int32_t>(kPrompt + kDecode));
+  std::vector<std::vector<int32_t>> blocks(kSeqs, std::vector<int32_t>(kBlocksPerSeq));
+  std::vector<std::vector<int32_t>> host(kSeqs);
+  std::vector<std::optional<SparseSelection>> selections(kSeqs);
+  for (int32_t s = 0; s < kSeqs; ++s) {
+    for (size_t i = 0; i < tokens[s].size(); ++i) {
+      tokens[s][i] = static_cast<int32_t>((i * 7919 + 13 + 101 * s) % static_cast<size_t>(vocab));
+    }
+    std::iota(blocks[s].begin(), blocks[s].end(), s * kBlocksPerSeq);
+    if (!offloaded[static_cast<size_t>(s)]) continue;
+    host[s].resize(kBlocksPerSeq);
+    std::iota(host[s].begin(), host[s].end(), s * kBlocksPerSeq);
+    selections[s] = Selection(mode, 128);
+    selections[s]->key = static_cast<uint64_t>(s) + 1;
+  }
+  StepBatch batch;
+  std::vector<float> none;
+  for (int32_t s = 0; s < kSeqs; ++s) {  // one prompt a step: max_step_tokens is one prompt
+    batch.Clear();
+    batch.AddSequence(std::span<const int32_t>(tokens[s]).first(kPrompt), 0, blocks[s],
+                      LogitRows::kNone, selections[s], host[s]);
+    const absl::Status prefilled = runner->Forward(batch, none);
+    EXPECT_TRUE(prefilled.ok()) << prefilled;
+  }
+  FourSequences out;
+  for (int32_t i = kPrompt; i < kPrompt + kDecode; ++i) {
+    batch.Clear();
+    for (int32_t s = 0; s < kSeqs; ++s) {
+      if (selections[s]) {
+        const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, selections[s]->options);
+        for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[s][j] = -1;
+      }
+      batch.AddSequence(std::span<const int32_t>(tokens[s]).subspan(i, 1), i, blocks[s],
+                        LogitRows::kLast, selections[s], host[s]);
+    }
+    out.logits.emplace_back(static_cast<size_t>(kSeqs) * vocab);
+    const absl::Status status = runner->Forward(batch, out.logits.back(), micro_batches);
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_EQ(runner->step_micro_batches(), micro_batches);
+  }
+  EXPECT_GT(runner->offload_stats().cache.evictions, 0);
+  out.graphs = runner->graph_stats();
+  return out;
+}
+
 // A decode step of four offloaded sequences run as 2 or 4 micro-batches (the layer-wise
 // schedule: one micro-batch's recall landing while another computes) gives each sequence the
 // logits of the step run whole: bit for bit on the CPU, whose kernels compute a row alike
@@ -180,93 +262,30 @@ TEST_P(OffloadBackendTest, GraphsOfOffloadedStepsGiveTheOpByOpLogits) {
 // rows to rounding (each row's cosine with the whole step's at least 0.999, where rows sent to
 // the wrong sequence or stale slots would be unrelated).
 TEST_P(OffloadBackendTest, MicroBatchesGiveTheLogitsOfTheWholeStep) {
-  constexpr int32_t kSeqs = 4;
-  constexpr int32_t kPrompt = 300;
-  constexpr int32_t kDecode = 24;
-  constexpr int32_t kSlotsPerSeq = 8;
-  const ModelConfig& config = model_->config();
-  const int32_t vocab = config.vocab_size;
-  const auto run = [&](SelectionMode mode, int32_t micro_batches) {
-    const OffloadConfig offload{.selection = {.mode = mode},
-                                .host_tokens = kSeqs * kBlocksPerSeq * kBlockTokens,
-                                .slot_tokens = kSeqs * kSlotsPerSeq * kBlockTokens};
-    absl::StatusOr<KvCache> cache =
-        KvCache::Create(model_->backend(),
-                        {.block_tokens = kBlockTokens,
-                         .num_kv_heads = config.num_kv_heads,
-                         .head_dim = config.head_dim,
-                         .type = model_->backend().kv_type()},
-                        config.num_layers, kSeqs * (kBlocksPerSeq + kSlotsPerSeq));
-    EXPECT_TRUE(cache.ok()) << cache.status();
-    absl::StatusOr<ModelRunner> runner = ModelRunner::Create(model_, *std::move(cache),
-                                                             {.max_step_tokens = kPrompt,
-                                                              .max_seqs = kSeqs,
-                                                              .max_blocks_per_seq = kBlocksPerSeq,
-                                                              .offload = offload,
-                                                              .max_micro_batches = kSeqs});
-    EXPECT_TRUE(runner.ok()) << runner.status();
-    std::vector<std::vector<int32_t>> tokens(kSeqs, std::vector<int32_t>(kPrompt + kDecode));
-    std::vector<std::vector<int32_t>> blocks(kSeqs, std::vector<int32_t>(kBlocksPerSeq));
-    std::vector<std::vector<int32_t>> host(kSeqs, std::vector<int32_t>(kBlocksPerSeq));
-    std::vector<SparseSelection> selections;
-    for (int32_t s = 0; s < kSeqs; ++s) {
-      for (size_t i = 0; i < tokens[s].size(); ++i) {
-        tokens[s][i] = static_cast<int32_t>((i * 7919 + 13 + 101 * s) % static_cast<size_t>(vocab));
-      }
-      std::iota(blocks[s].begin(), blocks[s].end(), s * kBlocksPerSeq);
-      std::iota(host[s].begin(), host[s].end(), s * kBlocksPerSeq);
-      SparseSelection selection = Selection(mode, 128);
-      selection.key = static_cast<uint64_t>(s) + 1;
-      selections.push_back(selection);
-    }
-    StepBatch batch;
-    std::vector<float> none;
-    for (int32_t s = 0; s < kSeqs; ++s) {  // one prompt a step: max_step_tokens is one prompt
-      batch.Clear();
-      batch.AddSequence(std::span<const int32_t>(tokens[s]).first(kPrompt), 0, blocks[s],
-                        LogitRows::kNone, selections[s], host[s]);
-      const absl::Status prefilled = runner->Forward(batch, none);
-      EXPECT_TRUE(prefilled.ok()) << prefilled;
-    }
-    std::vector<std::vector<float>> logits;
-    for (int32_t i = kPrompt; i < kPrompt + kDecode; ++i) {
-      batch.Clear();
-      for (int32_t s = 0; s < kSeqs; ++s) {
-        const BlockRange evicted = NonResidentBlocks(i, kBlockTokens, selections[s].options);
-        for (int32_t j = evicted.begin; j < evicted.end; ++j) blocks[s][j] = -1;
-        batch.AddSequence(std::span<const int32_t>(tokens[s]).subspan(i, 1), i, blocks[s],
-                          LogitRows::kLast, selections[s], host[s]);
-      }
-      logits.emplace_back(static_cast<size_t>(kSeqs) * vocab);
-      const absl::Status status = runner->Forward(batch, logits.back(), micro_batches);
-      EXPECT_TRUE(status.ok()) << status;
-      EXPECT_EQ(runner->step_micro_batches(), micro_batches);
-    }
-    EXPECT_GT(runner->offload_stats().cache.evictions, 0);
-    // Split steps replay as graphs too (their shapes keyed by the micro-batches').
-    EXPECT_EQ(runner->graph_stats().failed, 0);
-    if (model_->backend().SupportsGraphs()) {
-      EXPECT_GT(runner->graph_stats().launched, 0);
-    }
-    return logits;
-  };
+  const int32_t vocab = model_->config().vocab_size;
+  const std::array<bool, 4> all = {true, true, true, true};
   for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
     SCOPED_TRACE(mode == SelectionMode::kSoloHead ? "solohead" : "headwise");
-    const auto whole = run(mode, 1);
+    const auto whole = DecodeFour(model_, mode, 1, /*graphs=*/true, all).logits;
     for (const int32_t micro_batches : {2, 4}) {
       SCOPED_TRACE(micro_batches);
-      const auto split = run(mode, micro_batches);
+      const FourSequences split = DecodeFour(model_, mode, micro_batches, /*graphs=*/true, all);
+      // Split steps replay as graphs too (their shapes keyed by the micro-batches').
+      EXPECT_EQ(split.graphs.failed, 0);
+      if (model_->backend().SupportsGraphs()) {
+        EXPECT_GT(split.graphs.launched, 0);
+      }
       if (GetParam() == "cpu") {
-        ExpectBitwiseEqual(split, whole);
+        ExpectBitwiseEqual(split.logits, whole);
         continue;
       }
-      ASSERT_EQ(split.size(), whole.size());
+      ASSERT_EQ(split.logits.size(), whole.size());
       for (size_t step = 0; step < whole.size(); ++step) {
-        for (int32_t s = 0; s < kSeqs; ++s) {
+        for (size_t s = 0; s < all.size(); ++s) {
           const std::span<const float> a =
-              std::span<const float>(whole[step]).subspan(static_cast<size_t>(s) * vocab, vocab);
+              std::span<const float>(whole[step]).subspan(s * vocab, vocab);
           const std::span<const float> b =
-              std::span<const float>(split[step]).subspan(static_cast<size_t>(s) * vocab, vocab);
+              std::span<const float>(split.logits[step]).subspan(s * vocab, vocab);
           double dot = 0, aa = 0, bb = 0;
           for (int32_t v = 0; v < vocab; ++v) {
             dot += static_cast<double>(a[v]) * b[v];
@@ -275,6 +294,33 @@ TEST_P(OffloadBackendTest, MicroBatchesGiveTheLogitsOfTheWholeStep) {
           }
           EXPECT_GE(dot / std::sqrt(aa * bb), 0.999) << "step " << step << " sequence " << s;
         }
+      }
+    }
+  }
+}
+
+// Decode steps that mix resident rows with offloaded ones (as adaptive placement leaves them
+// under pressure) replay as graphs keyed by which rows are which, and compute what the same
+// steps compute op by op, bit for bit: whole and split into micro-batches, with the rows of each
+// kind in one run or interleaved.
+TEST_P(OffloadBackendTest, GraphsOfMixedStepsGiveTheOpByOpLogits) {
+  for (const std::array<bool, 4> offloaded : {std::array<bool, 4>{false, false, true, true},
+                                              std::array<bool, 4>{true, false, true, false}}) {
+    for (const int32_t micro_batches : {1, 2}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "offloaded " << offloaded[0] << offloaded[1] << offloaded[2] << offloaded[3]
+                   << ", " << micro_batches << " micro-batches");
+      const SelectionMode mode = SelectionMode::kSoloHead;
+      const FourSequences op_by_op =
+          DecodeFour(model_, mode, micro_batches, /*graphs=*/false, offloaded);
+      const FourSequences graphed =
+          DecodeFour(model_, mode, micro_batches, /*graphs=*/true, offloaded);
+      ExpectBitwiseEqual(graphed.logits, op_by_op.logits);
+      EXPECT_EQ(graphed.graphs.failed, 0);
+      if (model_->backend().SupportsGraphs()) {
+        // A shape runs op by op, is captured on its second step, then replays; the plan's padded
+        // sizes change a few times in 24 steps.
+        EXPECT_GE(graphed.graphs.launched, 12);
       }
     }
   }
