@@ -178,6 +178,7 @@ absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
 }
 
 absl::Status ModelRunner::RunStep() {
+  step_first_of_shape_ = false;
   if (IsGraphableDecode(contexts_[0].step.max_q_len, *batch_) && options_.decode_graphs &&
       model_->backend().SupportsGraphs()) {
     PULSE_ASSIGN_OR_RETURN(const bool replayed, ReplayGraph());
@@ -226,7 +227,11 @@ absl::StatusOr<bool> ModelRunner::ReplayGraph() {
     if (!absl::IsFailedPrecondition(launched)) return launched;
     entry.graph = nullptr;
   }
-  if (entry.capture_failed || !std::exchange(entry.ran, true)) return false;
+  if (entry.capture_failed) return false;
+  if (!std::exchange(entry.ran, true)) {
+    step_first_of_shape_ = true;
+    return false;
+  }
   // Busy (another runner of the backend captures): this step runs op by op.
   if (!backend.BeginCapture().ok()) return false;
   const absl::Status ops = RunOps();
@@ -238,6 +243,7 @@ absl::StatusOr<bool> ModelRunner::ReplayGraph() {
   }
   entry.graph = *std::move(graph);
   ++graph_stats_.captured;
+  step_first_of_shape_ = true;
   PULSE_RETURN_IF_ERROR(backend.LaunchGraph(*entry.graph));
   ++graph_stats_.launched;
   return true;

@@ -114,6 +114,9 @@ class ModelRunner {
                                 int32_t micro_batches = 1);
   // The micro-batches the last step ran as.
   int32_t step_micro_batches() const { return micro_batches_; }
+  // Whether the last step ran its shape for the first time or captured its graph: set-up that
+  // later steps of the shape do not repeat, so its time is not theirs.
+  bool step_first_of_shape() const { return step_first_of_shape_; }
 
  private:
   // A decode shape's graph. A shape runs op by op the first time (sizing the backend's scratch
@@ -193,6 +196,7 @@ class ModelRunner {
   int32_t micro_batches_ = 1;                // of the current (or last) step
   bool step_open_ = false;                   // from the step's upload to its end
   int64_t waits_before_ = 0;                 // Backend::host_waits() when the step began
+  bool step_first_of_shape_ = false;
   int64_t step_host_waits_ = 0;
   std::vector<int64_t> counters_;   // zeros of the step's sparse counters, uploaded at its start
   std::vector<char> host_outputs_;  // the host side of the step's outputs (tokens, counters)

@@ -4,8 +4,16 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "core/base/host_memory.h"
 
 namespace pulse {
+namespace {
+
+// Host memory the tier leaves to everything else: pinning the last of it makes the kernel kill a
+// process (this one, most likely) instead of failing the pin.
+constexpr int64_t kHostHeadroomBytes = int64_t{4} << 30;
+
+}  // namespace
 
 absl::StatusOr<HostTier> HostTier::Create(Backend& backend, const PagedKvLayout& layout,
                                           int32_t num_layers, int32_t max_blocks,
@@ -42,6 +50,13 @@ absl::Status HostTier::Reserve(int32_t blocks) {
   const auto chunk_bytes =
       static_cast<size_t>(int64_t{num_layers_} * blocks_per_chunk_ * layout_.block_bytes());
   while (capacity() < blocks) {
+    if (const std::optional<int64_t> available = AvailableHostMemoryBytes();
+        available && static_cast<int64_t>(chunk_bytes) + kHostHeadroomBytes > *available) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the host tier cannot grow past %d blocks (%d bytes pinned): a chunk of %d bytes would "
+          "leave less than %d of the host's %d bytes available",
+          capacity(), pinned_bytes(), chunk_bytes, kHostHeadroomBytes, *available));
+    }
     absl::StatusOr<HostBuffer> chunk = backend_->AllocateHost(chunk_bytes);
     if (!chunk.ok()) {
       return absl::ResourceExhaustedError(

@@ -24,7 +24,8 @@ class HostTier {
 
   // Makes blocks [0, blocks) addressable, pinning the chunks that are missing (between steps:
   // the mirror of the addresses is written on the compute stream). ResourceExhausted, keeping
-  // what was pinned, when the backend cannot pin another chunk; InvalidArgument past max_blocks.
+  // what was pinned, when the backend cannot pin another chunk or pinning it would leave the
+  // host less than 4 GiB available (AvailableHostMemoryBytes); InvalidArgument past max_blocks.
   absl::Status Reserve(int32_t blocks);
 
   int32_t capacity() const { return static_cast<int32_t>(chunks_.size()) * blocks_per_chunk_; }

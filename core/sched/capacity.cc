@@ -114,8 +114,8 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
                                        static_cast<int64_t>(available) - tier_bytes, 0)) *
                                    kDefaultKvShare);
     resolved.kv_capacity_tokens = std::max<int64_t>(
-        resolved.block_tokens, std::min(kDefaultKvContexts * resolved.max_context,
-                                        kv_bytes / token_bytes));
+        resolved.block_tokens,
+        std::min(kDefaultKvContexts * resolved.max_context, kv_bytes / token_bytes));
   }
   // Rounded up without the sum that overflows near INT64_MAX.
   const int64_t num_blocks = resolved.kv_capacity_tokens / resolved.block_tokens +
@@ -146,12 +146,11 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
                                                       : 1};
   PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
                          ModelRunner::Create(std::move(model), std::move(cache), runner_options));
-  return EngineCapacity{
-      .options = resolved,
-      .limits = limits,
-      .dense_blocks = static_cast<int32_t>(num_blocks),
-      .kv_memory_bytes = num_blocks * block_bytes + tier_bytes,
-      .runner = std::move(runner)};
+  return EngineCapacity{.options = resolved,
+                        .limits = limits,
+                        .dense_blocks = static_cast<int32_t>(num_blocks),
+                        .kv_memory_bytes = num_blocks * block_bytes + tier_bytes,
+                        .runner = std::move(runner)};
 }
 
 }  // namespace pulse

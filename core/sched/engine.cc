@@ -383,7 +383,7 @@ void EngineImpl::RecordCosts(const std::vector<ScheduledSequence>& work, Clock::
   const DecodeRows rows = CountDecodeRows(work);
   if (rows.decode == 0) return;
   const double seconds = std::chrono::duration<double>(time).count();
-  micro_batches_.Observe(seconds, rows.decode);
+  micro_batches_.Observe(seconds, rows.decode, runner_.step_first_of_shape());
   scheduler_.costs().Record(
       {.seconds = seconds,
        .offloaded_rows = rows.offloaded,

@@ -5,10 +5,6 @@
 namespace pulse {
 
 void MicroBatchPolicy::RowTime::Add(double seconds) {
-  if (!warm) {
-    warm = true;
-    return;
-  }
   seconds_per_row = StepAverage(seconds_per_row, seconds, steps);
   ++steps;
 }
@@ -44,9 +40,10 @@ int32_t MicroBatchPolicy::Choose(const MicroBatchView& view) {
   return count;
 }
 
-void MicroBatchPolicy::Observe(double seconds, int32_t decode_rows) {
-  if (!last_eligible_ || decode_rows < 1) return;
-  (last_ > 1 ? split_ : whole_).Add(seconds / decode_rows);
+void MicroBatchPolicy::Observe(double seconds, int32_t decode_rows, bool first_of_shape) {
+  if (last_eligible_ && decode_rows >= 1 && !first_of_shape) {
+    (last_ > 1 ? split_ : whole_).Add(seconds / decode_rows);
+  }
   last_eligible_ = false;
 }
 

@@ -31,13 +31,15 @@ class MicroBatchPolicy {
   // t = max(recall, compute + one more read of the weights) against recall + compute, says a
   // split pays wherever the recall exceeds that extra read of the weights, which is not measured
   // apart; and it holds only where the backend overlaps the copy with compute as planned. So the
-  // eligible steps follow the way measured faster (Observe): the first two run as two, the next
-  // two as one (each way's first step is not measured), then the faster a row, with every
+  // eligible steps follow the way measured faster (Observe): two until a step run as two is
+  // measured, then one until a step run as one is, then the faster a row, with every
   // kProbeInterval-th eligible step the other way to keep both measured (and compute, which
   // StepCosts measures only on steps that run as one).
   int32_t Choose(const MicroBatchView& view);
-  // The wall time of the step just chosen, with its decode rows.
-  void Observe(double seconds, int32_t decode_rows);
+  // The wall time of the step just chosen, with its decode rows; not counted where the step
+  // was the first of its shape or captured its graph (`first_of_shape`,
+  // ModelRunner::step_first_of_shape): tens of milliseconds that a 40 ms step would be judged by.
+  void Observe(double seconds, int32_t decode_rows, bool first_of_shape);
 
   // The steps split into several micro-batches, and the eligible steps run against the
   // preference to keep both measured.
@@ -51,12 +53,9 @@ class MicroBatchPolicy {
   static constexpr double kEligibleRecallShare = 0.25;
 
  private:
-  // Seconds a decode row of the eligible steps run one way, as a moving average. The first
-  // step run a way is left out: it may capture and instantiate the step's graph, tens of
-  // milliseconds that a 40 ms step would be judged by.
+  // Seconds a decode row of the eligible steps run one way, as a moving average.
   struct RowTime {
     void Add(double seconds_per_row);
-    bool warm = false;
     int64_t steps = 0;
     double seconds_per_row = 0;
   };

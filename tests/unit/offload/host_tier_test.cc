@@ -5,9 +5,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/base/host_memory.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace pulse {
@@ -60,6 +63,21 @@ TEST(HostTierTest, APinThatFailsIsACapacityStatusAndKeepsWhatWasPinned) {
   EXPECT_TRUE(tier->Reserve(4).ok());
   EXPECT_EQ(HostTier::Create(*backend, kLayout, 0, 9, 1024).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A chunk that would take what the host has left is refused before it is pinned: pinning it
+// would make the kernel kill a process instead of failing.
+TEST(HostTierTest, AChunkTheHostCannotSpareIsACapacityStatus) {
+  const std::optional<int64_t> available = AvailableHostMemoryBytes();
+  if (!available) GTEST_SKIP() << "the host does not say how much memory it has available";
+  std::shared_ptr<Backend> backend = *CreateCpuBackend({.threads = 1});
+  absl::StatusOr<HostTier> tier = HostTier::Create(*backend, kLayout, 3, 1 << 30, 2 * *available);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  const absl::Status grown = tier->Reserve(1);
+  EXPECT_EQ(grown.code(), absl::StatusCode::kResourceExhausted) << grown;
+  EXPECT_THAT(grown.message(), ::testing::HasSubstr("available"));
+  EXPECT_EQ(tier->capacity(), 0);
+  EXPECT_EQ(tier->pinned_bytes(), 0);
 }
 
 }  // namespace
