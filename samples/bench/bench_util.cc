@@ -50,6 +50,19 @@ std::vector<int32_t> ParsePositiveList(const std::string& flag, const std::strin
   return values;
 }
 
+std::vector<int32_t> ParseMicroBatches(const std::string& flag, const std::string& text) {
+  std::vector<int32_t> counts;
+  for (const std::string& item : SplitList(text)) {
+    char* end = nullptr;
+    const long count = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || count < 0 || count > 8) {
+      Fail(flag + " expects counts from 0 to 8, got '" + item + "'");
+    }
+    counts.push_back(static_cast<int32_t>(count));
+  }
+  return counts;
+}
+
 std::string CommandLine(int argc, char** argv) {
   std::string command;
   for (int i = 0; i < argc; ++i) {

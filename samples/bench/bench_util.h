@@ -22,6 +22,9 @@ void Check(pulse_status status, const char* what);
 std::vector<std::string> SplitList(const std::string& text);
 // Each item of a comma list as a positive int32; Fail naming `flag` otherwise.
 std::vector<int32_t> ParsePositiveList(const std::string& flag, const std::string& text);
+// Each item of a comma list as a micro-batch setting, 0 (the library chooses) to 8; Fail naming
+// `flag` otherwise.
+std::vector<int32_t> ParseMicroBatches(const std::string& flag, const std::string& text);
 // argv joined by spaces: the command a record carries.
 std::string CommandLine(int argc, char** argv);
 

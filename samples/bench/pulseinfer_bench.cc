@@ -229,15 +229,7 @@ Args ParseArgs(int argc, char** argv) {
     } else if (flag == "--graphs") {
       args.graphs = OnOffList(flag, value);
     } else if (flag == "--micro-batches") {
-      args.micro_batches.clear();
-      for (const std::string& item : pulse_bench::SplitList(value)) {
-        char* end = nullptr;
-        const long count = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || count < 0 || count > 8) {
-          Fail("--micro-batches expects counts from 0 to 8, got '" + item + "'");
-        }
-        args.micro_batches.push_back(static_cast<int32_t>(count));
-      }
+      args.micro_batches = pulse_bench::ParseMicroBatches(flag, value);
     } else if (flag == "--link-gb-s") {
       args.link_gb_s = std::atof(value.c_str());
       if (!(args.link_gb_s > 0)) Fail("--link-gb-s expects a positive rate");

@@ -5,7 +5,7 @@
 //       [--kv-mib 16384,32768] [--contexts 16384,32768] [--concurrency 4,8,16,32]
 //       [--modes dense,offload-headwise,pulse,pulse-offload-every,pulse-headwise,pulse-per-chunk,
 //        pulse-no-interrupt]
-//       [--picks scores,synthetic:0.85] [--budget 2048] [--decode-steps 16]
+//       [--picks scores,synthetic:0.85] [--budget 2048] [--decode-steps 16] [--micro-batches 0,2]
 //       [--prefill-chunk 8192] [--device NAME] [--commit SHA] [--out FILE.jsonl]
 //
 // For each KV cap, context, concurrency N and mode, one engine whose KV may use the cap in all
@@ -30,6 +30,10 @@
 // (pulse_engine_params.offload_synthetic_reuse: random weights pick almost anew each step, a
 // trained model keeps 82-92% of its picks); every record says which ("picks") and the reuse the
 // timed steps measured ("reuse"). Dense runs once a grid point, with "picks": "dense".
+// --micro-batches: the settings the modes that choose (all but dense, offload-headwise and
+// pulse-no-interrupt) run with, each a point: 0 the adaptive choice (the default), N every
+// decode step as N micro-batches; each record says which ("micro_batch_setting", null where
+// the mode fixes it).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -83,6 +87,7 @@ struct Args {
   std::vector<std::string> picks = {"scores"};
   int32_t budget = 2048;
   int32_t decode_steps = 16;
+  std::vector<int32_t> micro_batches = {0};  // 0: the adaptive choice
   int32_t prefill_chunk = 8192;
   std::string device = "unknown";
   std::string commit = "unknown";
@@ -125,6 +130,8 @@ Args ParseArgs(int argc, char** argv) {
       args.budget = pulse_bench::ParsePositiveList(flag, value).at(0);
     } else if (flag == "--decode-steps") {
       args.decode_steps = pulse_bench::ParsePositiveList(flag, value).at(0);
+    } else if (flag == "--micro-batches") {
+      args.micro_batches = pulse_bench::ParseMicroBatches(flag, value);
     } else if (flag == "--prefill-chunk") {
       args.prefill_chunk = pulse_bench::ParsePositiveList(flag, value).at(0);
     } else if (flag == "--device") {
@@ -147,8 +154,14 @@ struct Point {
   int32_t context = 0;
   int32_t concurrency = 0;
   std::string mode;
-  std::string picks;  // "dense", "scores" or "synthetic:R"
+  std::string picks;          // "dense", "scores" or "synthetic:R"
+  int32_t micro_batches = 0;  // pulse_engine_params.micro_batches
 };
+
+// Whether `mode` leaves the micro-batches to --micro-batches (the others run one a step).
+bool ChoosesMicroBatches(const std::string& mode) {
+  return mode != "dense" && mode != "offload-headwise" && mode != "pulse-no-interrupt";
+}
 
 // The engine of `point`, or null (with `error` set) when its cap leaves no room.
 pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& point,
@@ -172,8 +185,7 @@ pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& po
         point.mode == "offload-headwise" || point.mode == "pulse-offload-every"
             ? PULSE_ADMIT_OFFLOAD_EVERY
             : PULSE_ADMIT_IO_ADAPTIVE;
-    params.micro_batches =
-        point.mode == "offload-headwise" || point.mode == "pulse-no-interrupt" ? 1 : 0;
+    params.micro_batches = point.micro_batches;
     const int32_t block = params.block_tokens;
     params.offload_slot_tokens = int64_t{point.concurrency} * RoundUp(args.budget, block);
     params.offload_host_tokens =
@@ -204,7 +216,8 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
       ", \"context\": " + std::to_string(point.context) +
       ", \"concurrency\": " + std::to_string(point.concurrency) +
       ", \"budget\": " + (point.mode == "dense" ? "null" : std::to_string(args.budget)) +
-      ", \"picks\": " + JsonString(point.picks);
+      ", \"picks\": " + JsonString(point.picks) + ", \"micro_batch_setting\": " +
+      (ChoosesMicroBatches(point.mode) ? std::to_string(point.micro_batches) : "null");
   std::string error;
   pulse_engine* engine = CreateEngine(model, args, point, max_tokens, error);
   if (engine == nullptr) {
@@ -321,13 +334,17 @@ int main(int argc, char** argv) {
         for (const std::string& mode : args.modes) {
           for (const std::string& picks :
                mode == "dense" ? std::vector<std::string>{"dense"} : args.picks) {
-            Run(model, facts, args,
-                {.kv_bytes = int64_t{mib} << 20,
-                 .context = context,
-                 .concurrency = concurrency,
-                 .mode = mode,
-                 .picks = picks},
-                records, table);
+            for (const int32_t micro_batches :
+                 ChoosesMicroBatches(mode) ? args.micro_batches : std::vector<int32_t>{1}) {
+              Run(model, facts, args,
+                  {.kv_bytes = int64_t{mib} << 20,
+                   .context = context,
+                   .concurrency = concurrency,
+                   .mode = mode,
+                   .picks = picks,
+                   .micro_batches = micro_batches},
+                  records, table);
+            }
           }
         }
       }

@@ -85,6 +85,21 @@ def test_synthetic_picks_are_labelled_and_keep_about_their_reuse(tool, tmp_path)
     assert proc.returncode == 1 and "--picks expects scores or synthetic:R" in proc.stderr
 
 
+def test_micro_batch_settings_are_points_of_the_modes_that_choose(tool, tmp_path):
+    records, _ = run(tool, tmp_path, "--kv-mib", "2", "--contexts", "1536", "--concurrency", "4",
+                     "--modes", "dense,pulse-no-interrupt,pulse-offload-every",
+                     "--micro-batches", "0,2")
+    assert [(r["mode"], r["micro_batch_setting"]) for r in records] == [
+        ("dense", None), ("pulse-no-interrupt", None), ("pulse-offload-every", 0),
+        ("pulse-offload-every", 2)]
+    split = records[-1]
+    assert (split["micro_batches"], split["split_steps"]) == (2, split["timed_steps"]), split
+    assert split["probe_steps"] == 0
+    proc = subprocess.run([str(tool("pulseinfer-throughput")), "--model", "x", "--micro-batches",
+                           "9"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "counts from 0 to 8" in proc.stderr
+
+
 def test_a_cap_that_holds_no_request_is_recorded_as_not_fitting(tool, tmp_path):
     records, _ = run(tool, tmp_path, "--kv-mib", "1", "--contexts", "4096", "--concurrency", "2",
                      "--modes", "dense,pulse")
