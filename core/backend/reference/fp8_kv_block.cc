@@ -1,0 +1,78 @@
+#include "core/backend/reference/fp8_kv_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/backend/bf16.h"
+#include "core/backend/fp8.h"
+
+namespace pulse {
+namespace {
+
+int64_t ScaleBytes(const PagedKvLayout& layout) {
+  const int64_t bytes = 2 * int64_t{layout.num_kv_heads} * static_cast<int64_t>(sizeof(float));
+  return (bytes + 15) / 16 * 16;
+}
+
+float Load(const PagedKvLayout& layout, const std::byte* block, int64_t i) {
+  if (layout.type == DType::kBF16) {
+    uint16_t bits;
+    std::memcpy(&bits, block + i * 2, sizeof(bits));
+    return Bf16ToF32(bits);
+  }
+  float value;
+  std::memcpy(&value, block + i * 4, sizeof(value));
+  return value;
+}
+
+void Store(const PagedKvLayout& layout, std::byte* block, int64_t i, float value) {
+  if (layout.type == DType::kBF16) {
+    const uint16_t bits = F32ToBf16(value);
+    std::memcpy(block + i * 2, &bits, sizeof(bits));
+  } else {
+    std::memcpy(block + i * 4, &value, sizeof(value));
+  }
+}
+
+}  // namespace
+
+int64_t Fp8KvBlockBytes(const PagedKvLayout& layout) {
+  return ScaleBytes(layout) + layout.block_elems();
+}
+
+void EncodeFp8KvBlock(const PagedKvLayout& layout, std::span<const std::byte> block,
+                      std::span<std::byte> encoded) {
+  const int64_t head_elems = layout.head_elems();
+  auto* codes = reinterpret_cast<uint8_t*>(encoded.data() + ScaleBytes(layout));
+  std::memset(encoded.data(), 0, static_cast<size_t>(ScaleBytes(layout)));
+  for (int32_t part = 0; part < 2 * layout.num_kv_heads; ++part) {
+    const int64_t first = part * head_elems;
+    float largest = 0;
+    for (int64_t i = first; i < first + head_elems; ++i) {
+      largest = std::max(largest, std::fabs(Load(layout, block.data(), i)));
+    }
+    const float scale = largest / kFp8E4m3Max;
+    const float inverse = largest > 0 ? kFp8E4m3Max / largest : 0.0f;
+    std::memcpy(encoded.data() + part * sizeof(float), &scale, sizeof(scale));
+    for (int64_t i = first; i < first + head_elems; ++i) {
+      codes[i] = F32ToFp8E4m3(Load(layout, block.data(), i) * inverse);
+    }
+  }
+}
+
+void DecodeFp8KvBlock(const PagedKvLayout& layout, std::span<const std::byte> encoded,
+                      std::span<std::byte> block) {
+  const int64_t head_elems = layout.head_elems();
+  const auto* codes = reinterpret_cast<const uint8_t*>(encoded.data() + ScaleBytes(layout));
+  for (int32_t part = 0; part < 2 * layout.num_kv_heads; ++part) {
+    float scale;
+    std::memcpy(&scale, encoded.data() + part * sizeof(float), sizeof(scale));
+    const int64_t first = part * head_elems;
+    for (int64_t i = first; i < first + head_elems; ++i) {
+      Store(layout, block.data(), i, Fp8E4m3ToF32(codes[i]) * scale);
+    }
+  }
+}
+
+}  // namespace pulse
