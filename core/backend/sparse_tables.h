@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/backend/block_scores.h"
+#include "core/backend/kv_codec.h"
 #include "core/backend/paged_kv.h"
 
 namespace pulse {
@@ -126,10 +127,11 @@ struct SparseTableBuild {
 struct HostTierView {
   const uint64_t* chunks = nullptr;
   int32_t blocks_per_chunk = 0;
-  int32_t num_blocks = 0;  // the blocks the allocated chunks hold
+  int32_t num_blocks = 0;             // the blocks the allocated chunks hold
+  HostCodec codec = HostCodec::kRaw;  // its blocks' form: HostBlockBytes(layout, codec) each
 };
 
-// Where the host tier keeps block `block` of `layer`, blocks of `block_bytes`.
+// Where the host tier keeps block `block` of `layer`, blocks of `block_bytes` (HostBlockBytes).
 PULSE_HOST_DEVICE inline char* HostTierBlock(const HostTierView& host, int32_t layer,
                                              int64_t block_bytes, int32_t block) {
   const int64_t in_chunk = int64_t{layer} * host.blocks_per_chunk + block % host.blocks_per_chunk;

@@ -13,7 +13,7 @@ struct CopyThread::Completion {
 };
 
 struct CopyThread::Plan {
-  std::vector<CopyChunk> chunks;
+  std::function<void()> move;  // empty: a marker
   std::shared_ptr<Completion> completion;
   bool fail = false;
   int64_t index = -1;  // among the plans that move data
@@ -32,10 +32,17 @@ CopyThread::~CopyThread() {
 
 std::shared_ptr<const CopyThread::Completion> CopyThread::Enqueue(
     std::span<const CopyChunk> chunks) {
+  if (chunks.empty()) return EnqueueMove(nullptr);
+  return EnqueueMove([chunks = std::vector<CopyChunk>(chunks.begin(), chunks.end())] {
+    for (const CopyChunk& chunk : chunks) std::memcpy(chunk.dst, chunk.src, chunk.bytes);
+  });
+}
+
+std::shared_ptr<const CopyThread::Completion> CopyThread::EnqueueMove(std::function<void()> move) {
   auto completion = std::make_shared<Completion>();
   absl::MutexLock lock(&mu_);
-  Plan plan{{chunks.begin(), chunks.end()}, completion};
-  if (!chunks.empty()) {
+  Plan plan{std::move(move), completion};
+  if (plan.move) {
     plan.index = data_plans_++;
     plan.fail = fault_ && fault_(plan.index);
   }
@@ -71,10 +78,8 @@ void CopyThread::Main() {
       queue_.pop_front();
     }
     // A marker (a plan that moves nothing) costs a real copy engine nothing: only copies land late.
-    if (!plan.chunks.empty()) absl::SleepFor(delay_);
-    if (!plan.fail) {
-      for (const CopyChunk& chunk : plan.chunks) std::memcpy(chunk.dst, chunk.src, chunk.bytes);
-    }
+    if (plan.move) absl::SleepFor(delay_);
+    if (plan.move && !plan.fail) plan.move();
     absl::MutexLock lock(&mu_);
     plan.completion->failed = plan.fail;
     plan.completion->completed_at = Clock::now();

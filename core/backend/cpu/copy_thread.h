@@ -1,6 +1,7 @@
-// The CPU backend's copy engine: one thread that runs copy plans (a memcpy a chunk) in the order
-// they were enqueued, each that moves data after an injected delay (a test option: recall that
-// lands late).
+// The CPU backend's copy engine: one thread that runs copy plans (a memcpy a chunk, or a function
+// that moves and converts data, as the fp8 host tier's encoding and decoding) in the order they
+// were enqueued, each that moves data after an injected delay (a test option: recall that lands
+// late).
 #pragma once
 
 #include <chrono>
@@ -38,6 +39,9 @@ class CopyThread {
 
   // Queues a copy of `chunks` (the list is copied; the memory it names must stay allocated).
   std::shared_ptr<const Completion> Enqueue(std::span<const CopyChunk> chunks);
+  // Queues a plan that moves data by running `move` on the copy thread (its fault and delay as a
+  // copy's).
+  std::shared_ptr<const Completion> EnqueueMove(std::function<void()> move);
   // When the plan of `completion` completed; nullopt while it has not.
   std::optional<Clock::time_point> CompletedAt(const Completion& completion) const;
   // Blocks until it has completed; Internal when the plan failed.

@@ -14,6 +14,7 @@
 #include "core/backend/cpu/copy_thread.h"
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/reference/block_summary.h"
+#include "core/backend/reference/fp8_kv_block.h"
 #include "core/backend/reference/sample_row.h"
 #include "core/backend/reference/sparse_selection.h"
 #include "core/base/thread_pool.h"
@@ -63,6 +64,13 @@ class CpuCopyEvent final : public CopyEvent {
 };
 
 // Bytes allocated against a limit (0: none).
+// A recall from an fp8 host tier: a whole block (head < 0) or one KV head's key and value parts.
+struct Fp8Decode {
+  const void* src;
+  void* dst;
+  int32_t head;
+};
+
 struct Budget {
   size_t limit = 0;
   size_t live = 0;
@@ -344,9 +352,11 @@ class CpuBackend final : public Backend {
                              const PagedKvLayout& layout, CopyEvent& done) override {
     PULSE_ASSIGN_OR_RETURN(CpuCopyEvent * event, OwnEvent<CpuCopyEvent>(done));
     const int64_t block_bytes = layout.block_bytes();
+    const int64_t host_bytes = HostBlockBytes(layout, host.codec);
     const int64_t fragment = layout.head_elems() * static_cast<int64_t>(DTypeBytes(layout.type));
     const int64_t values = layout.value_offset() * static_cast<int64_t>(DTypeBytes(layout.type));
     std::vector<CopyChunk> chunks;
+    std::vector<Fp8Decode> decodes;
     for (int32_t set = 0; set < num_sets; ++set) {
       for (int32_t i = 0; i < list.counts[set]; ++i) {
         const RecallEntry& entry = list.entries[int64_t{set} * list.capacity + i];
@@ -354,8 +364,12 @@ class CpuBackend final : public Backend {
           return absl::InvalidArgumentError(absl::StrFormat("EnqueueRecall: host block %d of %d",
                                                             entry.host_block, host.num_blocks));
         }
-        const char* src = HostTierBlock(host, layer, block_bytes, entry.host_block);
+        const char* src = HostTierBlock(host, layer, host_bytes, entry.host_block);
         char* dst = static_cast<char*>(layer_blocks) + (first_slot + entry.slot) * block_bytes;
+        if (host.codec == HostCodec::kFp8E4m3) {
+          decodes.push_back({src, dst, num_sets == 1 ? -1 : set});
+          continue;
+        }
         if (num_sets == 1) {
           chunks.push_back({src, dst, static_cast<size_t>(block_bytes)});
           continue;
@@ -365,7 +379,24 @@ class CpuBackend final : public Backend {
         }
       }
     }
-    event->completion = copy_thread_.Enqueue(chunks);
+    if (host.codec == HostCodec::kRaw) {
+      event->completion = copy_thread_.Enqueue(chunks);
+      return absl::OkStatus();
+    }
+    event->completion = copy_thread_.EnqueueMove([layout, decodes = std::move(decodes), block_bytes,
+                                                  host_bytes] {
+      for (const Fp8Decode& decode : decodes) {
+        const std::span src(static_cast<const std::byte*>(decode.src),
+                            static_cast<size_t>(host_bytes));
+        const std::span dst(static_cast<std::byte*>(decode.dst), static_cast<size_t>(block_bytes));
+        if (decode.head < 0) {
+          DecodeFp8KvBlock(layout, src, dst);
+          continue;
+        }
+        DecodeFp8KvPart(layout, src, decode.head, dst);
+        DecodeFp8KvPart(layout, src, layout.num_kv_heads + decode.head, dst);
+      }
+    });
     return absl::OkStatus();
   }
   absl::Status EnqueueWriteBack(const WriteBackEntry* entries, int32_t count,
@@ -373,6 +404,7 @@ class CpuBackend final : public Backend {
                                 const PagedKvLayout& layout, CopyEvent& done) override {
     PULSE_ASSIGN_OR_RETURN(CpuCopyEvent * event, OwnEvent<CpuCopyEvent>(done));
     const int64_t block_bytes = layout.block_bytes();
+    const int64_t host_bytes = HostBlockBytes(layout, host.codec);
     std::vector<CopyChunk> chunks;
     for (const WriteBackEntry& entry : std::span(entries, static_cast<size_t>(count))) {
       if (entry.device_block < 0) continue;
@@ -381,10 +413,21 @@ class CpuBackend final : public Backend {
                                                           entry.host_block, host.num_blocks));
       }
       chunks.push_back({static_cast<const char*>(layer_blocks) + entry.device_block * block_bytes,
-                        HostTierBlock(host, layer, block_bytes, entry.host_block),
+                        HostTierBlock(host, layer, host_bytes, entry.host_block),
                         static_cast<size_t>(block_bytes)});
     }
-    event->completion = copy_thread_.Enqueue(chunks);
+    if (host.codec == HostCodec::kRaw) {
+      event->completion = copy_thread_.Enqueue(chunks);
+      return absl::OkStatus();
+    }
+    // Each chunk names a whole block and the place of its encoding.
+    event->completion = copy_thread_.EnqueueMove([layout, chunks = std::move(chunks), host_bytes] {
+      for (const CopyChunk& chunk : chunks) {
+        EncodeFp8KvBlock(
+            layout, std::span(static_cast<const std::byte*>(chunk.src), chunk.bytes),
+            std::span(static_cast<std::byte*>(chunk.dst), static_cast<size_t>(host_bytes)));
+      }
+    });
     return absl::OkStatus();
   }
 

@@ -10,11 +10,6 @@
 namespace pulse {
 namespace {
 
-int64_t ScaleBytes(const PagedKvLayout& layout) {
-  const int64_t bytes = 2 * int64_t{layout.num_kv_heads} * static_cast<int64_t>(sizeof(float));
-  return (bytes + 15) / 16 * 16;
-}
-
 float Load(const PagedKvLayout& layout, const std::byte* block, int64_t i) {
   if (layout.type == DType::kBF16) {
     uint16_t bits;
@@ -37,15 +32,11 @@ void Store(const PagedKvLayout& layout, std::byte* block, int64_t i, float value
 
 }  // namespace
 
-int64_t Fp8KvBlockBytes(const PagedKvLayout& layout) {
-  return ScaleBytes(layout) + layout.block_elems();
-}
-
 void EncodeFp8KvBlock(const PagedKvLayout& layout, std::span<const std::byte> block,
                       std::span<std::byte> encoded) {
   const int64_t head_elems = layout.head_elems();
-  auto* codes = reinterpret_cast<uint8_t*>(encoded.data() + ScaleBytes(layout));
-  std::memset(encoded.data(), 0, static_cast<size_t>(ScaleBytes(layout)));
+  auto* codes = reinterpret_cast<uint8_t*>(encoded.data() + Fp8KvScaleBytes(layout));
+  std::memset(encoded.data(), 0, static_cast<size_t>(Fp8KvScaleBytes(layout)));
   for (int32_t part = 0; part < 2 * layout.num_kv_heads; ++part) {
     const int64_t first = part * head_elems;
     float largest = 0;
@@ -61,17 +52,21 @@ void EncodeFp8KvBlock(const PagedKvLayout& layout, std::span<const std::byte> bl
   }
 }
 
+void DecodeFp8KvPart(const PagedKvLayout& layout, std::span<const std::byte> encoded, int32_t part,
+                     std::span<std::byte> block) {
+  const auto* codes = reinterpret_cast<const uint8_t*>(encoded.data() + Fp8KvScaleBytes(layout));
+  float scale;
+  std::memcpy(&scale, encoded.data() + part * sizeof(float), sizeof(scale));
+  const int64_t first = part * layout.head_elems();
+  for (int64_t i = first; i < first + layout.head_elems(); ++i) {
+    Store(layout, block.data(), i, Fp8E4m3ToF32(codes[i]) * scale);
+  }
+}
+
 void DecodeFp8KvBlock(const PagedKvLayout& layout, std::span<const std::byte> encoded,
                       std::span<std::byte> block) {
-  const int64_t head_elems = layout.head_elems();
-  const auto* codes = reinterpret_cast<const uint8_t*>(encoded.data() + ScaleBytes(layout));
   for (int32_t part = 0; part < 2 * layout.num_kv_heads; ++part) {
-    float scale;
-    std::memcpy(&scale, encoded.data() + part * sizeof(float), sizeof(scale));
-    const int64_t first = part * head_elems;
-    for (int64_t i = first; i < first + head_elems; ++i) {
-      Store(layout, block.data(), i, Fp8E4m3ToF32(codes[i]) * scale);
-    }
+    DecodeFp8KvPart(layout, encoded, part, block);
   }
 }
 

@@ -30,7 +30,7 @@ std::vector<float> Block(const PagedKvLayout& layout, const std::vector<float>& 
 }
 
 std::vector<float> RoundTrip(const PagedKvLayout& layout, const std::vector<float>& values) {
-  std::vector<std::byte> encoded(static_cast<size_t>(Fp8KvBlockBytes(layout)));
+  std::vector<std::byte> encoded(static_cast<size_t>(HostBlockBytes(layout, HostCodec::kFp8E4m3)));
   std::vector<float> decoded(values.size());
   EncodeFp8KvBlock(layout, std::as_bytes(std::span(values)), encoded);
   DecodeFp8KvBlock(layout, encoded, std::as_writable_bytes(std::span(decoded)));
@@ -38,8 +38,9 @@ std::vector<float> RoundTrip(const PagedKvLayout& layout, const std::vector<floa
 }
 
 TEST(Fp8KvBlockTest, AnEncodedBlockIsItsScalesPaddedTo16BytesThenAByteAValue) {
-  EXPECT_EQ(Fp8KvBlockBytes(kLayout), 32 + 2 * 3 * 8 * 16);  // 6 scales: 24 bytes, padded
-  EXPECT_EQ(Fp8KvBlockBytes({.block_tokens = 8, .num_kv_heads = 8, .head_dim = 128}),
+  EXPECT_EQ(HostBlockBytes(kLayout, HostCodec::kFp8E4m3), 32 + 2 * 3 * 8 * 16);  // 6 scales: 24 bytes, padded
+  EXPECT_EQ(HostBlockBytes({.block_tokens = 8, .num_kv_heads = 8, .head_dim = 128},
+                           HostCodec::kFp8E4m3),
             64 + 16384);  // Llama-3.1-8B's: half its bf16 block's 32 KiB, and 64 bytes
 }
 
@@ -85,7 +86,7 @@ TEST(Fp8KvBlockTest, ABf16BlockDecodesToTheBf16OfTheF32Decoding) {
     narrow[i] = F32ToBf16(wide[i]);
     widened[i] = Bf16ToF32(narrow[i]);
   }
-  std::vector<std::byte> encoded(static_cast<size_t>(Fp8KvBlockBytes(bf16)));
+  std::vector<std::byte> encoded(static_cast<size_t>(HostBlockBytes(bf16, HostCodec::kFp8E4m3)));
   std::vector<uint16_t> decoded(narrow.size());
   EncodeFp8KvBlock(bf16, std::as_bytes(std::span(narrow)), encoded);
   DecodeFp8KvBlock(bf16, encoded, std::as_writable_bytes(std::span(decoded)));

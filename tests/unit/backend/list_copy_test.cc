@@ -2,14 +2,19 @@
 // EnqueueWriteBack), on each backend: whole blocks (one set) or one KV head's key and value
 // fragments (headwise) from a host tier of two chunks into device slots, and filled blocks back,
 // against the bytes they must move. The CUDA instance is skipped without a device.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "core/backend/bf16.h"
 #include "core/backend/cuda/cuda_backend.h"
+#include "core/backend/reference/fp8_kv_block.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backend/op_test_util.h"
 
@@ -129,6 +134,112 @@ TEST_P(ListCopyTest, RecallAndWriteBackMoveTheBlocksTheListsName) {
                           cache.data() + entry.device_block * block_bytes,
                           static_cast<size_t>(block_bytes)),
               0);
+  }
+}
+
+// With an fp8 host tier (HostCodec::kFp8E4m3) the write-back stores each block's encoding and
+// the recall decodes into the slots (whole blocks, or a KV head's key and value parts), as the
+// reference codec does; the CUDA backend refuses such a tier with nothing enqueued.
+TEST_P(ListCopyTest, AnFp8HostTierIsEncodedOnWriteBackAndDecodedOnRecall) {
+  const PagedKvLayout layout{
+      .block_tokens = 8, .num_kv_heads = 3, .head_dim = 16, .type = backend_->kv_type()};
+  const int64_t block_bytes = layout.block_bytes();
+  const int64_t host_bytes = HostBlockBytes(layout, HostCodec::kFp8E4m3);
+  constexpr int32_t kLayers = 2;
+  constexpr int32_t kHostBlocks = 4;
+  constexpr int32_t kDeviceBlocks = 6;
+  constexpr int32_t kLayer = 1;
+  absl::StatusOr<HostBuffer> chunk =
+      backend_->AllocateHost(static_cast<size_t>(kLayers * kHostBlocks * host_bytes));
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  std::memset(chunk->data(), 0, chunk->bytes());
+  const std::vector<uint64_t> addresses = {reinterpret_cast<uint64_t>(chunk->data())};
+  const DeviceBuffer d_addresses = Upload(addresses);
+  const HostTierView host{.chunks = d_addresses.as<uint64_t>(),
+                          .blocks_per_chunk = kHostBlocks,
+                          .num_blocks = kHostBlocks,
+                          .codec = HostCodec::kFp8E4m3};
+  const HostTierView host_side{.chunks = addresses.data(),
+                               .blocks_per_chunk = kHostBlocks,
+                               .num_blocks = kHostBlocks,
+                               .codec = HostCodec::kFp8E4m3};
+  absl::StatusOr<std::unique_ptr<CopyEvent>> done = backend_->CreateCopyEvent();
+  ASSERT_TRUE(done.ok());
+
+  // Device blocks of normal values, each KV head's parts at its own spread.
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(static_cast<size_t>(kDeviceBlocks * layout.block_elems()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] =
+        normal(rng) * static_cast<float>(1 + i / static_cast<size_t>(layout.head_elems()) % 5);
+  }
+  std::vector<std::byte> cache(static_cast<size_t>(kDeviceBlocks * block_bytes));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (layout.type == DType::kBF16) {
+      const uint16_t bits = F32ToBf16(values[i]);
+      std::memcpy(cache.data() + 2 * i, &bits, 2);
+    } else {
+      std::memcpy(cache.data() + 4 * i, &values[i], 4);
+    }
+  }
+  const DeviceBuffer d_cache = Upload(cache);
+  const std::vector<WriteBackEntry> filled = {{1, 3}, {-1, 0}, {4, 0}};
+  const DeviceBuffer d_filled = Upload(filled);
+  const absl::Status wrote = backend_->EnqueueWriteBack(d_filled.as<WriteBackEntry>(), 3, host,
+                                                        kLayer, d_cache.data(), layout, **done);
+  if (GetParam() == "cuda") {
+    EXPECT_EQ(wrote.code(), absl::StatusCode::kUnimplemented) << wrote;
+    return;
+  }
+  ASSERT_TRUE(wrote.ok()) << wrote;
+  ASSERT_TRUE(backend_->SynchronizeCopy(**done).ok());
+  const auto block = [&](const std::vector<std::byte>& bytes, int64_t b) {
+    return std::span(bytes).subspan(static_cast<size_t>(b * block_bytes),
+                                    static_cast<size_t>(block_bytes));
+  };
+  const auto host_block = [&](int32_t b) {
+    return std::span(reinterpret_cast<std::byte*>(HostTierBlock(host_side, kLayer, host_bytes, b)),
+                     static_cast<size_t>(host_bytes));
+  };
+  for (const WriteBackEntry& entry : {filled[0], filled[2]}) {
+    std::vector<std::byte> want(static_cast<size_t>(host_bytes));
+    EncodeFp8KvBlock(layout, block(cache, entry.device_block), want);
+    const std::span<std::byte> got = host_block(entry.host_block);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << entry.host_block;
+  }
+
+  for (const int32_t sets : {1, 3}) {
+    // Set s recalls host block 3 - s into slot s of the slots from block 2.
+    std::vector<std::byte> slots(cache.size(), std::byte{0x5A});
+    const DeviceBuffer d_slots = Upload(slots);
+    std::vector<RecallEntry> entries;
+    std::vector<int32_t> counts;
+    for (int32_t s = 0; s < sets; ++s) {
+      entries.push_back({.host_block = s == 0 ? 3 : 0, .slot = s});
+      counts.push_back(1);
+    }
+    const DeviceBuffer d_entries = Upload(entries);
+    const DeviceBuffer d_counts = Upload(counts);
+    ASSERT_TRUE(backend_
+                    ->EnqueueRecall({.entries = d_entries.as<RecallEntry>(),
+                                     .counts = d_counts.as<int32_t>(),
+                                     .capacity = 1},
+                                    sets, host, kLayer, d_slots.data(), 2, layout, **done)
+                    .ok());
+    ASSERT_TRUE(backend_->WaitForCopy(**done).ok());
+    for (int32_t s = 0; s < sets; ++s) {
+      const std::span<std::byte> dst = std::span(slots).subspan(
+          static_cast<size_t>((2 + s) * block_bytes), static_cast<size_t>(block_bytes));
+      const std::span<std::byte> src = host_block(entries[static_cast<size_t>(s)].host_block);
+      if (sets == 1) {
+        DecodeFp8KvBlock(layout, src, dst);
+      } else {
+        DecodeFp8KvPart(layout, src, s, dst);
+        DecodeFp8KvPart(layout, src, layout.num_kv_heads + s, dst);
+      }
+    }
+    EXPECT_EQ(Download<std::byte>(d_slots, slots.size()), slots) << sets << " sets";
   }
 }
 
