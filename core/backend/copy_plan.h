@@ -9,6 +9,7 @@
 #include <span>
 #include <string_view>
 
+#include "core/backend/kv_codec.h"
 #include "core/base/status.h"
 
 namespace pulse {
@@ -57,11 +58,17 @@ struct CopyPlan {
   // Starts after the compute ops enqueued before the plan have completed: set it to write back
   // blocks that compute just filled, or to recall into slots that compute may still be reading.
   bool after_compute = false;
+  // With a codec other than kRaw each chunk is one block of `layout`: its device side the block
+  // (`bytes`, layout.block_bytes()), its host side the block in the host tier's form
+  // (HostBlockBytes(layout, codec) bytes), which the copy decodes or encodes.
+  HostCodec codec = HostCodec::kRaw;
+  PagedKvLayout layout = {};
 };
 
 // OK when every chunk has non-null, kCopyAlignment-aligned pointers and a nonzero size that is a
-// multiple of kCopyAlignment, no destination overlaps another chunk's destination or source, and
-// the enums are valid; InvalidArgument naming the first fault found otherwise. O(n log n).
+// multiple of kCopyAlignment (on each side, with a codec: a whole block of an f32 or bf16 layout),
+// no destination overlaps another chunk's destination or source, and the enums are valid;
+// InvalidArgument naming the first fault found otherwise. O(n log n).
 absl::Status ValidateCopyPlan(const CopyPlan& plan);
 
 }  // namespace pulse

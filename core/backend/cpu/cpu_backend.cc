@@ -4,9 +4,11 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -64,6 +66,24 @@ class CpuCopyEvent final : public CopyEvent {
 };
 
 // Bytes allocated against a limit (0: none).
+// The copy thread's work for `chunks`, whole blocks of `layout` moved between the device's form
+// and the fp8 host tier's: decoded towards the device, encoded towards the host.
+std::function<void()> Fp8Move(const PagedKvLayout& layout, CopyDirection direction,
+                              std::vector<CopyChunk> chunks) {
+  return [layout, direction, chunks = std::move(chunks)] {
+    const auto host = static_cast<size_t>(HostBlockBytes(layout, HostCodec::kFp8E4m3));
+    for (const CopyChunk& chunk : chunks) {
+      const auto* src = static_cast<const std::byte*>(chunk.src);
+      auto* dst = static_cast<std::byte*>(chunk.dst);
+      if (direction == CopyDirection::kHostToDevice) {
+        DecodeFp8KvBlock(layout, std::span(src, host), std::span(dst, chunk.bytes));
+      } else {
+        EncodeFp8KvBlock(layout, std::span(src, chunk.bytes), std::span(dst, host));
+      }
+    }
+  };
+}
+
 // A recall from an fp8 host tier: a whole block (head < 0) or one KV head's key and value parts.
 struct Fp8Decode {
   const void* src;
@@ -172,7 +192,12 @@ class CpuBackend final : public Backend {
   absl::Status EnqueueCopy(const CopyPlan& plan, CopyEvent& done) override {
     PULSE_ASSIGN_OR_RETURN(CpuCopyEvent * event, OwnEvent<CpuCopyEvent>(done));
     PULSE_RETURN_IF_ERROR(ValidateCopyPlan(plan));
-    event->completion = copy_thread_.Enqueue(plan.chunks);
+    if (plan.codec == HostCodec::kRaw) {
+      event->completion = copy_thread_.Enqueue(plan.chunks);
+      return absl::OkStatus();
+    }
+    event->completion = copy_thread_.EnqueueMove(
+        Fp8Move(plan.layout, plan.direction, {plan.chunks.begin(), plan.chunks.end()}));
     return absl::OkStatus();
   }
 
@@ -420,14 +445,8 @@ class CpuBackend final : public Backend {
       event->completion = copy_thread_.Enqueue(chunks);
       return absl::OkStatus();
     }
-    // Each chunk names a whole block and the place of its encoding.
-    event->completion = copy_thread_.EnqueueMove([layout, chunks = std::move(chunks), host_bytes] {
-      for (const CopyChunk& chunk : chunks) {
-        EncodeFp8KvBlock(
-            layout, std::span(static_cast<const std::byte*>(chunk.src), chunk.bytes),
-            std::span(static_cast<std::byte*>(chunk.dst), static_cast<size_t>(host_bytes)));
-      }
-    });
+    event->completion =
+        copy_thread_.EnqueueMove(Fp8Move(layout, CopyDirection::kDeviceToHost, std::move(chunks)));
     return absl::OkStatus();
   }
 

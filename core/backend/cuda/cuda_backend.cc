@@ -216,6 +216,10 @@ class CudaBackend final : public Backend {
   absl::Status EnqueueCopy(const CopyPlan& plan, CopyEvent& done) override {
     PULSE_ASSIGN_OR_RETURN(CudaCopyEvent * event, OwnEvent<CudaCopyEvent>(done));
     PULSE_RETURN_IF_ERROR(ValidateCopyPlan(plan));
+    if (plan.codec != HostCodec::kRaw) {
+      return absl::UnimplementedError(
+          "CUDA backend: copies of an fp8 host tier are not implemented");
+    }
     cudaEvent_t after = nullptr;
     if (plan.after_compute) {
       // Another thread may re-record the marker before the copy stream waits for it: the plan

@@ -1,15 +1,20 @@
 // The CPU backend's host tier and copy engine: plans run on the copy thread in order, events
 // wait, an injected delay makes a wait really wait, and bad plans are refused untouched.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/reference/fp8_kv_block.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backend/copy_test_util.h"
@@ -322,6 +327,71 @@ TEST(CpuCopyTest, BadPlansAreRefusedUntouched) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(AllBytesAre(dst, kBytes, kPoison));
   EXPECT_TRUE(AllBytesAre(src, kBytes, 1));
+}
+
+// A plan with the fp8 codec moves whole blocks between the device's form and the host tier's:
+// encoded towards the host, decoded towards the device, as the reference codec does; a chunk
+// that is not one block, or a layout the codec cannot read, is refused untouched.
+TEST(CpuCopyTest, Fp8PlansEncodeAndDecodeWholeBlocks) {
+  constexpr PagedKvLayout kLayout{.block_tokens = 4, .num_kv_heads = 2, .head_dim = 16};
+  const auto block = static_cast<size_t>(kLayout.block_bytes());
+  const auto encoded = static_cast<size_t>(HostBlockBytes(kLayout, HostCodec::kFp8E4m3));
+  auto backend = MakeBackend();
+  DeviceBuffer device = Device(*backend, 2 * block, 0);
+  auto* values = device.as<float>();
+  for (size_t i = 0; i < 2 * block / sizeof(float); ++i) {
+    values[i] = std::sin(static_cast<float>(i)) * static_cast<float>(1 + i % 7);
+  }
+  HostBuffer host = Host(*backend, 2 * encoded, kPoison);
+  auto* host_bytes = host.as<std::byte>();
+  auto* device_bytes = device.as<std::byte>();
+  std::unique_ptr<CopyEvent> event = MakeEvent(*backend);
+  const std::vector<CopyChunk> out = {{device_bytes + block, host_bytes, block},
+                                      {device_bytes, host_bytes + encoded, block}};
+  ASSERT_TRUE(backend
+                  ->EnqueueCopy({.direction = CopyDirection::kDeviceToHost,
+                                 .chunks = out,
+                                 .codec = HostCodec::kFp8E4m3,
+                                 .layout = kLayout},
+                                *event)
+                  .ok());
+  ASSERT_TRUE(backend->SynchronizeCopy(*event).ok());
+  std::vector<std::byte> want(encoded);
+  EncodeFp8KvBlock(kLayout, std::span(device_bytes + block, block), want);
+  EXPECT_EQ(std::memcmp(host_bytes, want.data(), encoded), 0);
+
+  DeviceBuffer back = Device(*backend, 2 * block, kPoison);
+  auto* back_bytes = back.as<std::byte>();
+  const std::vector<CopyChunk> in = {{host_bytes, back_bytes + block, block},
+                                     {host_bytes + encoded, back_bytes, block}};
+  ASSERT_TRUE(backend
+                  ->EnqueueCopy({.direction = CopyDirection::kHostToDevice,
+                                 .chunks = in,
+                                 .codec = HostCodec::kFp8E4m3,
+                                 .layout = kLayout},
+                                *event)
+                  .ok());
+  ASSERT_TRUE(backend->SynchronizeCopy(*event).ok());
+  std::vector<std::byte> decoded(block);
+  DecodeFp8KvBlock(kLayout, std::span(host_bytes + encoded, encoded), decoded);
+  EXPECT_EQ(std::memcmp(back_bytes, decoded.data(), block), 0);
+
+  DeviceBuffer untouched = Device(*backend, 2 * block, kPoison);
+  const std::vector<CopyChunk> half = {{host_bytes, untouched.as<std::byte>(), block / 2}};
+  EXPECT_EQ(
+      backend
+          ->EnqueueCopy({.chunks = half, .codec = HostCodec::kFp8E4m3, .layout = kLayout}, *event)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  PagedKvLayout quantized = kLayout;
+  quantized.type = DType::kQ8_0;
+  const std::vector<CopyChunk> one = {{host_bytes, untouched.as<std::byte>(), block}};
+  EXPECT_EQ(
+      backend
+          ->EnqueueCopy({.chunks = one, .codec = HostCodec::kFp8E4m3, .layout = quantized}, *event)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(AllBytesAre(untouched.data(), 2 * block, kPoison));
 }
 
 TEST(CpuCopyTest, EventsOfAnotherBackendAreRefused) {
