@@ -17,29 +17,37 @@ constexpr int64_t kHostHeadroomBytes = int64_t{4} << 30;
 
 absl::StatusOr<HostTier> HostTier::Create(Backend& backend, const PagedKvLayout& layout,
                                           int32_t num_layers, int32_t max_blocks,
-                                          int64_t chunk_bytes) {
-  const int64_t layered_block = int64_t{num_layers} * layout.block_bytes();
+                                          int64_t chunk_bytes, HostCodec codec) {
+  const int64_t layered_block = int64_t{num_layers} * HostBlockBytes(layout, codec);
   if (num_layers < 1 || max_blocks < 1 || chunk_bytes < 1 || layered_block < 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("host tier of %d blocks of %d bytes for %d layers, in chunks of %d bytes",
-                        max_blocks, layout.block_bytes(), num_layers, chunk_bytes));
+                        max_blocks, HostBlockBytes(layout, codec), num_layers, chunk_bytes));
+  }
+  if (codec != HostCodec::kRaw && (codec != HostCodec::kFp8E4m3 ||
+                                   (layout.type != DType::kF32 && layout.type != DType::kBF16))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "host tier: an fp8 form of %s blocks, or an unknown form", DTypeName(layout.type)));
   }
   const auto blocks_per_chunk = static_cast<int32_t>(
       std::clamp<int64_t>(chunk_bytes / layered_block, 1, int64_t{max_blocks}));
   const int64_t max_chunks = (int64_t{max_blocks} + blocks_per_chunk - 1) / blocks_per_chunk;
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer mirror,
                          backend.Allocate(static_cast<size_t>(max_chunks) * sizeof(uint64_t)));
-  return HostTier(backend, layout, num_layers, max_blocks, blocks_per_chunk, std::move(mirror));
+  return HostTier(backend, layout, num_layers, max_blocks, blocks_per_chunk, std::move(mirror),
+                  codec);
 }
 
 HostTier::HostTier(Backend& backend, const PagedKvLayout& layout, int32_t num_layers,
-                   int32_t max_blocks, int32_t blocks_per_chunk, DeviceBuffer mirror)
+                   int32_t max_blocks, int32_t blocks_per_chunk, DeviceBuffer mirror,
+                   HostCodec codec)
     : backend_(&backend),
       layout_(layout),
       num_layers_(num_layers),
       max_blocks_(max_blocks),
       blocks_per_chunk_(blocks_per_chunk),
-      mirror_(std::move(mirror)) {}
+      mirror_(std::move(mirror)),
+      codec_(codec) {}
 
 absl::Status HostTier::Reserve(int32_t blocks) {
   if (blocks > max_blocks_) {
@@ -48,7 +56,7 @@ absl::Status HostTier::Reserve(int32_t blocks) {
   }
   const size_t first_new = chunks_.size();
   const auto chunk_bytes =
-      static_cast<size_t>(int64_t{num_layers_} * blocks_per_chunk_ * layout_.block_bytes());
+      static_cast<size_t>(int64_t{num_layers_} * blocks_per_chunk_ * block_bytes());
   while (capacity() < blocks) {
     if (const std::optional<int64_t> available = AvailableHostMemoryBytes();
         available && static_cast<int64_t>(chunk_bytes) + kHostHeadroomBytes > *available) {
@@ -82,13 +90,14 @@ int64_t HostTier::pinned_bytes() const {
 HostTierView HostTier::view() const {
   return {.chunks = mirror_.as<const uint64_t>(),
           .blocks_per_chunk = blocks_per_chunk_,
-          .num_blocks = capacity()};
+          .num_blocks = capacity(),
+          .codec = codec_};
 }
 
 char* HostTier::block(int32_t layer, int32_t block) const {
   const HostTierView host{
       .chunks = addresses_.data(), .blocks_per_chunk = blocks_per_chunk_, .num_blocks = capacity()};
-  return HostTierBlock(host, layer, layout_.block_bytes(), block);
+  return HostTierBlock(host, layer, block_bytes(), block);
 }
 
 }  // namespace pulse

@@ -16,11 +16,12 @@ namespace pulse {
 
 class HostTier {
  public:
-  // A tier of at most `max_blocks` blocks of `layout` for `num_layers` layers, pinned in chunks
-  // of about `chunk_bytes`; nothing is pinned yet. InvalidArgument for sizes that are not positive.
+  // A tier of at most `max_blocks` blocks of `layout` for `num_layers` layers, each stored in
+  // `codec`'s form (HostBlockBytes), pinned in chunks of about `chunk_bytes`; nothing is pinned
+  // yet. InvalidArgument for sizes that are not positive, or fp8 of a layout neither f32 nor bf16.
   static absl::StatusOr<HostTier> Create(Backend& backend, const PagedKvLayout& layout,
                                          int32_t num_layers, int32_t max_blocks,
-                                         int64_t chunk_bytes);
+                                         int64_t chunk_bytes, HostCodec codec);
 
   // Makes blocks [0, blocks) addressable, pinning the chunks that are missing (between steps:
   // the mirror of the addresses is written on the compute stream). ResourceExhausted, keeping
@@ -32,6 +33,9 @@ class HostTier {
   int32_t max_blocks() const { return max_blocks_; }
   int32_t blocks_per_chunk() const { return blocks_per_chunk_; }
   int64_t pinned_bytes() const;
+  HostCodec codec() const { return codec_; }
+  // Bytes of one block of one layer in the tier's form.
+  int64_t block_bytes() const { return HostBlockBytes(layout_, codec_); }
   // For the backend's ops: the mirror of the chunks' addresses.
   HostTierView view() const;
   // Where block `block` (< capacity()) of `layer` lives, on the host.
@@ -39,7 +43,7 @@ class HostTier {
 
  private:
   HostTier(Backend& backend, const PagedKvLayout& layout, int32_t num_layers, int32_t max_blocks,
-           int32_t blocks_per_chunk, DeviceBuffer mirror);
+           int32_t blocks_per_chunk, DeviceBuffer mirror, HostCodec codec);
 
   Backend* backend_;
   PagedKvLayout layout_;
@@ -47,6 +51,7 @@ class HostTier {
   int32_t max_blocks_;
   int32_t blocks_per_chunk_;
   DeviceBuffer mirror_;  // uint64 [max chunks]: each chunk's address
+  HostCodec codec_;
   std::vector<HostBuffer> chunks_;
   std::vector<uint64_t> addresses_;  // the host's copy of the mirror
 };

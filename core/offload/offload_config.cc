@@ -28,6 +28,9 @@ absl::Status OffloadConfig::Validate() const {
         "offload selection with a budget of %d tokens, %d sink and %d window tokens",
         selection.budget_tokens, selection.sink_tokens, selection.window_tokens));
   }
+  if (host_codec != HostCodec::kRaw && host_codec != HostCodec::kFp8E4m3) {
+    return absl::InvalidArgumentError("offload host codec: unknown");
+  }
   if (dense_layers < 0) {
     return absl::InvalidArgumentError(absl::StrFormat("%d dense layers", dense_layers));
   }

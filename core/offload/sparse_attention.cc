@@ -88,8 +88,20 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
                              host_blocks, layout.num_kv_heads, config.estimator));
   std::optional<Tiers> tiers;
   if (tiered) {
-    PULSE_ASSIGN_OR_RETURN(HostTier host, HostTier::Create(backend, layout, cache.num_layers(),
-                                                           host_blocks, config.host_chunk_bytes));
+    if (!backend.SupportsHostCodec(config.host_codec)) {
+      return absl::UnimplementedError(
+          absl::StrFormat("the %s backend does not move blocks of an fp8 host tier yet",
+                          std::string(backend.name())));
+    }
+    if (config.host_codec != HostCodec::kRaw && sets > 1 &&
+        (config.executor == CopyExecutor::kBatchDma ||
+         config.executor == CopyExecutor::kPerChunk)) {
+      return absl::UnimplementedError(
+          "an fp8 host tier with head-wise selection and a host-planned copy executor");
+    }
+    PULSE_ASSIGN_OR_RETURN(HostTier host,
+                           HostTier::Create(backend, layout, cache.num_layers(), host_blocks,
+                                            config.host_chunk_bytes, config.host_codec));
     PULSE_ASSIGN_OR_RETURN(
         SlotDirectory directory,
         SlotDirectory::Create(backend, cache.num_layers(), sets, slots, host_blocks, dense_blocks,
@@ -438,7 +450,7 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
   }
   const auto layers = static_cast<int64_t>(layers_.size());
   offload_stats_.writeback_blocks += layers * real_writebacks;
-  offload_stats_.writeback_bytes += layers * real_writebacks * layout_.block_bytes();
+  offload_stats_.writeback_bytes += layers * real_writebacks * host_block_bytes();
   if (offloaded && step.num_rows > 0) offload_stats_.recall_plans += layers;
   for (size_t r = 0; r < row_stats.size(); ++r) {
     Add(stats_, row_stats[r]);
@@ -603,9 +615,12 @@ absl::Status SparseAttention::RecallPlannedOnHost(int32_t layer, SparseStep& ste
       }
     }
   }
-  return backend_.EnqueueCopy(
-      {.direction = CopyDirection::kHostToDevice, .chunks = chunks, .executor = config_.executor},
-      *step.events[static_cast<size_t>(layer)].recall_end);
+  return backend_.EnqueueCopy({.direction = CopyDirection::kHostToDevice,
+                               .chunks = chunks,
+                               .executor = config_.executor,
+                               .codec = tiers_->host.codec(),
+                               .layout = layout_},
+                              *step.events[static_cast<size_t>(layer)].recall_end);
 }
 
 absl::Status SparseAttention::FinishStep(SparseStep& step) {
@@ -617,9 +632,13 @@ absl::Status SparseAttention::FinishStep(SparseStep& step) {
 
 absl::Status SparseAttention::Collect(SparseStep& step, std::span<const int64_t> counters) {
   const int64_t chunks_a_miss = step.num_sets == 1 ? 1 : 2;
-  const int64_t bytes_a_miss = step.num_sets == 1
-                                   ? layout_.block_bytes()
-                                   : 2 * layout_.head_elems() * DTypeBytes(layout_.type);
+  // What a miss reads of the host tier: a block, or a KV head's keys and values (with their two
+  // scales in the fp8 form).
+  const bool fp8 = tiers_ && tiers_->host.codec() == HostCodec::kFp8E4m3;
+  const int64_t bytes_a_miss =
+      step.num_sets == 1 ? host_block_bytes()
+      : fp8              ? 2 * layout_.head_elems() + 2 * static_cast<int64_t>(sizeof(float))
+            : 2 * layout_.head_elems() * static_cast<int64_t>(DTypeBytes(layout_.type));
   CacheStats cache;
   int64_t overflow = 0;
   for (int32_t r = 0; r < step.num_rows; ++r) {
@@ -745,7 +764,7 @@ absl::Status SparseAttention::MoveToHost(std::span<const int32_t> device_blocks,
   }
   offload_stats_.writeback_blocks += int64_t{count} * static_cast<int64_t>(layers_.size());
   offload_stats_.writeback_bytes +=
-      int64_t{count} * static_cast<int64_t>(layers_.size()) * layout_.block_bytes();
+      int64_t{count} * static_cast<int64_t>(layers_.size()) * host_block_bytes();
   return backend_.WaitForCopy(*move_done_);
 }
 
@@ -764,9 +783,12 @@ absl::Status SparseAttention::MoveToDevice(std::span<const int32_t> host_blocks,
            static_cast<size_t>(block_bytes)});
     }
     // After compute: the last step's write-backs of these blocks were enqueued before.
-    PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy(
-        {.direction = CopyDirection::kHostToDevice, .chunks = chunks, .after_compute = true},
-        *move_done_));
+    PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy({.direction = CopyDirection::kHostToDevice,
+                                                .chunks = chunks,
+                                                .after_compute = true,
+                                                .codec = tiers_->host.codec(),
+                                                .layout = layout_},
+                                               *move_done_));
   }
   return backend_.WaitForCopy(*move_done_);
 }

@@ -189,6 +189,10 @@ class SparseAttention {
   StagedPrefill* staged() { return staged_.get(); }
   const OffloadConfig& config() const { return config_; }
   int32_t num_slots() const { return tiers_ ? tiers_->directory.num_slots() : 0; }
+  // Bytes of a block of one layer as the host tier stores it (the device's without one).
+  int64_t host_block_bytes() const {
+    return tiers_ ? tiers_->host.block_bytes() : layout_.block_bytes();
+  }
   int32_t first_slot() const { return dense_blocks_; }
   int32_t host_blocks() const { return tiers_ ? tiers_->host.max_blocks() : 0; }
 

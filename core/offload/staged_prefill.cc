@@ -87,10 +87,13 @@ absl::Status StagedPrefill::Recall(int32_t layer) {
                        staging + j * block_bytes, static_cast<size_t>(block_bytes)});
   }
   // After compute: the layer two before, which used this half, must have read it.
-  PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy(
-      {.direction = CopyDirection::kHostToDevice, .chunks = chunks_, .after_compute = true},
-      *recalled_[static_cast<size_t>(layer % 2)]));
-  stats_.recall_bytes += int64_t{recall_blocks_} * block_bytes;
+  PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy({.direction = CopyDirection::kHostToDevice,
+                                              .chunks = chunks_,
+                                              .after_compute = true,
+                                              .codec = host_.codec(),
+                                              .layout = layout_},
+                                             *recalled_[static_cast<size_t>(layer % 2)]));
+  stats_.recall_bytes += int64_t{recall_blocks_} * host_.block_bytes();
   return absl::OkStatus();
 }
 
@@ -108,7 +111,7 @@ absl::Status StagedPrefill::AfterAppend(int32_t layer) {
   PULSE_RETURN_IF_ERROR(backend_.EnqueueWriteBack(reinterpret_cast<const WriteBackEntry*>(lists),
                                                   writebacks_, host_.view(), layer,
                                                   layer_blocks(layer), layout_, *written_));
-  stats_.writeback_bytes += int64_t{writebacks_} * layout_.block_bytes();
+  stats_.writeback_bytes += int64_t{writebacks_} * host_.block_bytes();
   stats_.filled_blocks += filled_;
   return absl::OkStatus();
 }

@@ -21,7 +21,7 @@ constexpr PagedKvLayout kLayout{.block_tokens = 4, .num_kv_heads = 2, .head_dim 
 TEST(HostTierTest, GrowsChunkByChunkAndAddressesEveryBlock) {
   std::shared_ptr<Backend> backend = *CreateCpuBackend({.threads = 1});
   // 3 layers x 512 B = 1536 B a block of every layer: 2 blocks a chunk of 3 KiB.
-  absl::StatusOr<HostTier> tier = HostTier::Create(*backend, kLayout, 3, 9, 3 << 10);
+  absl::StatusOr<HostTier> tier = HostTier::Create(*backend, kLayout, 3, 9, 3 << 10, HostCodec::kRaw);
   ASSERT_TRUE(tier.ok()) << tier.status();
   EXPECT_EQ(tier->blocks_per_chunk(), 2);
   EXPECT_EQ(tier->capacity(), 0);
@@ -55,13 +55,13 @@ TEST(HostTierTest, APinThatFailsIsACapacityStatusAndKeepsWhatWasPinned) {
   // The backend pins at most 7 KiB: two chunks of 3 KiB, not three.
   std::shared_ptr<Backend> backend =
       *CreateCpuBackend({.threads = 1, .host_memory_limit_bytes = 7 << 10});
-  absl::StatusOr<HostTier> tier = HostTier::Create(*backend, kLayout, 3, 9, 3 << 10);
+  absl::StatusOr<HostTier> tier = HostTier::Create(*backend, kLayout, 3, 9, 3 << 10, HostCodec::kRaw);
   ASSERT_TRUE(tier.ok()) << tier.status();
   const absl::Status grown = tier->Reserve(5);
   EXPECT_EQ(grown.code(), absl::StatusCode::kResourceExhausted) << grown;
   EXPECT_EQ(tier->capacity(), 4);
   EXPECT_TRUE(tier->Reserve(4).ok());
-  EXPECT_EQ(HostTier::Create(*backend, kLayout, 0, 9, 1024).status().code(),
+  EXPECT_EQ(HostTier::Create(*backend, kLayout, 0, 9, 1024, HostCodec::kRaw).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -71,7 +71,7 @@ TEST(HostTierTest, AChunkTheHostCannotSpareIsACapacityStatus) {
   const std::optional<int64_t> available = AvailableHostMemoryBytes();
   if (!available) GTEST_SKIP() << "the host does not say how much memory it has available";
   std::shared_ptr<Backend> backend = *CreateCpuBackend({.threads = 1});
-  absl::StatusOr<HostTier> tier = HostTier::Create(*backend, kLayout, 3, 1 << 30, 2 * *available);
+  absl::StatusOr<HostTier> tier = HostTier::Create(*backend, kLayout, 3, 1 << 30, 2 * *available, HostCodec::kRaw);
   ASSERT_TRUE(tier.ok()) << tier.status();
   const absl::Status grown = tier->Reserve(1);
   EXPECT_EQ(grown.code(), absl::StatusCode::kResourceExhausted) << grown;

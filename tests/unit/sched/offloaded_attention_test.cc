@@ -5,16 +5,19 @@
 // block resident. No step waits for the device but to read its logits. Capacity faults and
 // malformed batches give statuses and leave the runner usable.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/backend/block_estimator.h"
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/reference/fp8_kv_block.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
 #include "core/offload/sparse_attention.h"
@@ -281,6 +284,83 @@ TEST(OffloadedAttentionTest, AStagedPromptIsTheResidentPrefillBitwise) {
                                   dense_blocks, {{}}, kPrompt, 20);
     ExpectBitwiseEqual(DecodeFrom(runner, {{tokens, selection, 0, 7}}, blocks, host, kPrompt, 20),
                        dense);
+  }
+}
+
+// With an fp8 host tier (OffloadConfig::host_codec) a staged prompt's blocks are stored encoded:
+// layer 0's, whose keys and values depend on the tokens alone, are the encodings of the dense
+// cache's blocks; each chunk's recall reads encodings (a quarter of an f32 block's bytes); and
+// blocks moved back to the device are the decodings of the host tier's.
+TEST(OffloadedAttentionTest, AnFp8HostTierKeepsAStagedPromptEncodedAndMovesItBackDecoded) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const int32_t layers = TinyConfig().num_layers;
+  const std::vector<int32_t> tokens = Prompt(150, TinyConfig().vocab_size, 23);
+  constexpr int32_t kPrompt = 130;
+  constexpr int32_t kChunk = 37;
+  ModelRunner dense_runner = MakeRunner(model);
+  OffloadConfig fp8 = Offload(SelectionMode::kSoloHead, kBlocksPerSeq);
+  fp8.host_codec = HostCodec::kFp8E4m3;
+  ModelRunner runner = MakeRunner(model, fp8);
+  std::vector<int32_t> blocks(kBlocksPerSeq);
+  std::vector<int32_t> host(kBlocksPerSeq);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::iota(host.begin(), host.end(), 7);
+  StepBatch batch;
+  std::vector<float> none;
+  for (int32_t begin = 0; begin < kPrompt; begin += kChunk) {
+    const int32_t count = std::min(kChunk, kPrompt - begin);
+    const std::span<const int32_t> chunk =
+        std::span<const int32_t>(tokens).subspan(static_cast<size_t>(begin), count);
+    const auto written = static_cast<size_t>((begin + count + kBlockTokens - 1) / kBlockTokens);
+    batch.Clear();
+    batch.AddSequence(chunk, begin, std::span<const int32_t>(blocks).first(written),
+                      LogitRows::kNone);
+    ASSERT_TRUE(dense_runner.Forward(batch, none).ok());
+    batch.Clear();
+    batch.AddStagedSequence(chunk, begin, std::span<const int32_t>(host).first(written),
+                            LogitRows::kNone);
+    const absl::Status status = runner.Forward(batch, none);
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  const PagedKvLayout& layout = dense_runner.cache().layout();
+  const int64_t block_bytes = layout.block_bytes();
+  const int64_t encoded_bytes = HostBlockBytes(layout, HostCodec::kFp8E4m3);
+  const auto encoded = [&](int32_t layer, int32_t j) {
+    return std::span(reinterpret_cast<const std::byte*>(
+                         runner.host_tier()->block(layer, host[static_cast<size_t>(j)])),
+                     static_cast<size_t>(encoded_bytes));
+  };
+  // The full blocks but those a chunk ends inside (9, 18 and 27), which the next chunk recalls,
+  // completes and encodes again: their first tokens go through fp8 twice.
+  for (int32_t j = 0; j < kPrompt / kBlockTokens; ++j) {
+    if ((j + 1) * kBlockTokens % kChunk < kBlockTokens && (j + 1) * kBlockTokens % kChunk != 0) {
+      continue;
+    }
+    std::vector<std::byte> want(static_cast<size_t>(encoded_bytes));
+    EncodeFp8KvBlock(
+        layout,
+        std::span(static_cast<const std::byte*>(dense_runner.cache().layer(0)) + j * block_bytes,
+                  static_cast<size_t>(block_bytes)),
+        want);
+    const std::span<const std::byte> got = encoded(0, j);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "block " << j;
+  }
+  // Chunks 2 to 4 recall the 10, 19 and 28 blocks before them in every layer.
+  EXPECT_EQ(runner.offload_stats().staged.recall_bytes, layers * (10 + 19 + 28) * encoded_bytes);
+
+  const std::vector<int32_t> moved_host = {host[0], host[5], host[31]};
+  const std::vector<int32_t> moved_device = {40, 41, 42};
+  ASSERT_TRUE(runner.MoveToDevice(moved_host, moved_device).ok());
+  for (int32_t layer = 0; layer < layers; ++layer) {
+    for (size_t i = 0; i < moved_host.size(); ++i) {
+      std::vector<std::byte> want(static_cast<size_t>(block_bytes));
+      DecodeFp8KvBlock(layout, encoded(layer, moved_host[i] - 7), want);
+      EXPECT_EQ(std::memcmp(static_cast<const char*>(runner.cache().layer(layer)) +
+                                moved_device[i] * block_bytes,
+                            want.data(), want.size()),
+                0)
+          << "layer " << layer << " block " << moved_device[i];
+    }
   }
 }
 
