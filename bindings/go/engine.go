@@ -79,6 +79,9 @@ type EngineParams struct {
 	// keep up with compute: halved until it does, down to this one, instead of waiting. 0 (the
 	// default): budgets are never lowered.
 	OffloadMinBudgetTokens int32
+	// OffloadHostCodec is how the host tier stores offloaded blocks (HostCodecRaw, the default,
+	// or HostCodecFP8).
+	OffloadHostCodec HostCodec
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -99,6 +102,17 @@ const (
 	CopyGather   CopyExecutor = C.PULSE_COPY_GATHER    // a kernel reading mapped host memory
 	CopyBatchDMA CopyExecutor = C.PULSE_COPY_BATCH_DMA // one cudaMemcpyBatchAsync
 	CopyPerChunk CopyExecutor = C.PULSE_COPY_PER_CHUNK // one cudaMemcpyAsync a chunk
+)
+
+// HostCodec selects how the host tier stores offloaded blocks (pulse_host_codec_code).
+type HostCodec int32
+
+const (
+	HostCodecRaw HostCodec = C.PULSE_HOST_CODEC_RAW // as the device holds them
+	// HostCodecFP8 keeps fp8 E4M3 with a scale per KV head's keys or values: half a bf16 block's
+	// host memory and recall, a quarter of an f32 block's, attended to fp8's precision. Not on
+	// CUDA yet.
+	HostCodecFP8 HostCodec = C.PULSE_HOST_CODEC_FP8
 )
 
 // Eviction selects which cached block leaves a device-tier slot when a recalled block needs it
@@ -162,6 +176,7 @@ func DefaultEngineParams() EngineParams {
 		MicroBatches:            int32(params.micro_batches),
 		NoFillFreeSlots:         params.offload_fill_free_slots == 0,
 		OffloadMinBudgetTokens:  int32(params.offload_min_budget_tokens),
+		OffloadHostCodec:        HostCodec(params.offload_host_codec),
 	}
 }
 
@@ -196,6 +211,7 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 		params.offload_fill_free_slots = 0
 	}
 	params.offload_min_budget_tokens = C.int32_t(p.OffloadMinBudgetTokens)
+	params.offload_host_codec = C.int32_t(p.OffloadHostCodec)
 	return params
 }
 

@@ -401,6 +401,22 @@ func TestAdaptiveAdmissionRunsWhatFitsResident(t *testing.T) {
 	}
 }
 
+// An fp8 host tier holds and recalls 528 bytes for each 2048-byte f32 block of the tiny model (16
+// bytes of scales, a byte a value); a covering budget recalls the same blocks either way.
+func TestAnFP8HostTierMovesFewerBytes(t *testing.T) {
+	tiny := loadTinyModel(t)
+	defer tiny.Close()
+	params := offloadedParams()
+	params.KVCapacityTokens = 160
+	_, raw := generate150(t, tiny, &params)
+	params.OffloadHostCodec = pulseinfer.HostCodecFP8
+	ids, fp8 := generate150(t, tiny, &params)
+	if len(ids) != 12 || raw.RecallBytes <= 0 || raw.RecallBytes*528 != fp8.RecallBytes*2048 ||
+		raw.WritebackBytes*528 != fp8.WritebackBytes*2048 {
+		t.Errorf("fp8: %d ids, %+v against raw %+v", len(ids), fp8, raw)
+	}
+}
+
 // generate150 returns 12 greedy ids after a 150-token prompt, and the engine's stats after them.
 func generate150(t *testing.T, tiny *pulseinfer.Model,
 	params *pulseinfer.EngineParams) ([]int32, pulseinfer.EngineStats) {

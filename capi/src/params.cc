@@ -72,6 +72,8 @@ pulse_engine_params DefaultEngineParams() {
   params.micro_batches = options.micro_batches;
   params.offload_fill_free_slots = offload.fill_free_slots ? 1 : 0;
   params.offload_min_budget_tokens = options.min_budget_tokens;
+  params.offload_host_codec =
+      offload.host_codec == HostCodec::kFp8E4m3 ? PULSE_HOST_CODEC_FP8 : PULSE_HOST_CODEC_RAW;
   return params;
 }
 
@@ -114,6 +116,12 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
     return absl::InvalidArgumentError(
         absl::StrCat("pulse_engine_params.offload_fill_free_slots is ",
                      params.offload_fill_free_slots, "; expected 0 or 1"));
+  }
+  if (params.offload_host_codec != PULSE_HOST_CODEC_RAW &&
+      params.offload_host_codec != PULSE_HOST_CODEC_FP8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pulse_engine_params.offload_host_codec is ", params.offload_host_codec,
+                     "; expected PULSE_HOST_CODEC_RAW (0) or PULSE_HOST_CODEC_FP8 (1)"));
   }
   if (params.offload_mode == PULSE_OFFLOAD_OFF) return options;
   if (params.offload_mode != PULSE_OFFLOAD_HEADWISE &&
@@ -197,6 +205,8 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   }
   offload.host_tokens = params.offload_host_tokens;
   offload.slot_tokens = params.offload_slot_tokens;
+  offload.host_codec =
+      params.offload_host_codec == PULSE_HOST_CODEC_FP8 ? HostCodec::kFp8E4m3 : HostCodec::kRaw;
   options.offload = offload;
   if (params.offload_min_budget_tokens < 0 ||
       params.offload_min_budget_tokens > params.offload_budget_tokens) {

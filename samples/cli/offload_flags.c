@@ -45,6 +45,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   flags->kv_tokens = 0;
   flags->prefill_chunk = defaults.prefill_chunk;
   flags->min_budget = defaults.offload_min_budget_tokens;
+  flags->host_codec = defaults.offload_host_codec == PULSE_HOST_CODEC_FP8 ? "fp8" : "raw";
   const flag_spec own[kOffloadFlagCount] = {
       {"--offload", kFlagString, &flags->mode, 0, 0},
       {"--budget", kFlagInt32, &flags->budget, 1, 1 << 30},
@@ -63,6 +64,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
       {"--kv-tokens", kFlagInt32, &flags->kv_tokens, 1, 1 << 30},
       {"--prefill-chunk", kFlagInt32, &flags->prefill_chunk, 1, 1 << 20},
       {"--min-budget", kFlagInt32, &flags->min_budget, 0, 1 << 30},
+      {"--host-codec", kFlagString, &flags->host_codec, 0, 0},
   };
   for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
 }
@@ -109,6 +111,12 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
   if (!find_code(flags->admission, kAdmissions, kAdmissionCodes, 2, &params->offload_admission)) {
     fprintf(stderr, "pulseinfer: --admission expects adaptive or every, got '%s'\n",
             flags->admission);
+    return 0;
+  }
+  static const char* const kCodecs[] = {"raw", "fp8"};
+  static const int32_t kCodecCodes[] = {PULSE_HOST_CODEC_RAW, PULSE_HOST_CODEC_FP8};
+  if (!find_code(flags->host_codec, kCodecs, kCodecCodes, 2, &params->offload_host_codec)) {
+    fprintf(stderr, "pulseinfer: --host-codec expects raw or fp8, got '%s'\n", flags->host_codec);
     return 0;
   }
   params->offload_host_tokens = flags->host_tokens;

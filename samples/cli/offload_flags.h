@@ -25,10 +25,11 @@ typedef struct offload_flags {
   int32_t micro_batches; /* 0: chosen each step */
   int32_t kv_tokens;     /* 0: the library's default */
   int32_t prefill_chunk;
-  int32_t min_budget; /* 0: budgets are never lowered */
+  int32_t min_budget;     /* 0: budgets are never lowered */
+  const char* host_codec; /* "raw" or "fp8" */
 } offload_flags;
 
-enum { kOffloadFlagCount = 17 };
+enum { kOffloadFlagCount = 18 };
 
 /* A printf format of the library's defaults, as offload_flags_init sets them: pass
  * OFFLOAD_FLAGS_HELP_ARGS(flags). */
@@ -60,7 +61,9 @@ enum { kOffloadFlagCount = 17 };
   "                        prompt it cannot hold is prefilled staged from the host tier\n"       \
   "  --prefill-chunk N     prompt tokens of one request in one step (default %d)\n"              \
   "  --min-budget N        with --admission adaptive, the least budget a request may get\n"      \
-  "                        rather than wait for recall (default 0: never lowered)\n"
+  "                        rather than wait for recall (default 0: never lowered)\n"             \
+  "  --host-codec C        how the host tier stores blocks: raw (default) or fp8 (a scale a\n"   \
+  "                        KV head's keys or values; fewer bytes held and recalled)\n"
 #define OFFLOAD_FLAGS_HELP_ARGS(flags)                                                         \
   (int)(flags).budget, (int)(flags).sink, (int)(flags).window, (double)(flags).summary_radius, \
       (int)(flags).summary_boxes, (flags).summary_precision, (int)(flags).block_tokens,        \
@@ -69,7 +72,7 @@ enum { kOffloadFlagCount = 17 };
 /* Sets the defaults (the library's) and writes the kOffloadFlagCount specs to `specs`. */
 void offload_flags_init(offload_flags* flags, flag_spec* specs);
 /* Writes the flags into `params`; 0 (after printing why) for an unknown mode, executor, eviction
- * policy, summary precision or admission. */
+ * policy, summary precision, admission or host codec. */
 int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params);
 /* Prints on stderr where an offloading `engine` placed its requests, and its sparse attention
  * and recall statistics when it attended sparsely. */

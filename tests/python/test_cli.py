@@ -380,6 +380,25 @@ def test_adaptive_admission_runs_a_request_that_fits_resident(cli, shakespeare_p
     assert "offload_min_budget_tokens" in proc.stderr, proc.stderr
 
 
+def test_an_fp8_host_tier_writes_back_about_a_quarter_of_the_bytes(cli, shakespeare_path,
+                                                                   smollm2_path):
+    # The CPU backend's KV is f32: fp8 keeps a byte a value and the scales of each block.
+    prompt = shakespeare_path.read_text()[:3000]
+    written = {}
+    for codec in ("raw", "fp8"):
+        proc = run(cli, "generate", "--model", smollm2_path, "--prompt", prompt, "--max-tokens", 8,
+                   "--offload", "solohead", "--admission", "every", "--budget", 256,
+                   "--host-codec", codec)
+        assert proc.returncode == 0, proc.stderr
+        line = next(l for l in proc.stderr.splitlines() if l.startswith("recall:"))
+        written[codec] = float(line.split("; ")[-1].split(" MiB")[0])
+    assert 0.25 < written["fp8"] / written["raw"] < 0.27, written
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt", "Hi", "--max-tokens", 1,
+               "--offload", "solohead", "--host-codec", "fp4")
+    assert proc.returncode == 1
+    assert "--host-codec expects raw or fp8, got 'fp4'" in proc.stderr
+
+
 def test_offload_with_a_small_budget_attends_to_part_of_the_context(cli, shakespeare_path,
                                                                      smollm2_path):
     prompt = shakespeare_path.read_text()[:3000]

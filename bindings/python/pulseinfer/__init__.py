@@ -9,7 +9,7 @@ pulseinfer.capi is the C ABI itself, as SWIG generates it from pulseinfer.h.
 from . import capi
 from ._engine import Engine, EngineStats, StepReport
 from ._enums import (Admission, CopyExecutor, DetokenizeFlags, Eviction, Feature, FinishReason,
-                     OffloadMode, RequestState, SummaryPrecision, TokenizeFlags)
+                     HostCodec, OffloadMode, RequestState, SummaryPrecision, TokenizeFlags)
 from ._errors import (
     BufferTooSmallError,
     CancelledError,
@@ -51,7 +51,7 @@ def features() -> Feature:
 __all__ = [
     "Admission", "BufferTooSmallError", "CancelledError", "CopyExecutor", "DetokenizeFlags", "Engine",
     "EngineParams", "EngineStats", "Eviction", "FailedPreconditionError", "Feature",
-    "FinishReason", "Generation", "InputOutputError", "InternalError", "InvalidArgumentError",
+    "FinishReason", "Generation", "HostCodec", "InputOutputError", "InternalError", "InvalidArgumentError",
     "InvalidModelError", "Model", "ModelInfo", "ModelParams", "NoCapacityError",
     "NotFinishedError", "NotFoundError", "OffloadMode", "OutOfMemoryError", "PulseError",
     "RequestState", "RequestStats", "SamplingParams", "StepReport", "SummaryPrecision", "Token",

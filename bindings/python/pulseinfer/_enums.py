@@ -73,6 +73,16 @@ class CopyExecutor(enum.IntEnum):
     PER_CHUNK = capi.PULSE_COPY_PER_CHUNK
 
 
+class HostCodec(enum.IntEnum):
+    """pulse_host_codec_code: how the host tier stores offloaded blocks
+    (EngineParams.offload_host_codec). FP8 keeps fp8 E4M3 with a scale per KV head's keys or
+    values: half a bf16 block's host memory and recall, a quarter of an f32 block's; the CUDA
+    backend does not move fp8 blocks yet."""
+
+    RAW = capi.PULSE_HOST_CODEC_RAW
+    FP8 = capi.PULSE_HOST_CODEC_FP8
+
+
 class Eviction(enum.IntEnum):
     """pulse_eviction_code: which cached block leaves a device-tier slot for a recalled one
     (EngineParams.offload_eviction)."""

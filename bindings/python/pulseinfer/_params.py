@@ -7,7 +7,7 @@ import dataclasses
 from typing import Sequence
 
 from . import capi
-from ._enums import Admission, CopyExecutor, Eviction, OffloadMode, SummaryPrecision
+from ._enums import Admission, CopyExecutor, Eviction, HostCodec, OffloadMode, SummaryPrecision
 from ._structs import to_struct
 
 _MODEL = capi.pulse_model_params()
@@ -81,6 +81,10 @@ class EngineParams:
     # give a request whose recall at the full budget would not keep up with compute: halved
     # until it does, down to this one, instead of waiting. 0 (the default): never lowered.
     offload_min_budget_tokens: int = _ENGINE.offload_min_budget_tokens
+    # How the host tier stores offloaded blocks: HostCodec.RAW (the default) as the device holds
+    # them, HostCodec.FP8 as fp8 with a scale per KV head's keys or values (fewer bytes held and
+    # recalled, attention to fp8's precision).
+    offload_host_codec: HostCodec = HostCodec(_ENGINE.offload_host_codec)
 
     def _struct(self) -> capi.pulse_engine_params:
         return to_struct(self, capi.pulse_engine_params())

@@ -6,7 +6,7 @@ import pytest
 
 import pulseinfer
 from pulseinfer import (Admission, CopyExecutor, Engine, EngineParams, Eviction, FinishReason,
-                        OffloadMode, SamplingParams, SummaryPrecision)
+                        HostCodec, OffloadMode, SamplingParams, SummaryPrecision)
 
 PROMPT = "Once upon a time"
 # SmolLM2's greedy continuation of PROMPT: ", the city of Nova Haven was a thriving..."
@@ -237,6 +237,24 @@ def test_offloaded_kv_smaller_than_the_request_generates_the_dense_tokens(tiny_m
             assert stats.recall_transfers > 0 and stats.recall_plans > 0
             assert stats.slot_hits > 0 and stats.selection_ms > 0
             assert (stats.host_blocks_in_use, stats.slot_blocks_in_use) == (0, 0)
+
+
+def test_an_fp8_host_tier_moves_fewer_bytes_and_a_bad_codec_is_refused(tiny_model):
+    params = dataclasses.replace(OFFLOADED, kv_capacity_tokens=160)
+    assert EngineParams().offload_host_codec == HostCodec.RAW
+    stats = {}
+    for codec in HostCodec:
+        with Engine(tiny_model, dataclasses.replace(params, offload_host_codec=codec)) as engine:
+            generation = engine.generate(TINY_PROMPT, greedy(12, ignore_eos=True))
+            assert len(generation.token_ids()) == 12
+            stats[codec] = engine.stats()
+    # The tiny model's f32 blocks of 2048 bytes are 16 bytes of scales and 512 of codes in fp8;
+    # a covering budget recalls the same blocks either way.
+    raw, fp8 = stats[HostCodec.RAW], stats[HostCodec.FP8]
+    assert raw.recall_bytes > 0 and raw.recall_bytes * 528 == fp8.recall_bytes * 2048
+    assert raw.writeback_bytes * 528 == fp8.writeback_bytes * 2048
+    with pytest.raises(pulseinfer.InvalidArgumentError, match="offload_host_codec"):
+        Engine(tiny_model, dataclasses.replace(params, offload_host_codec=2))
 
 
 def test_adaptive_admission_runs_what_fits_resident_and_says_so(tiny_model):

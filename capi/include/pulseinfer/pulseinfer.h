@@ -309,6 +309,14 @@ typedef struct pulse_engine_params {
    * depends on the measured rates (pulse_engine_stats.lowered_budgets counts them). 0
    * (default): budgets are never lowered. */
   int32_t offload_min_budget_tokens;
+  /* Fields appended after version 9. */
+  /* How the host tier stores offloaded blocks (pulse_host_codec_code): PULSE_HOST_CODEC_RAW
+   * (default) as the device holds them; PULSE_HOST_CODEC_FP8 as fp8 E4M3 with a scale per KV
+   * head's keys or values, half a bf16 block's host memory and recall (a quarter of an f32
+   * block's), decoded as it is recalled; selection scores the exact keys. Attention then reads
+   * recalled blocks to fp8's precision, and tokens may differ from the raw tier's. The CUDA
+   * backend does not move fp8 blocks yet: PULSE_UNSUPPORTED there. */
+  int32_t offload_host_codec;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {
@@ -325,6 +333,12 @@ enum pulse_copy_executor_code {
   PULSE_COPY_GATHER = 1,    /* a kernel on a few SMs reading mapped host memory */
   PULSE_COPY_BATCH_DMA = 2, /* one cudaMemcpyBatchAsync */
   PULSE_COPY_PER_CHUNK = 3  /* one cudaMemcpyAsync a chunk (the baseline) */
+};
+
+/* How the host tier stores offloaded blocks (pulse_engine_params.offload_host_codec). */
+enum pulse_host_codec_code {
+  PULSE_HOST_CODEC_RAW = 0, /* the device's form */
+  PULSE_HOST_CODEC_FP8 = 1  /* fp8 E4M3, a scale per KV head's keys or values */
 };
 
 /* Which cached block leaves the device tier when a recalled one needs its slot. */

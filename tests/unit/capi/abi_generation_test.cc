@@ -489,6 +489,33 @@ TEST(AbiOffload, ALeastBudgetIsWithinTheBudgetAndLowersNothingAlone) {
   pulse_model_free(model);
 }
 
+// An fp8 host tier: PULSE_HOST_CODEC_FP8 writes back and recalls about a quarter of the raw
+// tier's bytes (the CPU backend's blocks are f32, and a covering budget recalls the same blocks);
+// anything but the two codes is refused by name.
+TEST(AbiOffload, AnFp8HostTierMovesAQuarterOfTheBytes) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_params params = OffloadParams(PULSE_OFFLOAD_SOLOHEAD, 1024);
+  pulse_engine_stats raw;
+  const std::vector<int32_t> tokens = Generate(model, params, &raw);
+  params.offload_host_codec = PULSE_HOST_CODEC_FP8;
+  pulse_engine_stats fp8;
+  EXPECT_EQ(Generate(model, params, &fp8).size(), tokens.size());
+  EXPECT_GT(raw.recall_bytes, 0);
+  // A block of the tiny model: 8 tokens x 2 KV heads x 16 dims, keys and values, f32 (2048
+  // bytes); in fp8, 512 bytes of codes after 16 bytes of scales.
+  EXPECT_EQ(raw.writeback_bytes * 528, fp8.writeback_bytes * 2048);
+  EXPECT_EQ(raw.recall_bytes * 528, fp8.recall_bytes * 2048);
+  for (const int32_t codec : {-1, 2}) {
+    params.offload_host_codec = codec;
+    pulse_engine* engine = nullptr;
+    EXPECT_EQ(pulse_engine_create(model, &params, &engine), PULSE_INVALID_ARGUMENT) << codec;
+    EXPECT_NE(std::string(pulse_last_error()).find("offload_host_codec"), std::string::npos)
+        << pulse_last_error();
+  }
+  pulse_model_free(model);
+}
+
 TEST(AbiOffload, ABudgetCoveringTheContextGivesTheDenseTokens) {
   pulse_model* model = LoadTinyModel();
   ASSERT_NE(model, nullptr);

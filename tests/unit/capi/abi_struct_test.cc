@@ -139,6 +139,7 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, micro_batches, 120);
   EXPECT_OFFSET(pulse_engine_params, offload_fill_free_slots, 124);
   EXPECT_OFFSET(pulse_engine_params, offload_min_budget_tokens, 128);
+  EXPECT_OFFSET(pulse_engine_params, offload_host_codec, 132);
   EXPECT_EQ(sizeof(pulse_engine_params), 136u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
@@ -218,6 +219,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.kv_memory_bytes, 0);
   EXPECT_EQ(engine.offload_synthetic_reuse, 0.0);
   EXPECT_EQ(engine.offload_min_budget_tokens, 0);
+  EXPECT_EQ(engine.offload_host_codec, PULSE_HOST_CODEC_RAW);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);

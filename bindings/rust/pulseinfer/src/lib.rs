@@ -19,7 +19,7 @@ pub use pulseinfer_sys as sys;
 
 pub use engine::{Completion, Engine};
 pub use engine_params::{
-    Admission, CopyExecutor, EngineParams, Eviction, OffloadMode, SummaryPrecision,
+    Admission, CopyExecutor, EngineParams, Eviction, HostCodec, OffloadMode, SummaryPrecision,
 };
 pub use error::{Error, Result};
 pub use generation::{Canceller, Generation, Token};

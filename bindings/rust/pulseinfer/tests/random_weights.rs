@@ -2,7 +2,7 @@
 
 use pulseinfer::{
     Admission, ChatMessage, CopyExecutor, DetokenizeFlags, Engine, EngineParams, EngineStats,
-    Error, Eviction, FinishReason, Model, ModelParams, OffloadMode, SamplingParams,
+    Error, Eviction, FinishReason, HostCodec, Model, ModelParams, OffloadMode, SamplingParams,
     SummaryPrecision, TokenizeFlags,
 };
 
@@ -143,6 +143,20 @@ fn offloaded_kv_smaller_than_the_request_generates_the_dense_ids() {
             assert_eq!((stats.host_blocks_in_use, stats.slot_blocks_in_use), (0, 0));
         }
     }
+}
+
+/// An fp8 host tier holds and recalls 528 bytes for each 2048-byte f32 block of the tiny model
+/// (16 bytes of scales, a byte a value); a covering budget recalls the same blocks either way.
+#[test]
+fn an_fp8_host_tier_moves_fewer_bytes() {
+    let model = load(7);
+    let params = offloaded().kv_capacity_tokens(160);
+    let (_, raw) = generate_150(&model, &params);
+    let (ids, fp8) = generate_150(&model, &params.offload_host_codec(HostCodec::Fp8));
+    assert_eq!(ids.len(), 12);
+    assert!(raw.recall_bytes > 0, "{raw:?}");
+    assert_eq!(raw.recall_bytes * 528, fp8.recall_bytes * 2048, "{raw:?} {fp8:?}");
+    assert_eq!(raw.writeback_bytes * 528, fp8.writeback_bytes * 2048, "{raw:?} {fp8:?}");
 }
 
 #[test]
