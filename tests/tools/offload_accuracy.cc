@@ -5,7 +5,7 @@
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
 //       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink S] [--window W]
 //       [--block B] [--estimator E] [--dense-layers 0] [--sequential 0] [--backend cpu]
-//       [--crosscheck-picks 0] [--out FILE.jsonl]
+//       [--crosscheck-picks 0] [--host-codec raw] [--out FILE.jsonl]
 //
 // Sink, window, block size and estimator default to the library's (tests/tools/offload_defaults.h);
 // records made with all four (and no dense layers) carry "default": true. --dense-layers N: the
@@ -31,6 +31,14 @@
 // bound of q.k, box-r0 by the q.k of the key box's center, boxesN and tokens by the best of smaller
 // boxes, -bf16 and -int8 round the summaries). Records are JSON Lines, "bench": "accuracy"; a table
 // is printed.
+//
+// --host-codec fp8 reads the shared context as an fp8 host tier would give it back
+// (core/backend/reference/fp8_kv_block.h): once prefilled and summarized (summaries are taken from
+// exact blocks, as the engine does), every shared block but those holding the sinks goes through
+// the codec and back. An offloaded request keeps exact only its sinks, its window and the block
+// it writes, so past the first `window` evaluated tokens, whose window still holds prefilled
+// blocks, this is what recall from the fp8 tier gives every configuration (dense included: its
+// perplexity is then dense attention over the fp8 context, which the records' "host_codec" says).
 //
 // --crosscheck-picks 1 runs the backend under PickCrossCheckBackend
 // (tests/tools/pick_crosscheck.h): every layer's selection is run again on the CPU backend over
@@ -60,6 +68,7 @@
 #include "absl/strings/str_split.h"
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/backend/cuda/cuda_backend.h"
+#include "core/backend/reference/fp8_kv_block.h"
 #include "core/format/gguf_reader.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
@@ -95,6 +104,7 @@ struct Args {
   bool sequential = false;
   bool cuda = false;  // else the CPU backend
   bool crosscheck_picks = false;
+  bool fp8 = false;  // --host-codec fp8
   std::string out;
   std::string command;  // the command line, for the records
 };
@@ -150,6 +160,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--crosscheck-picks") {
       ok = value == "0" || value == "1";
       args.crosscheck_picks = value == "1";
+    } else if (flag == "--host-codec") {
+      ok = value == "raw" || value == "fp8";
+      args.fp8 = value == "fp8";
     } else if (flag == "--out") {
       args.out = std::string(value);
     } else {
@@ -224,8 +237,29 @@ int32_t PrefillUnit(int32_t block_tokens) { return std::lcm(block_tokens, 32); }
 // Evaluates one window (tokens[0, size)) for every config, adding to their totals; returns the
 // runner's per-config statistics through `runner`. `crosscheck`, when not null, is the runner's
 // backend (then `sequential` holds), and each step's cross-check goes to the step's one config.
+// Replaces blocks [first, end) of every layer of the runner's cache by what the fp8 codec gives
+// back for them.
+absl::Status RoundTripFp8(ModelRunner& runner, int32_t first, int32_t end) {
+  Backend& backend = runner.model().backend();
+  const PagedKvLayout& layout = runner.cache().layout();
+  const auto block_bytes = static_cast<size_t>(layout.block_bytes());
+  std::vector<std::byte> blocks(static_cast<size_t>(end - first) * block_bytes);
+  std::vector<std::byte> encoded(static_cast<size_t>(HostBlockBytes(layout, HostCodec::kFp8E4m3)));
+  for (int32_t layer = 0; layer < runner.cache().num_layers(); ++layer) {
+    auto* cache = static_cast<std::byte*>(runner.cache().layer(layer)) + first * block_bytes;
+    PULSE_RETURN_IF_ERROR(backend.CopyToHost(blocks.data(), cache, blocks.size()));
+    for (size_t at = 0; at < blocks.size(); at += block_bytes) {
+      const std::span<std::byte> block = std::span(blocks).subspan(at, block_bytes);
+      EncodeFp8KvBlock(layout, block, encoded);
+      DecodeFp8KvBlock(layout, encoded, block);
+    }
+    backend.CopyToDevice(cache, blocks.data(), blocks.size());
+  }
+  return backend.Synchronize();
+}
+
 absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window, int32_t eval,
-                            bool sequential, PickCrossCheckBackend* crosscheck,
+                            bool sequential, PickCrossCheckBackend* crosscheck, int32_t fp8_from,
                             std::vector<Config>& configs) {
   const int32_t size = static_cast<int32_t>(window.size());
   const int32_t block_tokens = runner.cache().layout().block_tokens;
@@ -248,6 +282,9 @@ absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window
   batch.AddSequence(window.first(context), 0, tables[0], LogitRows::kNone, configs[1].sparse);
   std::vector<float> none;
   PULSE_RETURN_IF_ERROR(runner.Forward(batch, none));
+  if (fp8_from >= 0 && fp8_from < shared_blocks) {
+    PULSE_RETURN_IF_ERROR(RoundTripFp8(runner, fp8_from, shared_blocks));
+  }
 
   const size_t vocab = static_cast<size_t>(runner.model().config().vocab_size);
   // The configurations in steps: sequentially one a step (each picks alone, so its reuse is its
@@ -373,7 +410,8 @@ absl::Status Run(const Args& args) {
     for (int32_t w = 0; w < args.per_window; ++w) {
       PULSE_RETURN_IF_ERROR(
           EvaluateWindow(runner, std::span<const int32_t>(tokens).subspan(w * stride, size),
-                         args.eval, args.sequential, crosscheck.get(), configs));
+                         args.eval, args.sequential, crosscheck.get(),
+                         args.fp8 ? (args.sink + block_tokens - 1) / block_tokens : -1, configs));
     }
     for (const Config& c : configs) PULSE_RETURN_IF_ERROR(c.crosscheck.error);
     const double dense_ppl = std::exp(configs[0].nll / configs[0].predictions);
@@ -437,6 +475,7 @@ absl::Status Run(const Args& args) {
             {"block_tokens", args.block},
             {"estimator", args.estimator},
             {"dense_layers", args.dense_layers},
+            {"host_codec", args.fp8 ? "fp8" : "raw"},
             {"summary_bytes_per_token",
              static_cast<double>(SummaryBytes(layout, estimator)) / args.block},
             {"score_macs_per_token",
@@ -448,7 +487,7 @@ absl::Status Run(const Args& args) {
             {"reuse", reuse},
             {"attended_fraction", attended},
             {"default",
-             args.dense_layers == 0 &&
+             args.dense_layers == 0 && !args.fp8 &&
                  SelectionDefaults{}.Match(args.block, args.sink, args.window, estimator)},
             {"backend", args.cuda ? "cuda" : "cpu"},
             {"command", args.command}};
