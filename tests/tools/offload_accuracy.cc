@@ -33,12 +33,12 @@
 // is printed.
 //
 // --host-codec fp8 reads the shared context as an fp8 host tier would give it back
-// (core/backend/reference/fp8_kv_block.h): once prefilled and summarized (summaries are taken from
+// (tests/tools/fp8_round_trip.h): once prefilled and summarized (summaries are taken from
 // exact blocks, as the engine does), every shared block but those holding the sinks goes through
 // the codec and back. An offloaded request keeps exact only its sinks, its window and the block
-// it writes, so past the first `window` evaluated tokens, whose window still holds prefilled
-// blocks, this is what recall from the fp8 tier gives every configuration (dense included: its
-// perplexity is then dense attention over the fp8 context, which the records' "host_codec" says).
+// it writes (and blocks it gave up while they stay in free slots), so this is at worst what
+// recall from the fp8 tier gives every configuration (dense included: its perplexity is then
+// dense attention over the fp8 context, which the records' "host_codec" says).
 //
 // --crosscheck-picks 1 runs the backend under PickCrossCheckBackend
 // (tests/tools/pick_crosscheck.h): every layer's selection is run again on the CPU backend over
@@ -68,7 +68,6 @@
 #include "absl/strings/str_split.h"
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/backend/cuda/cuda_backend.h"
-#include "core/backend/reference/fp8_kv_block.h"
 #include "core/format/gguf_reader.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
@@ -76,6 +75,7 @@
 #include "core/model/tensor_source.h"
 #include "core/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tests/tools/fp8_round_trip.h"
 #include "tests/tools/offload_defaults.h"
 #include "tests/tools/pick_crosscheck.h"
 #include "tests/tools/tool_main.h"
@@ -237,27 +237,6 @@ int32_t PrefillUnit(int32_t block_tokens) { return std::lcm(block_tokens, 32); }
 // Evaluates one window (tokens[0, size)) for every config, adding to their totals; returns the
 // runner's per-config statistics through `runner`. `crosscheck`, when not null, is the runner's
 // backend (then `sequential` holds), and each step's cross-check goes to the step's one config.
-// Replaces blocks [first, end) of every layer of the runner's cache by what the fp8 codec gives
-// back for them.
-absl::Status RoundTripFp8(ModelRunner& runner, int32_t first, int32_t end) {
-  Backend& backend = runner.model().backend();
-  const PagedKvLayout& layout = runner.cache().layout();
-  const auto block_bytes = static_cast<size_t>(layout.block_bytes());
-  std::vector<std::byte> blocks(static_cast<size_t>(end - first) * block_bytes);
-  std::vector<std::byte> encoded(static_cast<size_t>(HostBlockBytes(layout, HostCodec::kFp8E4m3)));
-  for (int32_t layer = 0; layer < runner.cache().num_layers(); ++layer) {
-    auto* cache = static_cast<std::byte*>(runner.cache().layer(layer)) + first * block_bytes;
-    PULSE_RETURN_IF_ERROR(backend.CopyToHost(blocks.data(), cache, blocks.size()));
-    for (size_t at = 0; at < blocks.size(); at += block_bytes) {
-      const std::span<std::byte> block = std::span(blocks).subspan(at, block_bytes);
-      EncodeFp8KvBlock(layout, block, encoded);
-      DecodeFp8KvBlock(layout, encoded, block);
-    }
-    backend.CopyToDevice(cache, blocks.data(), blocks.size());
-  }
-  return backend.Synchronize();
-}
-
 absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window, int32_t eval,
                             bool sequential, PickCrossCheckBackend* crosscheck, int32_t fp8_from,
                             std::vector<Config>& configs) {
@@ -282,9 +261,7 @@ absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window
   batch.AddSequence(window.first(context), 0, tables[0], LogitRows::kNone, configs[1].sparse);
   std::vector<float> none;
   PULSE_RETURN_IF_ERROR(runner.Forward(batch, none));
-  if (fp8_from >= 0 && fp8_from < shared_blocks) {
-    PULSE_RETURN_IF_ERROR(RoundTripFp8(runner, fp8_from, shared_blocks));
-  }
+  if (fp8_from >= 0) PULSE_RETURN_IF_ERROR(RoundTripFp8(runner, fp8_from, shared_blocks));
 
   const size_t vocab = static_cast<size_t>(runner.model().config().vocab_size);
   // The configurations in steps: sequentially one a step (each picks alone, so its reuse is its

@@ -7,10 +7,16 @@
 //       [--agreement on] [--prompts 20] [--agree-tokens 128] [--agree-min 1024]
 //       [--agree-max 4096] [--seed 0] [--backend cpu] [--threads 0] [--weights f32 on the CPU,
 //       bf16 on CUDA]
-//       [--verbose off] [--out FILE.jsonl]
+//       [--verbose off] [--host-codec raw] [--out FILE.jsonl]
 //
 // Sink, window, block size and estimator default to the library's (tests/tools/offload_defaults.h);
 // records made with all four carry "default": true.
+//
+// --host-codec fp8 reads the shared prompt as an fp8 host tier gives it back
+// (tests/tools/fp8_round_trip.h): once prefilled and summarized (summaries from exact blocks, as
+// the engine takes them), every shared block but those holding the sinks and the window of the
+// prompt's end, which an offloaded request keeps resident, goes through the codec and back.
+// Every configuration then reads it so, dense too; the records say "host_codec".
 //
 // Passkey retrieval. For each context C, depth D (percent) and trial t: a random 5-digit passkey
 // (seeded from C, D and t) is stated by a needle sentence placed at depth D, on a line of its
@@ -74,6 +80,7 @@
 #include "core/model/tensor_source.h"
 #include "core/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tests/tools/fp8_round_trip.h"
 #include "tests/tools/offload_defaults.h"
 #include "tests/tools/tool_main.h"
 
@@ -124,6 +131,7 @@ struct Args {
   int32_t threads = 0;
   std::optional<DType> weights;  // default: f32 on the CPU, bf16 (all CUDA stores) on CUDA
   bool verbose = false;
+  bool fp8 = false;  // --host-codec fp8
   std::string out;
   std::string command;  // the command line, for the records
 };
@@ -201,6 +209,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &args.block) && args.block >= 2 && args.block <= 1024;
     } else if (flag == "--estimator") {
       args.estimator = std::string(value);
+    } else if (flag == "--host-codec") {
+      ok = value == "raw" || value == "fp8";
+      args.fp8 = value == "fp8";
     } else if (flag == "--agreement") {
       PULSE_ASSIGN_OR_RETURN(args.agreement, ParseSwitch(flag, value));
     } else if (flag == "--prompts") {
@@ -452,7 +463,10 @@ absl::Status PrefillShared(Bench& bench, std::span<const int32_t> prompt, int32_
     PULSE_RETURN_IF_ERROR(bench.runner->Forward(batch, none));
     start += chunk;
   }
-  return absl::OkStatus();
+  if (!bench.args->fp8) return absl::OkStatus();
+  const int32_t block = bench.block();
+  return RoundTripFp8(*bench.runner, (bench.args->sink + block - 1) / block,
+                      std::max(0, shared - bench.args->window) / block);
 }
 
 // Tokens in the shared prefill of a prompt of `size` tokens: whole blocks, short of the last
@@ -562,8 +576,9 @@ void Write(const Bench& bench, nlohmann::json record) {
   record["model"] = bench.model_name;
   record["block_tokens"] = args.block;
   record["estimator"] = args.estimator;
-  record["default"] = SelectionDefaults{}.Match(args.block, args.sink, args.window,
-                                                *ParseEstimator(args.estimator));
+  record["default"] = !args.fp8 && SelectionDefaults{}.Match(args.block, args.sink, args.window,
+                                                             *ParseEstimator(args.estimator));
+  record["host_codec"] = args.fp8 ? "fp8" : "raw";
   record["aggregate"] = "softmax-sum";
   record["sink"] = args.sink;
   record["window"] = args.window;
