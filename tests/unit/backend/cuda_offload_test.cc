@@ -35,24 +35,27 @@ class OffloadBackendTest : public ::pulse::testing::BackendModelTest {
   void SetUp() override { LoadOnBackend(::pulse::testing::SmallConfig(512), 3); }
 
   // `offload` empty: dense attention; without tiers: sparse rows over resident blocks.
-  ModelRunner MakeRunner(std::optional<OffloadConfig> offload, bool graphs = true) {
+  absl::StatusOr<ModelRunner> CreateRunner(std::optional<OffloadConfig> offload,
+                                           bool graphs = true) {
     const ModelConfig& config = model_->config();
     const auto slots =
         static_cast<int32_t>(offload && offload->host_tokens > 0 ? offload->slot_tokens : 0) /
         kBlockTokens;
-    absl::StatusOr<KvCache> cache = KvCache::Create(model_->backend(),
-                                                    {.block_tokens = kBlockTokens,
-                                                     .num_kv_heads = config.num_kv_heads,
-                                                     .head_dim = config.head_dim,
-                                                     .type = model_->backend().kv_type()},
-                                                    config.num_layers, kDenseBlocks + slots);
-    EXPECT_TRUE(cache.ok()) << cache.status();
-    absl::StatusOr<ModelRunner> runner = ModelRunner::Create(model_, *std::move(cache),
-                                                             {.max_step_tokens = 384,
-                                                              .max_seqs = 1,
-                                                              .max_blocks_per_seq = kBlocksPerSeq,
-                                                              .offload = offload,
-                                                              .decode_graphs = graphs});
+    PULSE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model_->backend(),
+                                                          {.block_tokens = kBlockTokens,
+                                                           .num_kv_heads = config.num_kv_heads,
+                                                           .head_dim = config.head_dim,
+                                                           .type = model_->backend().kv_type()},
+                                                          config.num_layers, kDenseBlocks + slots));
+    return ModelRunner::Create(model_, std::move(cache),
+                               {.max_step_tokens = 384,
+                                .max_seqs = 1,
+                                .max_blocks_per_seq = kBlocksPerSeq,
+                                .offload = offload,
+                                .decode_graphs = graphs});
+  }
+  ModelRunner MakeRunner(std::optional<OffloadConfig> offload, bool graphs = true) {
+    absl::StatusOr<ModelRunner> runner = CreateRunner(std::move(offload), graphs);
     EXPECT_TRUE(runner.ok()) << runner.status();
     return *std::move(runner);
   }
@@ -161,20 +164,7 @@ TEST_P(OffloadBackendTest, AnFp8HostTierRecallsAQuarterOfTheBytesAndKeepsTheLogi
   OffloadConfig fp8 = Tiers(mode, 8);
   fp8.host_codec = HostCodec::kFp8E4m3;
   if (GetParam() == "cuda") {
-    absl::StatusOr<KvCache> cache = KvCache::Create(model_->backend(),
-                                                    {.block_tokens = kBlockTokens,
-                                                     .num_kv_heads = model_->config().num_kv_heads,
-                                                     .head_dim = model_->config().head_dim,
-                                                     .type = model_->backend().kv_type()},
-                                                    model_->config().num_layers, kDenseBlocks + 8);
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    const absl::StatusOr<ModelRunner> runner =
-        ModelRunner::Create(model_, *std::move(cache),
-                            {.max_step_tokens = 384,
-                             .max_seqs = 1,
-                             .max_blocks_per_seq = kBlocksPerSeq,
-                             .offload = fp8});
-    EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented) << runner.status();
+    EXPECT_EQ(CreateRunner(fp8).status().code(), absl::StatusCode::kUnimplemented);
     return;
   }
   ModelRunner raw_runner = MakeRunner(Tiers(mode, 8));
@@ -202,6 +192,19 @@ TEST_P(OffloadBackendTest, AnFp8HostTierRecallsAQuarterOfTheBytesAndKeepsTheLogi
     differ = differ || got[step] != want[step];
   }
   EXPECT_TRUE(differ);
+
+  // The host-planned executors decode the same blocks into the same slots: the same logits.
+  for (const CopyExecutor executor : {CopyExecutor::kBatchDma, CopyExecutor::kPerChunk}) {
+    SCOPED_TRACE(CopyExecutorName(executor));
+    OffloadConfig planned = fp8;
+    planned.executor = executor;
+    ModelRunner planned_runner = MakeRunner(planned);
+    ExpectBitwiseEqual(Decode(planned_runner, Selection(mode, 128), true), got);
+  }
+  // Head-wise fragments are not theirs to decode: refused when the runner is made.
+  OffloadConfig headwise = Tiers(SelectionMode::kHeadWise, 8, CopyExecutor::kPerChunk);
+  headwise.host_codec = HostCodec::kFp8E4m3;
+  EXPECT_EQ(CreateRunner(headwise).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 // Offloaded decode steps replayed as graphs (the recall and write-back branches on the copy
