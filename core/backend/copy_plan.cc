@@ -83,8 +83,7 @@ absl::Status ValidateCopyPlan(const CopyPlan& plan) {
   }
   if (plan.codec != HostCodec::kRaw) {
     const PagedKvLayout& layout = plan.layout;
-    if (plan.codec != HostCodec::kFp8E4m3 ||
-        (layout.type != DType::kF32 && layout.type != DType::kBF16) || layout.block_tokens < 1 ||
+    if (!HostCodecStores(plan.codec, layout) || layout.block_tokens < 1 ||
         layout.num_kv_heads < 1 || layout.head_dim < 1) {
       return absl::InvalidArgumentError(
           "copy plan: a codec needs a valid codec and a layout of f32 or bf16 blocks");

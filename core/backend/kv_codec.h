@@ -26,4 +26,18 @@ PULSE_HOST_DEVICE inline int64_t HostBlockBytes(const PagedKvLayout& layout, Hos
                                   : Fp8KvScaleBytes(layout) + layout.block_elems();
 }
 
+// Bytes of one KV head's keys and values of a block in the host tier's form (with their two
+// scales in the fp8 form): what a head-wise recall of the block reads.
+PULSE_HOST_DEVICE inline int64_t HostHeadBytes(const PagedKvLayout& layout, HostCodec codec) {
+  return codec == HostCodec::kRaw
+             ? 2 * layout.head_elems() * static_cast<int64_t>(DTypeBytes(layout.type))
+             : 2 * layout.head_elems() + 2 * static_cast<int64_t>(sizeof(float));
+}
+
+// Whether `codec` stores blocks of `layout`: the raw form any, fp8 those of f32 or bf16 values.
+PULSE_HOST_DEVICE inline bool HostCodecStores(HostCodec codec, const PagedKvLayout& layout) {
+  return codec == HostCodec::kRaw || (codec == HostCodec::kFp8E4m3 &&
+                                      (layout.type == DType::kF32 || layout.type == DType::kBF16));
+}
+
 }  // namespace pulse

@@ -24,10 +24,9 @@ absl::StatusOr<HostTier> HostTier::Create(Backend& backend, const PagedKvLayout&
         absl::StrFormat("host tier of %d blocks of %d bytes for %d layers, in chunks of %d bytes",
                         max_blocks, HostBlockBytes(layout, codec), num_layers, chunk_bytes));
   }
-  if (codec != HostCodec::kRaw && (codec != HostCodec::kFp8E4m3 ||
-                                   (layout.type != DType::kF32 && layout.type != DType::kBF16))) {
+  if (!HostCodecStores(codec, layout)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "host tier: an fp8 form of %s blocks, or an unknown form", DTypeName(layout.type)));
+        "host tier: no form %d of %s blocks", static_cast<int>(codec), DTypeName(layout.type)));
   }
   const auto blocks_per_chunk = static_cast<int32_t>(
       std::clamp<int64_t>(chunk_bytes / layered_block, 1, int64_t{max_blocks}));

@@ -47,7 +47,7 @@ struct OffloadConfig {
   // How the host tier stores blocks (core/backend/kv_codec.h): the device's bytes, or fp8 E4M3
   // with a scale per KV head's keys or values, which halves a bf16 block's host memory and
   // recall (a quarter of an f32 block's) at fp8's precision; summaries are taken from the exact
-  // blocks. The CUDA backend does not move fp8 blocks yet (Unimplemented when a step does).
+  // blocks. The CUDA backend does not move fp8 blocks yet (Unimplemented when the runner is made).
   HostCodec host_codec = HostCodec::kRaw;
   // For benchmarks: picks drawn at a stated step-to-step reuse instead of by the summaries'
   // scores (core/backend/block_scores.h); the scores are still computed, and selection, tables

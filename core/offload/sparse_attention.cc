@@ -632,13 +632,9 @@ absl::Status SparseAttention::FinishStep(SparseStep& step) {
 
 absl::Status SparseAttention::Collect(SparseStep& step, std::span<const int64_t> counters) {
   const int64_t chunks_a_miss = step.num_sets == 1 ? 1 : 2;
-  // What a miss reads of the host tier: a block, or a KV head's keys and values (with their two
-  // scales in the fp8 form).
-  const bool fp8 = tiers_ && tiers_->host.codec() == HostCodec::kFp8E4m3;
+  const HostCodec codec = tiers_ ? tiers_->host.codec() : HostCodec::kRaw;
   const int64_t bytes_a_miss =
-      step.num_sets == 1 ? host_block_bytes()
-      : fp8              ? 2 * layout_.head_elems() + 2 * static_cast<int64_t>(sizeof(float))
-            : 2 * layout_.head_elems() * static_cast<int64_t>(DTypeBytes(layout_.type));
+      step.num_sets == 1 ? HostBlockBytes(layout_, codec) : HostHeadBytes(layout_, codec);
   CacheStats cache;
   int64_t overflow = 0;
   for (int32_t r = 0; r < step.num_rows; ++r) {

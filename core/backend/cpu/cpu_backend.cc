@@ -65,32 +65,44 @@ class CpuCopyEvent final : public CopyEvent {
   std::shared_ptr<const cpu::CopyThread::Completion> completion;  // null: never armed
 };
 
-// Bytes allocated against a limit (0: none).
-// The copy thread's work for `chunks`, whole blocks of `layout` moved between the device's form
-// and the fp8 host tier's: decoded towards the device, encoded towards the host.
-std::function<void()> Fp8Move(const PagedKvLayout& layout, CopyDirection direction,
-                              std::vector<CopyChunk> chunks) {
-  return [layout, direction, chunks = std::move(chunks)] {
+// A block to decode from the fp8 host tier (`src`, HostBlockBytes) into the device's form
+// (`dst`): the keys and values of KV heads [first_head, first_head + heads).
+struct Fp8Decode {
+  const void* src;
+  void* dst;
+  int32_t first_head;
+  int32_t heads;
+};
+
+// The copy thread's work for `decodes` of blocks of `layout`.
+std::function<void()> DecodeFp8(const PagedKvLayout& layout, std::vector<Fp8Decode> decodes) {
+  return [layout, decodes = std::move(decodes)] {
     const auto host = static_cast<size_t>(HostBlockBytes(layout, HostCodec::kFp8E4m3));
-    for (const CopyChunk& chunk : chunks) {
-      const auto* src = static_cast<const std::byte*>(chunk.src);
-      auto* dst = static_cast<std::byte*>(chunk.dst);
-      if (direction == CopyDirection::kHostToDevice) {
-        DecodeFp8KvBlock(layout, std::span(src, host), std::span(dst, chunk.bytes));
-      } else {
-        EncodeFp8KvBlock(layout, std::span(src, chunk.bytes), std::span(dst, host));
+    const auto block = static_cast<size_t>(layout.block_bytes());
+    for (const Fp8Decode& decode : decodes) {
+      const std::span src(static_cast<const std::byte*>(decode.src), host);
+      const std::span dst(static_cast<std::byte*>(decode.dst), block);
+      for (int32_t head = decode.first_head; head < decode.first_head + decode.heads; ++head) {
+        DecodeFp8KvPart(layout, src, head, dst);
+        DecodeFp8KvPart(layout, src, layout.num_kv_heads + head, dst);
       }
     }
   };
 }
 
-// A recall from an fp8 host tier: a whole block (head < 0) or one KV head's key and value parts.
-struct Fp8Decode {
-  const void* src;
-  void* dst;
-  int32_t head;
-};
+// The copy thread's work for `chunks`, whole blocks of `layout` (src) encoded into the fp8 host
+// tier (dst).
+std::function<void()> EncodeFp8(const PagedKvLayout& layout, std::vector<CopyChunk> chunks) {
+  return [layout, chunks = std::move(chunks)] {
+    const auto host = static_cast<size_t>(HostBlockBytes(layout, HostCodec::kFp8E4m3));
+    for (const CopyChunk& chunk : chunks) {
+      EncodeFp8KvBlock(layout, std::span(static_cast<const std::byte*>(chunk.src), chunk.bytes),
+                       std::span(static_cast<std::byte*>(chunk.dst), host));
+    }
+  };
+}
 
+// Bytes allocated against a limit (0: none).
 struct Budget {
   size_t limit = 0;
   size_t live = 0;
@@ -200,8 +212,16 @@ class CpuBackend final : public Backend {
       event->completion = copy_thread_.Enqueue(plan.chunks);
       return absl::OkStatus();
     }
-    event->completion = copy_thread_.EnqueueMove(
-        Fp8Move(plan.layout, plan.direction, {plan.chunks.begin(), plan.chunks.end()}));
+    if (plan.direction == CopyDirection::kDeviceToHost) {
+      event->completion = copy_thread_.EnqueueMove(
+          EncodeFp8(plan.layout, {plan.chunks.begin(), plan.chunks.end()}));
+      return absl::OkStatus();
+    }
+    std::vector<Fp8Decode> decodes;
+    for (const CopyChunk& chunk : plan.chunks) {
+      decodes.push_back({chunk.src, chunk.dst, 0, plan.layout.num_kv_heads});
+    }
+    event->completion = copy_thread_.EnqueueMove(DecodeFp8(plan.layout, std::move(decodes)));
     return absl::OkStatus();
   }
 
@@ -396,7 +416,8 @@ class CpuBackend final : public Backend {
         const char* src = HostTierBlock(host, layer, host_bytes, entry.host_block);
         char* dst = static_cast<char*>(layer_blocks) + (first_slot + entry.slot) * block_bytes;
         if (host.codec == HostCodec::kFp8E4m3) {
-          decodes.push_back({src, dst, num_sets == 1 ? -1 : set});
+          decodes.push_back(num_sets == 1 ? Fp8Decode{src, dst, 0, layout.num_kv_heads}
+                                          : Fp8Decode{src, dst, set, 1});
           continue;
         }
         if (num_sets == 1) {
@@ -412,20 +433,7 @@ class CpuBackend final : public Backend {
       event->completion = copy_thread_.Enqueue(chunks);
       return absl::OkStatus();
     }
-    event->completion = copy_thread_.EnqueueMove([layout, decodes = std::move(decodes), block_bytes,
-                                                  host_bytes] {
-      for (const Fp8Decode& decode : decodes) {
-        const std::span src(static_cast<const std::byte*>(decode.src),
-                            static_cast<size_t>(host_bytes));
-        const std::span dst(static_cast<std::byte*>(decode.dst), static_cast<size_t>(block_bytes));
-        if (decode.head < 0) {
-          DecodeFp8KvBlock(layout, src, dst);
-          continue;
-        }
-        DecodeFp8KvPart(layout, src, decode.head, dst);
-        DecodeFp8KvPart(layout, src, layout.num_kv_heads + decode.head, dst);
-      }
-    });
+    event->completion = copy_thread_.EnqueueMove(DecodeFp8(layout, std::move(decodes)));
     return absl::OkStatus();
   }
   absl::Status EnqueueWriteBack(const WriteBackEntry* entries, int32_t count,
@@ -449,8 +457,7 @@ class CpuBackend final : public Backend {
       event->completion = copy_thread_.Enqueue(chunks);
       return absl::OkStatus();
     }
-    event->completion =
-        copy_thread_.EnqueueMove(Fp8Move(layout, CopyDirection::kDeviceToHost, std::move(chunks)));
+    event->completion = copy_thread_.EnqueueMove(EncodeFp8(layout, std::move(chunks)));
     return absl::OkStatus();
   }
 

@@ -216,10 +216,7 @@ class CudaBackend final : public Backend {
   absl::Status EnqueueCopy(const CopyPlan& plan, CopyEvent& done) override {
     PULSE_ASSIGN_OR_RETURN(CudaCopyEvent * event, OwnEvent<CudaCopyEvent>(done));
     PULSE_RETURN_IF_ERROR(ValidateCopyPlan(plan));
-    if (plan.codec != HostCodec::kRaw) {
-      return absl::UnimplementedError(
-          "CUDA backend: copies of an fp8 host tier are not implemented");
-    }
+    PULSE_RETURN_IF_ERROR(CheckHostCodec(plan.codec, "EnqueueCopy"));
     cudaEvent_t after = nullptr;
     if (plan.after_compute) {
       // Another thread may re-record the marker before the copy stream waits for it: the plan
@@ -244,7 +241,7 @@ class CudaBackend final : public Backend {
   absl::Status EnqueueRecall(const RecallList& list, int32_t num_sets, const HostTierView& host,
                              int32_t layer, void* layer_blocks, int32_t first_slot,
                              const PagedKvLayout& layout, CopyEvent& done) override {
-    PULSE_RETURN_IF_ERROR(CheckRawHostTier(host, "EnqueueRecall"));
+    PULSE_RETURN_IF_ERROR(CheckHostCodec(host.codec, "EnqueueRecall"));
     return EnqueueListCopy(done, "EnqueueRecall", [&](cudaStream_t stream) {
       return cuda::LaunchRecallList(list, num_sets, host, layer, layer_blocks, first_slot, layout,
                                     copy_gather_blocks_, stream);
@@ -254,7 +251,7 @@ class CudaBackend final : public Backend {
   absl::Status EnqueueWriteBack(const WriteBackEntry* entries, int32_t count,
                                 const HostTierView& host, int32_t layer, const void* layer_blocks,
                                 const PagedKvLayout& layout, CopyEvent& done) override {
-    PULSE_RETURN_IF_ERROR(CheckRawHostTier(host, "EnqueueWriteBack"));
+    PULSE_RETURN_IF_ERROR(CheckHostCodec(host.codec, "EnqueueWriteBack"));
     return EnqueueListCopy(done, "EnqueueWriteBack", [&](cudaStream_t stream) {
       return cuda::LaunchWriteBackList(entries, count, host, layer, layer_blocks, layout,
                                        copy_gather_blocks_, stream);
@@ -263,9 +260,10 @@ class CudaBackend final : public Backend {
 
   int64_t host_waits() const override { return host_waits_.load(std::memory_order_relaxed); }
 
-  // The gather kernels move the device's bytes: a compressed host tier is not theirs yet.
-  static absl::Status CheckRawHostTier(const HostTierView& host, const char* call) {
-    if (host.codec == HostCodec::kRaw) return absl::OkStatus();
+  // The copy engine moves the device's bytes (SupportsHostCodec): a compressed host tier is not
+  // its yet.
+  absl::Status CheckHostCodec(HostCodec codec, const char* call) const {
+    if (SupportsHostCodec(codec)) return absl::OkStatus();
     return absl::UnimplementedError(
         absl::StrCat("CUDA backend: ", call, " of an fp8 host tier is not implemented"));
   }

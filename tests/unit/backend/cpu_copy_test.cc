@@ -346,50 +346,43 @@ TEST(CpuCopyTest, Fp8PlansEncodeAndDecodeWholeBlocks) {
   auto* host_bytes = host.as<std::byte>();
   auto* device_bytes = device.as<std::byte>();
   std::unique_ptr<CopyEvent> event = MakeEvent(*backend);
-  const std::vector<CopyChunk> out = {{device_bytes + block, host_bytes, block},
-                                      {device_bytes, host_bytes + encoded, block}};
-  ASSERT_TRUE(backend
-                  ->EnqueueCopy({.direction = CopyDirection::kDeviceToHost,
-                                 .chunks = out,
-                                 .codec = HostCodec::kFp8E4m3,
-                                 .layout = kLayout},
-                                *event)
-                  .ok());
-  ASSERT_TRUE(backend->SynchronizeCopy(*event).ok());
+  // Runs one plan with the codec to its end.
+  const auto copy = [&](CopyDirection direction, const std::vector<CopyChunk>& chunks,
+                        const PagedKvLayout& layout) {
+    const absl::Status enqueued = backend->EnqueueCopy(
+        {.direction = direction, .chunks = chunks, .codec = HostCodec::kFp8E4m3, .layout = layout},
+        *event);
+    return enqueued.ok() ? backend->SynchronizeCopy(*event) : enqueued;
+  };
+  ASSERT_TRUE(
+      copy(CopyDirection::kDeviceToHost,
+           {{device_bytes + block, host_bytes, block}, {device_bytes, host_bytes + encoded, block}},
+           kLayout)
+          .ok());
   std::vector<std::byte> want(encoded);
   EncodeFp8KvBlock(kLayout, std::span(device_bytes + block, block), want);
   EXPECT_EQ(std::memcmp(host_bytes, want.data(), encoded), 0);
 
   DeviceBuffer back = Device(*backend, 2 * block, kPoison);
   auto* back_bytes = back.as<std::byte>();
-  const std::vector<CopyChunk> in = {{host_bytes, back_bytes + block, block},
-                                     {host_bytes + encoded, back_bytes, block}};
-  ASSERT_TRUE(backend
-                  ->EnqueueCopy({.direction = CopyDirection::kHostToDevice,
-                                 .chunks = in,
-                                 .codec = HostCodec::kFp8E4m3,
-                                 .layout = kLayout},
-                                *event)
-                  .ok());
-  ASSERT_TRUE(backend->SynchronizeCopy(*event).ok());
+  ASSERT_TRUE(
+      copy(CopyDirection::kHostToDevice,
+           {{host_bytes, back_bytes + block, block}, {host_bytes + encoded, back_bytes, block}},
+           kLayout)
+          .ok());
   std::vector<std::byte> decoded(block);
   DecodeFp8KvBlock(kLayout, std::span(host_bytes + encoded, encoded), decoded);
   EXPECT_EQ(std::memcmp(back_bytes, decoded.data(), block), 0);
 
   DeviceBuffer untouched = Device(*backend, 2 * block, kPoison);
-  const std::vector<CopyChunk> half = {{host_bytes, untouched.as<std::byte>(), block / 2}};
-  EXPECT_EQ(
-      backend
-          ->EnqueueCopy({.chunks = half, .codec = HostCodec::kFp8E4m3, .layout = kLayout}, *event)
-          .code(),
-      absl::StatusCode::kInvalidArgument);
+  auto* untouched_bytes = untouched.as<std::byte>();
+  EXPECT_EQ(copy(CopyDirection::kHostToDevice, {{host_bytes, untouched_bytes, block / 2}}, kLayout)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   PagedKvLayout quantized = kLayout;
   quantized.type = DType::kQ8_0;
-  const std::vector<CopyChunk> one = {{host_bytes, untouched.as<std::byte>(), block}};
   EXPECT_EQ(
-      backend
-          ->EnqueueCopy({.chunks = one, .codec = HostCodec::kFp8E4m3, .layout = quantized}, *event)
-          .code(),
+      copy(CopyDirection::kHostToDevice, {{host_bytes, untouched_bytes, block}}, quantized).code(),
       absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(AllBytesAre(untouched.data(), 2 * block, kPoison));
 }

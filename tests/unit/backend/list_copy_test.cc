@@ -43,6 +43,21 @@ class ListCopyTest : public ::testing::TestWithParam<std::string> {
     return ::pulse::testing::DownloadVector<T>(*backend_, buffer, count);
   }
 
+  // Recalls set s's counts[s] entries of `entries` (rows of `capacity`, a set each) from
+  // `layer` of `host` into the slots of `layer_blocks` from block 2, and waits for the copy.
+  absl::Status Recall(const std::vector<RecallEntry>& entries, const std::vector<int32_t>& counts,
+                      int32_t capacity, const HostTierView& host, int32_t layer, void* layer_blocks,
+                      const PagedKvLayout& layout, CopyEvent& done) {
+    const DeviceBuffer d_entries = Upload(entries);
+    const DeviceBuffer d_counts = Upload(counts);
+    PULSE_RETURN_IF_ERROR(backend_->EnqueueRecall({.entries = d_entries.as<RecallEntry>(),
+                                                   .counts = d_counts.as<int32_t>(),
+                                                   .capacity = capacity},
+                                                  static_cast<int32_t>(counts.size()), host, layer,
+                                                  layer_blocks, 2, layout, done));
+    return backend_->WaitForCopy(done);
+  }
+
   std::shared_ptr<Backend> backend_;
 };
 
@@ -89,15 +104,7 @@ TEST_P(ListCopyTest, RecallAndWriteBackMoveTheBlocksTheListsName) {
                                                    .slot = (s + 3 * i) % 9};
       }
     }
-    const DeviceBuffer d_entries = Upload(entries);
-    const DeviceBuffer d_counts = Upload(counts);
-    ASSERT_TRUE(backend_
-                    ->EnqueueRecall({.entries = d_entries.as<RecallEntry>(),
-                                     .counts = d_counts.as<int32_t>(),
-                                     .capacity = 3},
-                                    sets, host, kLayer, d_cache.data(), 2, layout, **done)
-                    .ok());
-    ASSERT_TRUE(backend_->WaitForCopy(**done).ok());
+    ASSERT_TRUE(Recall(entries, counts, 3, host, kLayer, d_cache.data(), layout, **done).ok());
     const std::vector<uint8_t> got = Download<uint8_t>(d_cache, cache.size());
     const auto element = static_cast<int64_t>(DTypeBytes(layout.type));
     const int64_t fragment = layout.head_elems() * element;
@@ -210,7 +217,8 @@ TEST_P(ListCopyTest, AnFp8HostTierIsEncodedOnWriteBackAndDecodedOnRecall) {
   }
 
   for (const int32_t sets : {1, 3}) {
-    // Set s recalls host block 3 - s into slot s of the slots from block 2.
+    // Set s recalls one block into slot s of the slots from block 2: set 0 host block 3, the
+    // others host block 0.
     std::vector<std::byte> slots(cache.size(), std::byte{0x5A});
     const DeviceBuffer d_slots = Upload(slots);
     std::vector<RecallEntry> entries;
@@ -219,15 +227,7 @@ TEST_P(ListCopyTest, AnFp8HostTierIsEncodedOnWriteBackAndDecodedOnRecall) {
       entries.push_back({.host_block = s == 0 ? 3 : 0, .slot = s});
       counts.push_back(1);
     }
-    const DeviceBuffer d_entries = Upload(entries);
-    const DeviceBuffer d_counts = Upload(counts);
-    ASSERT_TRUE(backend_
-                    ->EnqueueRecall({.entries = d_entries.as<RecallEntry>(),
-                                     .counts = d_counts.as<int32_t>(),
-                                     .capacity = 1},
-                                    sets, host, kLayer, d_slots.data(), 2, layout, **done)
-                    .ok());
-    ASSERT_TRUE(backend_->WaitForCopy(**done).ok());
+    ASSERT_TRUE(Recall(entries, counts, 1, host, kLayer, d_slots.data(), layout, **done).ok());
     for (int32_t s = 0; s < sets; ++s) {
       const std::span<std::byte> dst = std::span(slots).subspan(
           static_cast<size_t>((2 + s) * block_bytes), static_cast<size_t>(block_bytes));
