@@ -197,9 +197,6 @@ class Backend {
   // the device's streams while it runs: grow the host tier in chunks (say 1 GiB, each its own
   // HostBuffer) between steps as it fills, and read ResourceExhausted as "the tier is full".
   virtual absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) = 0;
-  // Whether its copies move blocks in `codec`'s host form (EnqueueRecall, EnqueueWriteBack and
-  // EnqueueCopy with that HostTierView or CopyPlan codec; Unimplemented otherwise).
-  virtual bool SupportsHostCodec(HostCodec codec) const { return codec == HostCodec::kRaw; }
   virtual absl::StatusOr<std::unique_ptr<CopyEvent>> CreateCopyEvent() = 0;
   // Enqueues `plan` on the copy stream and arms `done` with its end; returns without waiting for
   // it. An empty plan only arms `done` (a marker, for CopySeconds). InvalidArgument, with nothing

@@ -88,11 +88,6 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
                              host_blocks, layout.num_kv_heads, config.estimator));
   std::optional<Tiers> tiers;
   if (tiered) {
-    if (!backend.SupportsHostCodec(config.host_codec)) {
-      return absl::UnimplementedError(
-          absl::StrFormat("the %s backend does not move blocks of an fp8 host tier yet",
-                          std::string(backend.name())));
-    }
     if (config.host_codec != HostCodec::kRaw && sets > 1 &&
         (config.executor == CopyExecutor::kBatchDma ||
          config.executor == CopyExecutor::kPerChunk)) {

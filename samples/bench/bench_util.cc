@@ -63,6 +63,20 @@ std::vector<int32_t> ParseMicroBatches(const std::string& flag, const std::strin
   return counts;
 }
 
+std::vector<int32_t> ParseHostCodecs(const std::string& flag, const std::string& text) {
+  std::vector<int32_t> codecs;
+  for (const std::string& item : SplitList(text)) {
+    if (item != "raw" && item != "fp8") Fail(flag + " expects raw and/or fp8, got '" + item + "'");
+    codecs.push_back(item == "fp8" ? PULSE_HOST_CODEC_FP8 : PULSE_HOST_CODEC_RAW);
+  }
+  return codecs;
+}
+
+std::string CodecName(int32_t host_codec, const std::string& backend) {
+  if (host_codec == PULSE_HOST_CODEC_FP8) return "fp8";
+  return backend == "cuda" ? "bf16" : "f32";
+}
+
 std::string CommandLine(int argc, char** argv) {
   std::string command;
   for (int i = 0; i < argc; ++i) {

@@ -25,6 +25,12 @@ std::vector<int32_t> ParsePositiveList(const std::string& flag, const std::strin
 // Each item of a comma list as a micro-batch setting, 0 (the library chooses) to 8; Fail naming
 // `flag` otherwise.
 std::vector<int32_t> ParseMicroBatches(const std::string& flag, const std::string& text);
+// Each item of a comma list as a host codec (raw or fp8: pulse_host_codec_code); Fail naming
+// `flag` otherwise.
+std::vector<int32_t> ParseHostCodecs(const std::string& flag, const std::string& text);
+// What a record's "codec" says of `host_codec`: "fp8", or for the raw host tier the device's own
+// KV form, "bf16" on CUDA and "f32" on the CPU (`backend`: pulse_model_info.backend).
+std::string CodecName(int32_t host_codec, const std::string& backend);
 // argv joined by spaces: the command a record carries.
 std::string CommandLine(int argc, char** argv);
 

@@ -8,7 +8,8 @@
 //       [--slot-tokens TOKENS] [--block-tokens TOKENS]
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--summary-boxes N]
 //       [--summary-precision f32|bf16|int8|int4] [--admission every|adaptive] [--graphs on,off]
-//       [--micro-batches 0,1,2] [--fill-free-slots on,off] [--link-gb-s GB_S] [--device NAME]
+//       [--micro-batches 0,1,2] [--fill-free-slots on,off] [--host-codecs raw,fp8]
+//       [--link-gb-s GB_S] [--device NAME]
 //       [--commit SHA]
 //       [--out FILE.jsonl]
 //
@@ -41,7 +42,10 @@
 // that ran split (split_step_share). Offloaded modes run in every setting of --fill-free-slots
 // (pulse_engine_params.offload_fill_free_slots, default on: the blocks a request stops keeping
 // resident also fill the free slots; off: only the host tier keeps them, so that with slots for
-// the context a step still recalls each block the first time it is picked). Prefill: one
+// the context a step still recalls each block the first time it is picked), and of
+// --host-codecs (pulse_engine_params.offload_host_codec, default raw: the host tier keeps the
+// device's blocks; fp8: a byte a value and a scale per KV head's keys or values, decoded in the
+// recall); every decode record says which ("codec": fp8, or the device's bf16 or f32). Prefill: one
 // random CONTEXT-token prompt, submit to first token; FLOPs are the GEMMs' 2 * m * n
 // * k of every layer plus causal attention (QK^T and PV over the keys each position sees).
 #include <algorithm>
@@ -109,6 +113,7 @@ struct Args {
   std::vector<bool> graphs = {true};
   std::vector<bool> fill_free_slots = {true};
   std::vector<int32_t> micro_batches = {0};
+  std::vector<int32_t> host_codecs = {PULSE_HOST_CODEC_RAW};
   double link_gb_s = 0;  // 0: not measured
   std::string device = "unknown";
   std::string commit = "unknown";
@@ -230,6 +235,8 @@ Args ParseArgs(int argc, char** argv) {
       args.graphs = OnOffList(flag, value);
     } else if (flag == "--micro-batches") {
       args.micro_batches = pulse_bench::ParseMicroBatches(flag, value);
+    } else if (flag == "--host-codecs") {
+      args.host_codecs = pulse_bench::ParseHostCodecs(flag, value);
     } else if (flag == "--link-gb-s") {
       args.link_gb_s = std::atof(value.c_str());
       if (!(args.link_gb_s > 0)) Fail("--link-gb-s expects a positive rate");
@@ -267,6 +274,7 @@ struct Setting {
   bool graphs = true;
   int32_t micro_batches = 0;
   bool fill_free_slots = true;
+  int32_t host_codec = PULSE_HOST_CODEC_RAW;
 };
 
 pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, int32_t extra,
@@ -297,6 +305,7 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
     params.offload_admission =
         args.admission == "every" ? PULSE_ADMIT_OFFLOAD_EVERY : PULSE_ADMIT_IO_ADAPTIVE;
     params.offload_fill_free_slots = setting.fill_free_slots ? 1 : 0;
+    params.offload_host_codec = setting.host_codec;
     // Each request's sinks, window and the block written (the engine's resident limit), and
     // one prompt being prefilled.
     const int64_t resident = RoundUp(args.sink, block) + RoundUp(args.window, block) + 2 * block;
@@ -435,6 +444,7 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
   }
   table.Row({mode, setting.graphs ? "on" : "off", std::to_string(setting.micro_batches),
              mode == "dense" ? "-" : (setting.fill_free_slots ? "on" : "off"),
+             pulse_bench::CodecName(setting.host_codec, facts.info.backend),
              std::to_string(shape.batch) + "x" + std::to_string(shape.context), budget,
              pulse_bench::Fixed(p50, 2), pulse_bench::Fixed(p99, 2),
              pulse_bench::Fixed(shape.batch / p50 * 1e3, 1), recall_gb_s, hit_rate,
@@ -446,11 +456,12 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
           std::to_string(setting.micro_batches) + ", \"split_step_share\": " +
           Number(double(after.split_steps - before.split_steps) / double(decode_ms.size())) +
           ", \"model\": " + JsonString(facts.name) +
-          ", \"backend\": " + JsonString(facts.info.backend) + ", \"weight_type\": " +
-          JsonString(facts.info.weight_type) + ", \"batch\": " + std::to_string(shape.batch) +
-          ", \"context\": " + std::to_string(shape.context) + ", \"budget\": " + budget +
-          ", \"gpu_kv_cap_gib\": " + Number(kv_gib) + ", \"tpot_ms_p50\": " + Number(p50) +
-          ", \"tpot_ms_p99\": " + Number(p99) +
+          ", \"backend\": " + JsonString(facts.info.backend) + ", \"codec\": " +
+          JsonString(pulse_bench::CodecName(setting.host_codec, facts.info.backend)) +
+          ", \"weight_type\": " + JsonString(facts.info.weight_type) + ", \"batch\": " +
+          std::to_string(shape.batch) + ", \"context\": " + std::to_string(shape.context) +
+          ", \"budget\": " + budget + ", \"gpu_kv_cap_gib\": " + Number(kv_gib) +
+          ", \"tpot_ms_p50\": " + Number(p50) + ", \"tpot_ms_p99\": " + Number(p99) +
           ", \"decode_tok_s\": " + Number(shape.batch / p50 * 1e3) + offload +
           ", \"weight_bytes_read\": " + Number(facts.weight_bytes_read) +
           ", \"kv_bytes_read\": " + Number(kv_read) + ", \"hbm_gb_s\": " + Number(args.hbm_gb_s) +
@@ -507,19 +518,26 @@ int main(int argc, char** argv) {
       pulse_bench::LoadModel(args.model, args.backend, args.random_weights, args.weight_type);
   const ModelFacts facts = Describe(model, args.model);
   Records records(args.out, args.device, args.commit, args.command);
-  LiveTable table({"mode", "graphs", "mb", "fill", "shape", "budget", "TPOT p50 ms", "p99 ms",
-                   "tokens/s", "recall GB/s", "hit rate", "of floor"});
+  LiveTable table({"mode", "graphs", "mb", "fill", "codec", "shape", "budget", "TPOT p50 ms",
+                   "p99 ms", "tokens/s", "recall GB/s", "hit rate", "of floor"});
   for (const Shape shape : args.decode) {
     for (const std::string& mode : args.modes) {
       for (const bool graphs : args.graphs) {
         for (const int32_t micro_batches : args.micro_batches) {
-          // The setting applies to offloaded modes only.
-          const std::vector<bool> fills =
-              mode == "dense" ? std::vector<bool>{true} : args.fill_free_slots;
+          // These settings apply to offloaded modes only.
+          const bool dense = mode == "dense";
+          const std::vector<bool> fills = dense ? std::vector<bool>{true} : args.fill_free_slots;
+          const std::vector<int32_t> codecs =
+              dense ? std::vector<int32_t>{PULSE_HOST_CODEC_RAW} : args.host_codecs;
           for (const bool fill : fills) {
-            BenchDecode(model, facts, args, shape, mode,
-                        {.graphs = graphs, .micro_batches = micro_batches, .fill_free_slots = fill},
-                        records, table);
+            for (const int32_t codec : codecs) {
+              BenchDecode(model, facts, args, shape, mode,
+                          {.graphs = graphs,
+                           .micro_batches = micro_batches,
+                           .fill_free_slots = fill,
+                           .host_codec = codec},
+                          records, table);
+            }
           }
         }
       }

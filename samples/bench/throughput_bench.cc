@@ -6,7 +6,8 @@
 //       [--modes dense,offload-headwise,pulse,pulse-offload-every,pulse-headwise,pulse-per-chunk,
 //        pulse-no-interrupt]
 //       [--picks scores,synthetic:0.85] [--budget 2048] [--decode-steps 16] [--micro-batches 0,2]
-//       [--prefill-chunk 8192] [--device NAME] [--commit SHA] [--out FILE.jsonl]
+//       [--host-codecs raw,fp8] [--prefill-chunk 8192] [--device NAME] [--commit SHA]
+//       [--out FILE.jsonl]
 //
 // For each KV cap, context, concurrency N and mode, one engine whose KV may use the cap in all
 // (pulse_engine_params.kv_memory_bytes: the KV cache, the offload slots and the summaries) takes
@@ -33,7 +34,10 @@
 // --micro-batches: the settings the modes that choose (all but dense, offload-headwise and
 // pulse-no-interrupt) run with, each a point: 0 the adaptive choice (the default), N every
 // decode step as N micro-batches; each record says which ("micro_batch_setting", null where
-// the mode fixes it).
+// the mode fixes it). --host-codecs: the host tier's forms the offloaded modes run with, each a
+// point: raw (the default: the device's blocks) or fp8 (half a bf16 block: a host tier of the
+// same size holds twice the requests); each record says which ("codec": fp8, or the device's
+// bf16 or f32, dense's too).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -88,6 +92,7 @@ struct Args {
   int32_t budget = 2048;
   int32_t decode_steps = 16;
   std::vector<int32_t> micro_batches = {0};  // 0: the adaptive choice
+  std::vector<int32_t> host_codecs = {PULSE_HOST_CODEC_RAW};
   int32_t prefill_chunk = 8192;
   std::string device = "unknown";
   std::string commit = "unknown";
@@ -132,6 +137,8 @@ Args ParseArgs(int argc, char** argv) {
       args.decode_steps = pulse_bench::ParsePositiveList(flag, value).at(0);
     } else if (flag == "--micro-batches") {
       args.micro_batches = pulse_bench::ParseMicroBatches(flag, value);
+    } else if (flag == "--host-codecs") {
+      args.host_codecs = pulse_bench::ParseHostCodecs(flag, value);
     } else if (flag == "--prefill-chunk") {
       args.prefill_chunk = pulse_bench::ParsePositiveList(flag, value).at(0);
     } else if (flag == "--device") {
@@ -154,8 +161,9 @@ struct Point {
   int32_t context = 0;
   int32_t concurrency = 0;
   std::string mode;
-  std::string picks;          // "dense", "scores" or "synthetic:R"
-  int32_t micro_batches = 0;  // pulse_engine_params.micro_batches
+  std::string picks;                          // "dense", "scores" or "synthetic:R"
+  int32_t micro_batches = 0;                  // pulse_engine_params.micro_batches
+  int32_t host_codec = PULSE_HOST_CODEC_RAW;  // pulse_engine_params.offload_host_codec
 };
 
 // Whether `mode` leaves the micro-batches to --micro-batches (the others run one a step).
@@ -186,6 +194,7 @@ pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& po
             ? PULSE_ADMIT_OFFLOAD_EVERY
             : PULSE_ADMIT_IO_ADAPTIVE;
     params.micro_batches = point.micro_batches;
+    params.offload_host_codec = point.host_codec;
     const int32_t block = params.block_tokens;
     params.offload_slot_tokens = int64_t{point.concurrency} * RoundUp(args.budget, block);
     params.offload_host_tokens =
@@ -209,6 +218,7 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
   const int32_t prefill_steps =
       2 * ((point.context + args.prefill_chunk - 1) / args.prefill_chunk + 2);
   const int32_t max_tokens = point.concurrency * prefill_steps + args.decode_steps + 8;
+  const std::string codec = pulse_bench::CodecName(point.host_codec, facts.info.backend);
   const std::string fields =
       "\"model\": " + JsonString(facts.name) + ", \"backend\": " + JsonString(facts.info.backend) +
       ", \"mode\": " + JsonString(point.mode) +
@@ -216,13 +226,14 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
       ", \"context\": " + std::to_string(point.context) +
       ", \"concurrency\": " + std::to_string(point.concurrency) +
       ", \"budget\": " + (point.mode == "dense" ? "null" : std::to_string(args.budget)) +
-      ", \"picks\": " + JsonString(point.picks) + ", \"micro_batch_setting\": " +
+      ", \"codec\": " + JsonString(codec) + ", \"picks\": " + JsonString(point.picks) +
+      ", \"micro_batch_setting\": " +
       (ChoosesMicroBatches(point.mode) ? std::to_string(point.micro_batches) : "null");
   std::string error;
   pulse_engine* engine = CreateEngine(model, args, point, max_tokens, error);
   if (engine == nullptr) {
     records.Write("throughput", fields + ", \"fits\": false, \"error\": " + JsonString(error));
-    table.Row({point.mode, point.picks, std::to_string(point.kv_bytes >> 20),
+    table.Row({point.mode, point.picks, codec, std::to_string(point.kv_bytes >> 20),
                std::to_string(point.context), std::to_string(point.concurrency), "does not fit"});
     return;
   }
@@ -236,7 +247,7 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
     if (status == PULSE_OUT_OF_MEMORY) {  // one request alone exceeds the cap
       records.Write("throughput",
                     fields + ", \"fits\": false, \"error\": " + JsonString(pulse_last_error()));
-      table.Row({point.mode, point.picks, std::to_string(point.kv_bytes >> 20),
+      table.Row({point.mode, point.picks, codec, std::to_string(point.kv_bytes >> 20),
                  std::to_string(point.context), std::to_string(point.concurrency), "does not fit"});
       pulse_engine_free(engine);
       return;
@@ -310,7 +321,7 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
           ", \"probe_steps\": " + std::to_string(state.probe_steps - first.probe_steps) +
           ", \"retried_steps\": " + std::to_string(state.retried_steps - first.retried_steps) +
           ", \"timed_steps\": " + std::to_string(step_ms.size()));
-  table.Row({point.mode, point.picks, std::to_string(point.kv_bytes >> 20),
+  table.Row({point.mode, point.picks, codec, std::to_string(point.kv_bytes >> 20),
              std::to_string(point.context), std::to_string(point.concurrency),
              pulse_bench::Fixed(tokens / seconds, 1),
              pulse_bench::Fixed(Percentile(step_ms, 0.5), 2), Number(Percentile(running, 0.5)),
@@ -326,7 +337,7 @@ int main(int argc, char** argv) {
   pulse_model* model = pulse_bench::LoadModel(args.model, args.backend, args.random_weights);
   const ModelFacts facts = pulse_bench::Describe(model, args.model);
   Records records(args.out, args.device, args.commit, args.command);
-  LiveTable table({"mode", "picks", "KV MiB", "context", "requests", "tokens/s", "TPOT ms",
+  LiveTable table({"mode", "picks", "codec", "KV MiB", "context", "requests", "tokens/s", "TPOT ms",
                    "running", "offloaded", "waiting"});
   for (const int32_t mib : args.kv_mib) {
     for (const int32_t context : args.contexts) {
@@ -336,14 +347,19 @@ int main(int argc, char** argv) {
                mode == "dense" ? std::vector<std::string>{"dense"} : args.picks) {
             for (const int32_t micro_batches :
                  ChoosesMicroBatches(mode) ? args.micro_batches : std::vector<int32_t>{1}) {
-              Run(model, facts, args,
-                  {.kv_bytes = int64_t{mib} << 20,
-                   .context = context,
-                   .concurrency = concurrency,
-                   .mode = mode,
-                   .picks = picks,
-                   .micro_batches = micro_batches},
-                  records, table);
+              for (const int32_t codec : mode == "dense"
+                                             ? std::vector<int32_t>{PULSE_HOST_CODEC_RAW}
+                                             : args.host_codecs) {
+                Run(model, facts, args,
+                    {.kv_bytes = int64_t{mib} << 20,
+                     .context = context,
+                     .concurrency = concurrency,
+                     .mode = mode,
+                     .picks = picks,
+                     .micro_batches = micro_batches,
+                     .host_codec = codec},
+                    records, table);
+              }
             }
           }
         }

@@ -57,7 +57,8 @@ def test_at_equal_kv_memory_offloading_runs_what_dense_cannot(tool, tmp_path):
     assert 0 <= offloaded["probe_steps"] <= offloaded["timed_steps"]
     assert offloaded["retried_steps"] == 0
     # The live table's rows, then the final table: the last line is the last run's.
-    assert stderr.splitlines()[-1].split()[:5] == ["pulse-no-interrupt", "scores", "2", "1536", "4"]
+    assert stderr.splitlines()[-1].split()[:6] == [
+        "pulse-no-interrupt", "scores", "f32", "2", "1536", "4"]
 
 
 def test_at_a_load_the_dense_engine_holds_nothing_is_offloaded(tool, tmp_path):
@@ -98,6 +99,22 @@ def test_micro_batch_settings_are_points_of_the_modes_that_choose(tool, tmp_path
     proc = subprocess.run([str(tool("pulseinfer-throughput")), "--model", "x", "--micro-batches",
                            "9"], capture_output=True, text=True)
     assert proc.returncode != 0 and "counts from 0 to 8" in proc.stderr
+
+
+def test_host_codecs_are_points_of_the_offloaded_modes(tool, tmp_path):
+    # Equal drawn picks: the fp8 tier recalls its encodings, a quarter of the f32 blocks and
+    # their scales.
+    records, _ = run(tool, tmp_path, "--kv-mib", "2", "--contexts", "1536", "--concurrency", "4",
+                     "--modes", "dense,pulse-offload-every", "--picks", "synthetic:0.5",
+                     "--host-codecs", "raw,fp8")
+    assert [(r["mode"], r["codec"]) for r in records] == [
+        ("dense", "f32"), ("pulse-offload-every", "f32"), ("pulse-offload-every", "fp8")]
+    raw, fp8 = records[1:]
+    assert raw["reuse"] == fp8["reuse"], (raw["reuse"], fp8["reuse"])
+    assert 0 < fp8["recall_bytes_per_step"] < 0.3 * raw["recall_bytes_per_step"], (raw, fp8)
+    proc = subprocess.run([str(tool("pulseinfer-throughput")), "--model", "x", "--host-codecs",
+                           "int8"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "--host-codecs expects raw and/or fp8" in proc.stderr
 
 
 def test_a_cap_that_holds_no_request_is_recorded_as_not_fitting(tool, tmp_path):

@@ -17,6 +17,9 @@
 // (an empty plan); its time is CopySeconds(marker, plan), the figure the median plan. "gated: no"
 // says the host was still enqueueing when the gate opened (per-chunk copies of small chunks),
 // so that figure includes the host's time. The link is one copy of a GiB by one cudaMemcpyAsync.
+// Then whole 32-token blocks through each host codec ("bench": "recall-codec"): bf16 (the
+// device's form) and fp8, at equal blocks, "gb_s" the host tier's bytes a second over the link
+// and "device_gb_s" the device's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,6 +36,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/kv_codec.h"
 #include "core/backend/cuda/cuda_backend.h"
 #include "nlohmann/json.hpp"
 #include "tests/tools/tool_main.h"
@@ -175,14 +179,15 @@ std::vector<size_t> Distinct(size_t n, size_t count, std::mt19937_64& rng) {
 }
 
 // A recall plan's chunks: `count` random slots of `chunk_bytes` in the host tier (none across two
-// of its allocations) to random slots of the device tier.
+// of its allocations) to random slots of the device tier; with a codec, the host's slots are of
+// the host tier's form (`host_chunk_bytes`).
 absl::StatusOr<std::vector<CopyChunk>> Scatter(const Tiers& tiers, size_t chunk_bytes, size_t count,
-                                               std::mt19937_64& rng) {
+                                               std::mt19937_64& rng, size_t host_chunk_bytes) {
   std::vector<std::pair<unsigned char*, size_t>> host_slots;  // allocation, slots in it
   size_t host_total = 0;
   for (const HostBuffer& buffer : tiers.host) {
-    host_slots.emplace_back(buffer.as<unsigned char>(), buffer.bytes() / chunk_bytes);
-    host_total += buffer.bytes() / chunk_bytes;
+    host_slots.emplace_back(buffer.as<unsigned char>(), buffer.bytes() / host_chunk_bytes);
+    host_total += buffer.bytes() / host_chunk_bytes;
   }
   const size_t device_total = tiers.device.bytes() / chunk_bytes;
   if (count > host_total || count > device_total) {
@@ -197,7 +202,7 @@ absl::StatusOr<std::vector<CopyChunk>> Scatter(const Tiers& tiers, size_t chunk_
     size_t slot = sources[i];
     size_t a = 0;
     while (slot >= host_slots[a].second) slot -= host_slots[a++].second;
-    chunks[i] = {host_slots[a].first + slot * chunk_bytes,
+    chunks[i] = {host_slots[a].first + slot * host_chunk_bytes,
                  tiers.device.as<unsigned char>() + destinations[i] * chunk_bytes, chunk_bytes};
   }
   return chunks;
@@ -295,7 +300,9 @@ class Bench {
   const CopyEvent& gate() const { return *gate_; }
 
   absl::StatusOr<Enqueued> Enqueue(std::span<const std::vector<CopyChunk>> scatters,
-                                   CopyDirection direction, CopyExecutor executor, int plans) {
+                                   CopyDirection direction, CopyExecutor executor, int plans,
+                                   HostCodec codec = HostCodec::kRaw,
+                                   const PagedKvLayout& layout = {}) {
     Enqueued enqueued;
     for (int i = 0; i < plans; ++i) {
       PULSE_ASSIGN_OR_RETURN(enqueued.markers.emplace_back(), backend_.CreateCopyEvent());
@@ -304,8 +311,11 @@ class Bench {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < plans; ++i) {
       PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy({.chunks = {}}, *enqueued.markers[i]));
-      const CopyPlan plan{
-          .direction = direction, .chunks = scatters[i % scatters.size()], .executor = executor};
+      const CopyPlan plan{.direction = direction,
+                          .chunks = scatters[i % scatters.size()],
+                          .executor = executor,
+                          .codec = codec,
+                          .layout = layout};
       PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy(plan, *enqueued.done[i]));
     }
     enqueued.host_seconds =
@@ -327,6 +337,7 @@ class Bench {
   }
 
   struct Rate {
+    double seconds = 0;    // the median plan's
     double gb_s = 0;       // the copy engine's, per plan
     double host_gb_s = 0;  // plan bytes the host enqueues a second
     bool gated = false;    // whether every plan was enqueued before the first one ran
@@ -334,19 +345,24 @@ class Bench {
 
   // The median plan of --runs: a warm-up pass ungated (which also times the host's enqueueing),
   // then the measured pass behind a gate long enough to enqueue it all.
+  // With a codec, the rates count the device's bytes (the chunks').
   absl::StatusOr<Rate> Measure(std::span<const std::vector<CopyChunk>> scatters,
-                               CopyDirection direction, CopyExecutor executor) {
-    PULSE_ASSIGN_OR_RETURN(const Enqueued warm, Enqueue(scatters, direction, executor, args_.runs));
+                               CopyDirection direction, CopyExecutor executor,
+                               HostCodec codec = HostCodec::kRaw,
+                               const PagedKvLayout& layout = {}) {
+    PULSE_ASSIGN_OR_RETURN(const Enqueued warm,
+                           Enqueue(scatters, direction, executor, args_.runs, codec, layout));
     PULSE_RETURN_IF_ERROR(MedianSeconds(warm).status());
     const double gate_seconds = 1.5 * warm.host_seconds + 2e-3;
     PULSE_RETURN_IF_ERROR(Gate(gate_seconds));
     PULSE_ASSIGN_OR_RETURN(const Enqueued timed,
-                           Enqueue(scatters, direction, executor, args_.runs));
+                           Enqueue(scatters, direction, executor, args_.runs, codec, layout));
     PULSE_ASSIGN_OR_RETURN(const bool early, backend_.CopyDone(*gate_));
     PULSE_ASSIGN_OR_RETURN(const double seconds, MedianSeconds(timed));
     PULSE_RETURN_IF_ERROR(backend_.Synchronize());
     const double bytes = PlanBytes(scatters[0]);
-    return Rate{.gb_s = bytes / seconds / 1e9,
+    return Rate{.seconds = seconds,
+                .gb_s = bytes / seconds / 1e9,
                 .host_gb_s = bytes * args_.runs / timed.host_seconds / 1e9,
                 .gated = !early};
   }
@@ -388,10 +404,13 @@ std::vector<std::vector<CopyChunk>> Reversed(std::span<const std::vector<CopyChu
 }
 
 absl::StatusOr<std::vector<std::vector<CopyChunk>>> Scatters(const Tiers& tiers, size_t chunk_bytes,
-                                                             size_t count, std::mt19937_64& rng) {
+                                                             size_t count, std::mt19937_64& rng,
+                                                             size_t host_chunk_bytes = 0) {
   std::vector<std::vector<CopyChunk>> scatters;
   for (int s = 0; s < kScatters; ++s) {
-    PULSE_ASSIGN_OR_RETURN(scatters.emplace_back(), Scatter(tiers, chunk_bytes, count, rng));
+    PULSE_ASSIGN_OR_RETURN(scatters.emplace_back(),
+                           Scatter(tiers, chunk_bytes, count, rng,
+                                   host_chunk_bytes == 0 ? chunk_bytes : host_chunk_bytes));
   }
   return scatters;
 }
@@ -467,6 +486,53 @@ absl::Status BenchInterference(Backend& backend, Bench& bench, HbmKernel& kernel
   return absl::OkStatus();
 }
 
+// Whole SoloHead blocks through each host codec, both ways, on the gather executor, at equal
+// blocks: the link carries the host tier's form (an fp8 block is half a bf16 one and its
+// scales), the device holds bf16 either way.
+absl::Status BenchCodecs(Bench& bench, const Tiers& tiers, const Args& args, size_t plan_bytes,
+                         const double (&link)[2], std::mt19937_64& rng) {
+  constexpr PagedKvLayout kLayout{
+      .block_tokens = 32, .num_kv_heads = 8, .head_dim = 128, .type = DType::kBF16};
+  const auto block = static_cast<size_t>(kLayout.block_bytes());
+  const size_t blocks = plan_bytes / block;
+  std::printf("\n%-10s %-6s %8s %10s %12s %8s %14s\n", "direction", "codec", "blocks", "ms a plan",
+              "link GB/s", "of link", "device GB/s");
+  for (const HostCodec codec : {HostCodec::kRaw, HostCodec::kFp8E4m3}) {
+    const auto host_block = static_cast<size_t>(HostBlockBytes(kLayout, codec));
+    PULSE_ASSIGN_OR_RETURN(const std::vector<std::vector<CopyChunk>> recalls,
+                           Scatters(tiers, block, blocks, rng, host_block));
+    const std::vector<std::vector<CopyChunk>> write_backs = Reversed(recalls);
+    for (const CopyDirection direction :
+         {CopyDirection::kHostToDevice, CopyDirection::kDeviceToHost}) {
+      const bool recall = direction == CopyDirection::kHostToDevice;
+      PULSE_ASSIGN_OR_RETURN(const Bench::Rate rate,
+                             bench.Measure(recall ? recalls : write_backs, direction,
+                                           CopyExecutor::kGather, codec, kLayout));
+      const double link_gb_s = double(blocks * host_block) / rate.seconds / 1e9;
+      const double of_link = link_gb_s / link[static_cast<int>(direction)];
+      const std::string name = codec == HostCodec::kRaw ? "bf16" : "fp8";
+      std::printf("%-10s %-6s %8zu %10.3f %12.1f %7.0f%% %14.1f\n",
+                  DirectionName(direction).c_str(), name.c_str(), blocks, rate.seconds * 1e3,
+                  link_gb_s, 100 * of_link, rate.gb_s);
+      bench.Write({{"bench", "recall-codec"},
+                   {"codec", name},
+                   {"executor", "gather"},
+                   {"direction", DirectionName(direction)},
+                   {"block_bytes", block},
+                   {"host_block_bytes", host_block},
+                   {"blocks", blocks},
+                   {"gather_blocks", args.gather_blocks},
+                   {"ms_per_plan", rate.seconds * 1e3},
+                   {"gb_s", link_gb_s},
+                   {"device_gb_s", rate.gb_s},
+                   {"link_gb_s", link[static_cast<int>(direction)]},
+                   {"gated", rate.gated},
+                   {"runs", args.runs}});
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Backend>> MakeBackend(const Args& args) {
   if (args.backend == "cpu") return CreateCpuBackend({});
   return CreateCudaBackend({.copy_gather_blocks = args.gather_blocks});
@@ -532,6 +598,7 @@ absl::Status Run(const Args& args) {
       }
     }
   }
+  PULSE_RETURN_IF_ERROR(BenchCodecs(bench, tiers, args, plan_bytes, link, rng));
   return BenchInterference(*backend, bench, kernel, tiers, args, plan_bytes, rng);
 }
 

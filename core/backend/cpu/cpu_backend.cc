@@ -201,10 +201,6 @@ class CpuBackend final : public Backend {
     return std::make_unique<CpuCopyEvent>(this);
   }
 
-  bool SupportsHostCodec(HostCodec codec) const override {
-    return codec == HostCodec::kRaw || codec == HostCodec::kFp8E4m3;
-  }
-
   absl::Status EnqueueCopy(const CopyPlan& plan, CopyEvent& done) override {
     PULSE_ASSIGN_OR_RETURN(CpuCopyEvent * event, OwnEvent<CpuCopyEvent>(done));
     PULSE_RETURN_IF_ERROR(ValidateCopyPlan(plan));

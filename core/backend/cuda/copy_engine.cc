@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/backend/cuda/cuda_check.h"
+#include "core/backend/cuda/fp8_gather.h"
 
 namespace pulse::cuda {
 namespace {
@@ -59,7 +60,9 @@ absl::Status CopyEngine::Enqueue(const CopyPlan& plan, cudaEvent_t after, cudaEv
   absl::MutexLock lock(&mu_);
   if (after != nullptr) PULSE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), after, 0));
   if (!plan.chunks.empty()) {
-    const CopyExecutor executor = Resolve(plan);
+    // Only the gather kernel converts: a plan with a codec runs on it whatever its executor.
+    const CopyExecutor executor =
+        plan.codec == HostCodec::kRaw ? Resolve(plan) : CopyExecutor::kGather;
     if (executor == CopyExecutor::kGather) {
       PULSE_RETURN_IF_ERROR(Gather(plan));
     } else if (executor == CopyExecutor::kBatchDma) {
@@ -84,13 +87,19 @@ absl::Status CopyEngine::EnqueueLaunch(cudaEvent_t after, cudaEvent_t done, std:
 }
 
 absl::Status CopyEngine::Gather(const CopyPlan& plan) {
+  // A chunk of a plan with a codec is one block, which one piece names.
+  const bool coded = plan.codec != HostCodec::kRaw;
   size_t count = 0;
   for (const CopyChunk& chunk : plan.chunks) {
-    count += (chunk.bytes + kGatherPieceBytes - 1) / kGatherPieceBytes;
+    count += coded ? 1 : (chunk.bytes + kGatherPieceBytes - 1) / kGatherPieceBytes;
   }
   PULSE_ASSIGN_OR_RETURN(Staging * staging, IdleStaging(count));
   auto* pieces = static_cast<GatherPiece*>(staging->host.get());
   for (const CopyChunk& chunk : plan.chunks) {
+    if (coded) {
+      *pieces++ = {chunk.src, chunk.dst, 0};
+      continue;
+    }
     for (size_t offset = 0; offset < chunk.bytes; offset += kGatherPieceBytes) {
       const size_t bytes = std::min<size_t>(kGatherPieceBytes, chunk.bytes - offset);
       *pieces++ = {static_cast<const char*>(chunk.src) + offset,
@@ -102,8 +111,12 @@ absl::Status CopyEngine::Gather(const CopyPlan& plan) {
   PULSE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging->device.get(), staging->host.get(),
                                              count * sizeof(GatherPiece), cudaMemcpyHostToDevice,
                                              stream));
-  PULSE_CUDA_RETURN_IF_ERROR(LaunchGather(static_cast<const GatherPiece*>(staging->device.get()),
-                                          static_cast<int64_t>(count), gather_blocks_, stream));
+  const auto* staged = static_cast<const GatherPiece*>(staging->device.get());
+  const auto staged_count = static_cast<int64_t>(count);
+  PULSE_CUDA_RETURN_IF_ERROR(coded ? LaunchFp8Gather(staged, staged_count,
+                                                     plan.direction == CopyDirection::kHostToDevice,
+                                                     plan.layout, gather_blocks_, stream)
+                                   : LaunchGather(staged, staged_count, gather_blocks_, stream));
   PULSE_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging->idle.get(), stream));
   return absl::OkStatus();
 }

@@ -216,7 +216,6 @@ class CudaBackend final : public Backend {
   absl::Status EnqueueCopy(const CopyPlan& plan, CopyEvent& done) override {
     PULSE_ASSIGN_OR_RETURN(CudaCopyEvent * event, OwnEvent<CudaCopyEvent>(done));
     PULSE_RETURN_IF_ERROR(ValidateCopyPlan(plan));
-    PULSE_RETURN_IF_ERROR(CheckHostCodec(plan.codec, "EnqueueCopy"));
     cudaEvent_t after = nullptr;
     if (plan.after_compute) {
       // Another thread may re-record the marker before the copy stream waits for it: the plan
@@ -241,7 +240,6 @@ class CudaBackend final : public Backend {
   absl::Status EnqueueRecall(const RecallList& list, int32_t num_sets, const HostTierView& host,
                              int32_t layer, void* layer_blocks, int32_t first_slot,
                              const PagedKvLayout& layout, CopyEvent& done) override {
-    PULSE_RETURN_IF_ERROR(CheckHostCodec(host.codec, "EnqueueRecall"));
     return EnqueueListCopy(done, "EnqueueRecall", [&](cudaStream_t stream) {
       return cuda::LaunchRecallList(list, num_sets, host, layer, layer_blocks, first_slot, layout,
                                     copy_gather_blocks_, stream);
@@ -251,7 +249,6 @@ class CudaBackend final : public Backend {
   absl::Status EnqueueWriteBack(const WriteBackEntry* entries, int32_t count,
                                 const HostTierView& host, int32_t layer, const void* layer_blocks,
                                 const PagedKvLayout& layout, CopyEvent& done) override {
-    PULSE_RETURN_IF_ERROR(CheckHostCodec(host.codec, "EnqueueWriteBack"));
     return EnqueueListCopy(done, "EnqueueWriteBack", [&](cudaStream_t stream) {
       return cuda::LaunchWriteBackList(entries, count, host, layer, layer_blocks, layout,
                                        copy_gather_blocks_, stream);
@@ -259,14 +256,6 @@ class CudaBackend final : public Backend {
   }
 
   int64_t host_waits() const override { return host_waits_.load(std::memory_order_relaxed); }
-
-  // The copy engine moves the device's bytes (SupportsHostCodec): a compressed host tier is not
-  // its yet.
-  absl::Status CheckHostCodec(HostCodec codec, const char* call) const {
-    if (SupportsHostCodec(codec)) return absl::OkStatus();
-    return absl::UnimplementedError(
-        absl::StrCat("CUDA backend: ", call, " of an fp8 host tier is not implemented"));
-  }
 
   absl::Status WaitForCopy(const CopyEvent& event) override {
     PULSE_ASSIGN_OR_RETURN(const CudaCopyEvent* own, OwnEvent<const CudaCopyEvent>(event));

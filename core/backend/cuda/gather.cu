@@ -3,15 +3,14 @@
 // PCIe busy with many small transfers at once.
 #include <algorithm>
 
-#include "core/backend/cuda/device_math.cuh"
+#include "core/backend/cuda/fp8_gather.h"
+#include "core/backend/cuda/gather.cuh"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/sparse_selection_kernels.h"
 
 namespace pulse::cuda {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarpsPerBlock = kThreads / kWarp;
 // Loads in flight per lane before the stores: 4 KiB per warp, which covers PCIe latency.
 constexpr int kUnroll = 8;
 
@@ -31,12 +30,7 @@ __device__ __forceinline__ void CopyWords(const void* source, void* destination,
   for (; i < words; i += kWarp) dst[i] = src[i];
 }
 
-__device__ __forceinline__ int64_t FirstWarp() {
-  return int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
-}
-__device__ __forceinline__ int64_t Warps() { return int64_t{gridDim.x} * kWarpsPerBlock; }
-
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kGatherThreads)
     GatherKernel(const GatherPiece* __restrict__ pieces, int64_t count) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t p = FirstWarp(); p < count; p += Warps()) {
@@ -67,19 +61,15 @@ EntryPieces SplitEntries(int64_t chunk_bytes, int32_t chunks) {
 }
 
 // A set's misses recalled as whole blocks (one set) or as its KV head's key and value fragments.
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kGatherThreads)
     RecallListKernel(RecallList list, int32_t num_sets, HostTierView host, int32_t layer,
                      char* __restrict__ layer_blocks, int32_t first_slot, int64_t block_bytes,
                      int64_t values_bytes, EntryPieces split) {
   const int lane = threadIdx.x % kWarp;
-  int64_t entries = 0;
-  for (int32_t set = 0; set < num_sets; ++set) entries += list.counts[set];
+  const int64_t entries = ListEntries(list, num_sets);
   for (int64_t p = FirstWarp(); p < entries * split.per_entry(); p += Warps()) {
-    int64_t index = p / split.per_entry();
+    const auto [entry, set] = ListEntry(list, p / split.per_entry());
     const auto rest = static_cast<int32_t>(p % split.per_entry());
-    int32_t set = 0;
-    while (index >= list.counts[set]) index -= list.counts[set++];
-    const RecallEntry entry = list.entries[int64_t{set} * list.capacity + index];
     const int32_t chunk = rest / split.per_chunk;
     const int32_t piece = rest % split.per_chunk;
     const int64_t offset = (num_sets == 1 ? 0 : chunk * values_bytes + set * split.chunk_bytes) +
@@ -90,7 +80,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kGatherThreads)
     WriteBackListKernel(const WriteBackEntry* __restrict__ entries, int32_t count,
                         HostTierView host, int32_t layer, const char* __restrict__ layer_blocks,
                         int64_t block_bytes, EntryPieces split) {
@@ -111,14 +101,18 @@ __global__ void __launch_bounds__(kThreads)
 cudaError_t LaunchGather(const GatherPiece* pieces, int64_t count, int32_t blocks,
                          cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  const int64_t grid = std::min<int64_t>(blocks, CeilDiv(count, kWarpsPerBlock));
-  GatherKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(pieces, count);
+  const int64_t grid = std::min<int64_t>(blocks, CeilDiv(count, kGatherWarpsPerBlock));
+  GatherKernel<<<static_cast<unsigned>(grid), kGatherThreads, 0, stream>>>(pieces, count);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchRecallList(const RecallList& list, int32_t num_sets, const HostTierView& host,
                              int32_t layer, void* layer_blocks, int32_t first_slot,
                              const PagedKvLayout& layout, int32_t blocks, cudaStream_t stream) {
+  if (host.codec == HostCodec::kFp8E4m3) {
+    return LaunchFp8RecallList(list, num_sets, host, layer, layer_blocks, first_slot, layout,
+                               blocks, stream);
+  }
   const auto element = static_cast<int64_t>(DTypeBytes(layout.type));
   const int64_t block_bytes = layout.block_bytes();
   const int64_t fragment_bytes = layout.head_elems() * element;
@@ -128,7 +122,7 @@ cudaError_t LaunchRecallList(const RecallList& list, int32_t num_sets, const Hos
   }
   const EntryPieces split =
       num_sets == 1 ? SplitEntries(block_bytes, 1) : SplitEntries(fragment_bytes, 2);
-  RecallListKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+  RecallListKernel<<<static_cast<unsigned>(blocks), kGatherThreads, 0, stream>>>(
       list, num_sets, host, layer, static_cast<char*>(layer_blocks), first_slot, block_bytes,
       layout.value_offset() * element, split);
   return cudaGetLastError();
@@ -137,12 +131,16 @@ cudaError_t LaunchRecallList(const RecallList& list, int32_t num_sets, const Hos
 cudaError_t LaunchWriteBackList(const WriteBackEntry* entries, int32_t count,
                                 const HostTierView& host, int32_t layer, const void* layer_blocks,
                                 const PagedKvLayout& layout, int32_t blocks, cudaStream_t stream) {
+  if (host.codec == HostCodec::kFp8E4m3) {
+    return LaunchFp8WriteBackList(entries, count, host, layer, layer_blocks, layout, blocks,
+                                  stream);
+  }
   const int64_t block_bytes = layout.block_bytes();
   if (count < 0 || blocks < 1 || host.blocks_per_chunk < 1 || block_bytes % 16 != 0) {
     return cudaErrorInvalidValue;
   }
   if (count == 0) return cudaSuccess;
-  WriteBackListKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+  WriteBackListKernel<<<static_cast<unsigned>(blocks), kGatherThreads, 0, stream>>>(
       entries, count, host, layer, static_cast<const char*>(layer_blocks), block_bytes,
       SplitEntries(block_bytes, 1));
   return cudaGetLastError();

@@ -1,15 +1,20 @@
 // The CUDA backend's host tier and copy engine: every executor leaves exactly the bytes memcpy
 // would, both ways, over random scattered chunks into poisoned tiers; events order compute after
-// recall and write-back after compute. Skipped without a CUDA device.
+// recall and write-back after compute; plans with the fp8 codec convert as the reference codec
+// does. Skipped without a CUDA device.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <tuple>
 #include <vector>
 
+#include "core/backend/bf16.h"
 #include "core/backend/cuda/cuda_backend.h"
+#include "core/backend/reference/fp8_kv_block.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backend/copy_test_util.h"
 #include "tests/unit/backend/op_test_util.h"
@@ -116,6 +121,76 @@ INSTANTIATE_TEST_SUITE_P(
                                          CopyDirection::kDeviceToHost),
                        ::testing::Values(CopyExecutor::kAuto, CopyExecutor::kGather,
                                          CopyExecutor::kBatchDma, CopyExecutor::kPerChunk)));
+
+// A plan with the fp8 codec encodes bf16 blocks towards the host and decodes them back, bit for
+// bit as the reference codec does, with every executor (each runs on the gather kernel): blocks
+// of normal values at spreads from 2^-12 to 2^12, one of zeros and one past fp8's range; three KV
+// heads, so the scales are padded.
+TEST_F(CudaCopyTest, Fp8PlansEncodeAndDecodeWholeBlocksWithEveryExecutor) {
+  const PagedKvLayout layout{
+      .block_tokens = 16, .num_kv_heads = 3, .head_dim = 64, .type = DType::kBF16};
+  const auto block = static_cast<size_t>(layout.block_bytes());
+  const auto encoded = static_cast<size_t>(HostBlockBytes(layout, HostCodec::kFp8E4m3));
+  constexpr size_t kBlocks = 64;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<unsigned char> blocks(kBlocks * block);
+  for (size_t b = 0; b < kBlocks; ++b) {
+    const float spread = b == 0   ? 0.0f
+                         : b == 1 ? 1e6f
+                                  : std::ldexp(1.0f, static_cast<int>(b % 25) - 12);
+    for (size_t i = 0; i < block / 2; ++i) {
+      const uint16_t bits = F32ToBf16(normal(rng) * spread);
+      std::memcpy(blocks.data() + b * block + 2 * i, &bits, 2);
+    }
+  }
+  std::vector<unsigned char> want_encoded(kBlocks * encoded);
+  std::vector<unsigned char> want_decoded(kBlocks * block);
+  const auto bytes = [](std::vector<unsigned char>& v, size_t at, size_t n) {
+    return std::as_writable_bytes(std::span(v).subspan(at, n));
+  };
+  for (size_t b = 0; b < kBlocks; ++b) {
+    EncodeFp8KvBlock(layout, bytes(blocks, b * block, block),
+                     bytes(want_encoded, b * encoded, encoded));
+    DecodeFp8KvBlock(layout, bytes(want_encoded, b * encoded, encoded),
+                     bytes(want_decoded, b * block, block));
+  }
+  const DeviceBuffer device = Upload(blocks);
+  HostBuffer host = Host(kBlocks * encoded);
+  std::unique_ptr<CopyEvent> event = Event();
+  // Block b goes to the host's slot kBlocks - 1 - b and comes back to b.
+  const auto plan = [&](CopyDirection direction, CopyExecutor executor, void* to) {
+    std::vector<CopyChunk> chunks;
+    for (size_t b = 0; b < kBlocks; ++b) {
+      char* on_host = host.as<char>() + (kBlocks - 1 - b) * encoded;
+      char* on_device = static_cast<char*>(to) + b * block;
+      chunks.push_back(direction == CopyDirection::kDeviceToHost
+                           ? CopyChunk{device.as<char>() + b * block, on_host, block}
+                           : CopyChunk{on_host, on_device, block});
+    }
+    const absl::Status enqueued = cuda_->EnqueueCopy({.direction = direction,
+                                                      .chunks = chunks,
+                                                      .executor = executor,
+                                                      .codec = HostCodec::kFp8E4m3,
+                                                      .layout = layout},
+                                                     *event);
+    return enqueued.ok() ? cuda_->SynchronizeCopy(*event) : enqueued;
+  };
+  for (const CopyExecutor executor : kExecutors) {
+    SCOPED_TRACE(CopyExecutorName(executor));
+    std::memset(host.data(), kPoison, host.bytes());
+    ASSERT_TRUE(plan(CopyDirection::kDeviceToHost, executor, nullptr).ok());
+    for (size_t b = 0; b < kBlocks; ++b) {
+      EXPECT_EQ(std::memcmp(host.as<char>() + (kBlocks - 1 - b) * encoded,
+                            want_encoded.data() + b * encoded, encoded),
+                0)
+          << "block " << b;
+    }
+    DeviceBuffer back = Upload(std::vector<unsigned char>(kBlocks * block, kPoison));
+    ASSERT_TRUE(plan(CopyDirection::kHostToDevice, executor, back.data()).ok());
+    EXPECT_EQ(Download(back), want_decoded);
+  }
+}
 
 TEST_F(CudaCopyTest, GatherOnOneBlockCoversEveryPiece) {
   absl::StatusOr<std::shared_ptr<Backend>> one_block = CreateCudaBackend({.copy_gather_blocks = 1});
