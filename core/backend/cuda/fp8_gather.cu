@@ -12,8 +12,8 @@ namespace pulse::cuda {
 namespace {
 
 constexpr float kFp8E4m3Max = 448.0f;
-// Words of codes a lane loads before it decodes any: with parts of 2048 values (16 tokens of
-// 128), all of a warp's, which covers PCIe latency as the raw gather's 4 KiB a warp does.
+// Words of codes of each part a lane loads before it decodes any: with parts of 2048 values (16
+// tokens of 128), all of them.
 constexpr int kUnroll = 4;
 
 // A block of the layout as the codec sees it.
@@ -78,23 +78,37 @@ __device__ __forceinline__ uint4 EncodeWord(const Bf16x8& low, const Bf16x8& hig
   return make_uint4(quads[0], quads[1], quads[2], quads[3]);
 }
 
-// One warp decodes part `part` of an encoded block into the device's block.
-__device__ __forceinline__ void DecodePart(const char* __restrict__ encoded, int32_t part,
-                                           char* __restrict__ block, const Fp8Shape& shape,
-                                           int lane) {
-  const float scale = reinterpret_cast<const float*>(encoded)[part];
-  const auto* codes = reinterpret_cast<const uint4*>(encoded + shape.codes_at(part));
-  auto* out = reinterpret_cast<Bf16x8*>(block + shape.values_at(part));
-  for (int64_t first = lane; first < shape.part_words; first += kUnroll * kWarp) {
-    uint4 loaded[kUnroll];
+// One warp decodes two parts of an encoded block into the device's block: a pair, so that a
+// warp's loads in flight (4 KiB with parts of 2048 values) match the raw gather's.
+__device__ __forceinline__ void DecodeParts(const char* __restrict__ encoded, int32_t first_part,
+                                            int32_t second_part, char* __restrict__ block,
+                                            const Fp8Shape& shape, int lane) {
+  const int32_t parts[2] = {first_part, second_part};
+  float scales[2];
+  const uint4* codes[2];
+  Bf16x8* out[2];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (first + u * kWarp < shape.part_words) loaded[u] = codes[first + u * kWarp];
+  for (int p = 0; p < 2; ++p) {
+    scales[p] = reinterpret_cast<const float*>(encoded)[parts[p]];
+    codes[p] = reinterpret_cast<const uint4*>(encoded + shape.codes_at(parts[p]));
+    out[p] = reinterpret_cast<Bf16x8*>(block + shape.values_at(parts[p]));
+  }
+  for (int64_t first = lane; first < shape.part_words; first += kUnroll * kWarp) {
+    uint4 loaded[2][kUnroll];
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (first + u * kWarp < shape.part_words) loaded[p][u] = codes[p][first + u * kWarp];
+      }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = first + u * kWarp;
-      if (i < shape.part_words) DecodeWord(loaded[u], scale, out + 2 * i);
+    for (int p = 0; p < 2; ++p) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t i = first + u * kWarp;
+        if (i < shape.part_words) DecodeWord(loaded[p][u], scales[p], out[p] + 2 * i);
+      }
     }
   }
 }
@@ -125,19 +139,21 @@ __device__ __forceinline__ void EncodePart(const char* __restrict__ block, int32
   }
 }
 
-// A set's misses recalled as whole blocks (one set: every part) or as its KV head's two parts.
+// A set's misses recalled as whole blocks (one set: every pair of parts) or as its KV head's keys
+// and values.
 __global__ void __launch_bounds__(kGatherThreads)
     Fp8RecallListKernel(RecallList list, int32_t num_sets, HostTierView host, int32_t layer,
                         char* __restrict__ layer_blocks, int32_t first_slot, Fp8Shape shape) {
   const int lane = threadIdx.x % kWarp;
-  const int32_t per_entry = num_sets == 1 ? shape.parts : 2;
-  const int64_t items = ListEntries(list, num_sets) * per_entry;
+  const int32_t pairs = num_sets == 1 ? shape.parts / 2 : 1;
+  const int64_t items = ListEntries(list, num_sets) * pairs;
   for (int64_t p = FirstWarp(); p < items; p += Warps()) {
-    const auto [entry, set] = ListEntry(list, p / per_entry);
-    const auto rest = static_cast<int32_t>(p % per_entry);
-    const int32_t part = num_sets == 1 ? rest : rest * (shape.parts / 2) + set;
-    DecodePart(HostTierBlock(host, layer, shape.host_block_bytes, entry.host_block), part,
-               layer_blocks + (first_slot + entry.slot) * shape.block_bytes, shape, lane);
+    const auto [entry, set] = ListEntry(list, p / pairs);
+    const auto pair = static_cast<int32_t>(p % pairs);
+    const int32_t first = num_sets == 1 ? 2 * pair : set;
+    const int32_t second = num_sets == 1 ? 2 * pair + 1 : shape.parts / 2 + set;
+    DecodeParts(HostTierBlock(host, layer, shape.host_block_bytes, entry.host_block), first, second,
+                layer_blocks + (first_slot + entry.slot) * shape.block_bytes, shape, lane);
   }
 }
 
@@ -159,15 +175,17 @@ __global__ void __launch_bounds__(kGatherThreads)
     Fp8GatherKernel(const GatherPiece* __restrict__ pieces, int64_t count, bool to_device,
                     Fp8Shape shape) {
   const int lane = threadIdx.x % kWarp;
-  for (int64_t p = FirstWarp(); p < count * shape.parts; p += Warps()) {
-    const GatherPiece piece = pieces[p / shape.parts];
-    const auto part = static_cast<int32_t>(p % shape.parts);
+  // Towards the device a warp decodes a pair of parts, towards the host it encodes one.
+  const int32_t per_piece = to_device ? shape.parts / 2 : shape.parts;
+  for (int64_t p = FirstWarp(); p < count * per_piece; p += Warps()) {
+    const GatherPiece piece = pieces[p / per_piece];
+    const auto item = static_cast<int32_t>(p % per_piece);
+    const auto* src = static_cast<const char*>(piece.src);
+    auto* dst = static_cast<char*>(piece.dst);
     if (to_device) {
-      DecodePart(static_cast<const char*>(piece.src), part, static_cast<char*>(piece.dst), shape,
-                 lane);
+      DecodeParts(src, 2 * item, 2 * item + 1, dst, shape, lane);
     } else {
-      EncodePart(static_cast<const char*>(piece.src), part, static_cast<char*>(piece.dst), shape,
-                 lane);
+      EncodePart(src, item, dst, shape, lane);
     }
   }
 }
