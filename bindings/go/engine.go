@@ -110,8 +110,7 @@ type HostCodec int32
 const (
 	HostCodecRaw HostCodec = C.PULSE_HOST_CODEC_RAW // as the device holds them
 	// HostCodecFP8 keeps fp8 E4M3 with a scale per KV head's keys or values: half a bf16 block's
-	// host memory and recall, a quarter of an f32 block's, attended to fp8's precision. Not on
-	// CUDA yet.
+	// host memory and recall, a quarter of an f32 block's, attended to fp8's precision.
 	HostCodecFP8 HostCodec = C.PULSE_HOST_CODEC_FP8
 )
 

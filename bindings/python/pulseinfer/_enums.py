@@ -76,8 +76,7 @@ class CopyExecutor(enum.IntEnum):
 class HostCodec(enum.IntEnum):
     """pulse_host_codec_code: how the host tier stores offloaded blocks
     (EngineParams.offload_host_codec). FP8 keeps fp8 E4M3 with a scale per KV head's keys or
-    values: half a bf16 block's host memory and recall, a quarter of an f32 block's; the CUDA
-    backend does not move fp8 blocks yet."""
+    values: half a bf16 block's host memory and recall, a quarter of an f32 block's."""
 
     RAW = capi.PULSE_HOST_CODEC_RAW
     FP8 = capi.PULSE_HOST_CODEC_FP8

@@ -314,8 +314,7 @@ typedef struct pulse_engine_params {
    * (default) as the device holds them; PULSE_HOST_CODEC_FP8 as fp8 E4M3 with a scale per KV
    * head's keys or values, half a bf16 block's host memory and recall (a quarter of an f32
    * block's), decoded as it is recalled; selection scores the exact keys. Attention then reads
-   * recalled blocks to fp8's precision, and tokens may differ from the raw tier's. The CUDA
-   * backend does not move fp8 blocks yet: PULSE_UNSUPPORTED there. */
+   * recalled blocks to fp8's precision, and tokens may differ from the raw tier's. */
   int32_t offload_host_codec;
 } pulse_engine_params;
 

@@ -236,7 +236,7 @@ pub enum HostCodec {
     /// As the device holds them.
     Raw = sys::PULSE_HOST_CODEC_RAW as i32,
     /// fp8 E4M3 with a scale per KV head's keys or values: half a bf16 block's host memory and
-    /// recall, a quarter of an f32 block's, attended to fp8's precision. Not on CUDA yet.
+    /// recall, a quarter of an f32 block's, attended to fp8's precision.
     Fp8 = sys::PULSE_HOST_CODEC_FP8 as i32,
 }
 
