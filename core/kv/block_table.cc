@@ -12,13 +12,29 @@ int32_t BlocksForTokens(int64_t tokens, int32_t block_tokens) {
 
 absl::StatusOr<BlockTable> BlockTable::Create(BlockPool* pool, int32_t block_tokens,
                                               int32_t max_tokens) {
-  if (block_tokens <= 0 || max_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "block table of %d tokens in blocks of %d tokens", max_tokens, block_tokens));
+  return CreateSharing(pool, block_tokens, max_tokens, {});
+}
+
+absl::StatusOr<BlockTable> BlockTable::CreateSharing(BlockPool* pool, int32_t block_tokens,
+                                                     int32_t max_tokens,
+                                                     std::span<const int32_t> shared) {
+  if (block_tokens <= 0 || max_tokens < 0 ||
+      static_cast<int64_t>(shared.size()) > BlocksForTokens(max_tokens, block_tokens)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block table of %d tokens in blocks of %d tokens (%d of them shared)",
+                        max_tokens, block_tokens, shared.size()));
   }
-  const int32_t blocks = BlocksForTokens(max_tokens, block_tokens);
-  PULSE_RETURN_IF_ERROR(pool->Reserve(blocks));
-  return BlockTable(pool, block_tokens, max_tokens, blocks);
+  BlockTable table(pool, block_tokens, max_tokens, 0);
+  for (const int32_t block : shared) {
+    // On failure the table frees what it shares so far.
+    PULSE_RETURN_IF_ERROR(pool->Share(block));
+    table.blocks_.push_back(block);
+  }
+  const int32_t rest =
+      BlocksForTokens(max_tokens, block_tokens) - static_cast<int32_t>(shared.size());
+  PULSE_RETURN_IF_ERROR(pool->Reserve(rest));
+  table.reserved_ = rest;
+  return table;
 }
 
 absl::StatusOr<BlockTable> BlockTable::Adopt(BlockPool* pool, int32_t block_tokens,

@@ -21,6 +21,13 @@ class BlockTable {
   // Reserves the blocks for up to `max_tokens` tokens. ResourceExhausted when the pool cannot.
   static absl::StatusOr<BlockTable> Create(BlockPool* pool, int32_t block_tokens,
                                            int32_t max_tokens);
+  // Create, its first blocks `shared`: blocks of the pool that other tables hold or that the
+  // pool caches (BlockPool::Share), which this one holds too from now on, and reserves the rest
+  // of the worst case. ResourceExhausted (InvalidArgument for a block neither held nor cached, or
+  // more blocks than max_tokens needs), holding and reserving nothing, when the pool cannot.
+  static absl::StatusOr<BlockTable> CreateSharing(BlockPool* pool, int32_t block_tokens,
+                                                  int32_t max_tokens,
+                                                  std::span<const int32_t> shared);
   // A table over `blocks`, already allocated from `pool` and now owned by the table, and
   // `reserved` blocks the caller reserved in the pool for it: they must cover max_tokens
   // (FailedPrecondition, taking nothing, when they do not).

@@ -7,20 +7,21 @@
 
 namespace pulse {
 
-absl::StatusOr<OffloadedBlockTable> OffloadedBlockTable::Create(BlockPool* device_pool,
-                                                                BlockPool* host_pool,
-                                                                int32_t block_tokens,
-                                                                int32_t max_tokens,
-                                                                int32_t device_peak) {
+absl::StatusOr<OffloadedBlockTable> OffloadedBlockTable::Create(
+    BlockPool* device_pool, BlockPool* host_pool, int32_t block_tokens, int32_t max_tokens,
+    int32_t device_peak, std::span<const int32_t> shared_host) {
   if (device_peak < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("an offloaded block table holding %d device blocks", device_peak));
   }
-  PULSE_ASSIGN_OR_RETURN(BlockTable host, BlockTable::Create(host_pool, block_tokens, max_tokens));
+  PULSE_ASSIGN_OR_RETURN(
+      BlockTable host, BlockTable::CreateSharing(host_pool, block_tokens, max_tokens, shared_host));
   if (absl::Status reserved = device_pool->Reserve(device_peak); !reserved.ok()) {
-    return reserved;  // `host` gives its reservation back
+    return reserved;  // `host` gives its blocks and reservation back
   }
-  return OffloadedBlockTable(device_pool, std::move(host), device_peak);
+  OffloadedBlockTable table(device_pool, std::move(host), device_peak);
+  table.device_.assign(shared_host.size(), -1);
+  return table;
 }
 
 absl::StatusOr<OffloadedBlockTable> OffloadedBlockTable::FromResident(BlockTable& dense,

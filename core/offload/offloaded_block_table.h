@@ -25,11 +25,14 @@ namespace pulse {
 class OffloadedBlockTable {
  public:
   // Reserves host blocks for `max_tokens` tokens and `device_peak` device blocks (the most the
-  // sequence holds at once: its prompt's blocks, or resident_limit when that is more).
-  // ResourceExhausted, reserving nothing, when either pool cannot.
+  // sequence holds at once: its prompt's blocks, or resident_limit when that is more); with
+  // `shared_host`, its first logical blocks are those host blocks (a cached prefix: blocks of
+  // the host pool that other sequences hold or that it caches, BlockTable::CreateSharing), none
+  // of them resident. ResourceExhausted, holding and reserving nothing, when either pool cannot.
   static absl::StatusOr<OffloadedBlockTable> Create(BlockPool* device_pool, BlockPool* host_pool,
                                                     int32_t block_tokens, int32_t max_tokens,
-                                                    int32_t device_peak);
+                                                    int32_t device_peak,
+                                                    std::span<const int32_t> shared_host = {});
 
   // Offloads a resident sequence: the blocks of `dense` (allocated from `device_pool`) become
   // this table's resident blocks, host blocks are reserved for dense's max_tokens and allocated
