@@ -16,6 +16,14 @@ BlockPool::BlockPool(int32_t capacity, bool track_released)
   for (int32_t block = capacity_ - 1; block >= 0; --block) free_.push_back(block);
 }
 
+int32_t BlockPool::IdsToHold(int32_t more) const {
+  // Allocations take the freed ids below fresh_ first, then fresh ones; cached unreferenced
+  // blocks (below fresh_ too) only once no id is free.
+  const int64_t reusable = static_cast<int64_t>(free_.size()) - (capacity_ - fresh_);
+  const int64_t fresh_needed = std::max<int64_t>(0, int64_t{reserved_} + more - reusable);
+  return static_cast<int32_t>(std::min<int64_t>(capacity_, fresh_ + fresh_needed));
+}
+
 int32_t BlockPool::holders(int32_t block) const {
   return block >= 0 && block < capacity_ ? blocks_[static_cast<size_t>(block)].holders : 0;
 }
@@ -55,6 +63,7 @@ absl::StatusOr<int32_t> BlockPool::Allocate() {
     Uncache(block);
   }
   blocks_[static_cast<size_t>(block)].holders = 1;
+  fresh_ = std::max(fresh_, block + 1);
   --reserved_;
   return block;
 }

@@ -37,6 +37,10 @@ class BlockPool {
   // Cached blocks, and those of them no one holds.
   int32_t cached() const { return static_cast<int32_t>(by_hash_.size()); }
   int32_t cached_unreferenced() const { return static_cast<int32_t>(unreferenced_.size()); }
+  // The least n such that ids [0, n) hold every block held or cached now and every block the
+  // reservations and `more` blocks past them may take: a fresh pool hands out ids in increasing
+  // order and reuses freed ones first.
+  int32_t IdsToHold(int32_t more) const;
   // Holders of `block` (0 when free or cached unreferenced).
   int32_t holders(int32_t block) const;
 
@@ -83,6 +87,7 @@ class BlockPool {
   std::vector<int32_t> free_;  // a stack: the most recently freed block is reused first
   std::vector<Block> blocks_;  // [capacity]
   int32_t reserved_ = 0;
+  int32_t fresh_ = 0;                               // ids handed out at least once: [0, fresh_)
   absl::flat_hash_map<uint64_t, int32_t> by_hash_;  // the cached blocks, held or not
   std::list<int32_t> unreferenced_;                 // least recently released first
   std::vector<int32_t> released_;

@@ -47,8 +47,16 @@ struct OffloadConfig {
   // How the host tier stores blocks (core/backend/kv_codec.h): the device's bytes, or fp8 E4M3
   // with a scale per KV head's keys or values, which halves a bf16 block's host memory and
   // recall (a quarter of an f32 block's) at fp8's precision; summaries are taken from the exact
-  // blocks. The CUDA backend does not move fp8 blocks yet (Unimplemented when the runner is made).
+  // blocks.
   HostCodec host_codec = HostCodec::kRaw;
+  // Prefix caching: the full blocks of an offloaded request's prompt stay in the host tier,
+  // named by their tokens (core/kv/block_key.h), once it decodes; an offloaded request whose
+  // prompt starts with cached blocks holds them too (one copy, counted once), skips their prefill
+  // and prefills the rest staged (reading them from the host tier). Unreferenced cached blocks
+  // stay until the host tier needs their room, the least recently released first. A request the
+  // engine places runs offloaded when its prompt starts with a cached block. Engines only (the
+  // scheduler's); off by default.
+  bool prefix_cache = false;
   // For benchmarks: picks drawn at a stated step-to-step reuse instead of by the summaries'
   // scores (core/backend/block_scores.h); the scores are still computed, and selection, tables
   // and recall run on the drawn ones. Empty (the default): picks by score.

@@ -39,6 +39,7 @@ absl::Status SizeOffloadTiers(const PagedKvLayout& layout, int32_t num_heads, in
   offload.host_tokens = std::max<int64_t>(offload.host_tokens, options.block_tokens);
   offload.slot_tokens = std::max<int64_t>(offload.slot_tokens, options.block_tokens);
   limits.host_blocks = BlocksForTokens(offload.host_tokens, options.block_tokens);
+  limits.prefix_cache = offload.prefix_cache;
   limits.slot_blocks = BlocksForTokens(offload.slot_tokens, options.block_tokens);
   return absl::OkStatus();
 }

@@ -152,13 +152,9 @@ class EngineImpl final : public Engine {
   // The requests Cancel was called on (also those already finished then), until their release:
   // their sinks are not called again.
   absl::flat_hash_set<RequestId> cancelled_ ABSL_GUARDED_BY(mu_);
-  // Offloaded requests finished since the last step, with their host blocks: the step frees
-  // their device slots before the blocks serve another request.
-  struct SparseEnd {
-    RequestId id;
-    std::vector<int32_t> host_blocks;
-  };
-  std::vector<SparseEnd> sparse_finished_ ABSL_GUARDED_BY(mu_);
+  // Offloaded requests finished since the last step: the step forgets what sparse attention
+  // keeps of them (the slots of their host blocks go with the host pool's released blocks).
+  std::vector<RequestId> sparse_finished_ ABSL_GUARDED_BY(mu_);
   // The request whose sink runs now, and the thread running it (Step's; a default id when none
   // runs).
   std::optional<RequestId> delivering_ ABSL_GUARDED_BY(mu_);
@@ -258,6 +254,7 @@ EngineStats EngineImpl::stats() const {
   stats.kv_memory_bytes = kv_memory_bytes_;
   stats.host_blocks = scheduler_.host_pool().capacity();
   stats.host_blocks_in_use = scheduler_.host_pool().capacity() - scheduler_.host_pool().available();
+  stats.host_blocks_cached = scheduler_.host_pool().cached();
   stats.slot_blocks = scheduler_.slot_capacity();
   stats.slot_blocks_in_use = scheduler_.slots_reserved();
   stats.admission = scheduler_.admission_stats();
@@ -269,13 +266,7 @@ EngineStats EngineImpl::stats() const {
 
 void EngineImpl::Finish(Request& request, FinishReason reason, Clock::time_point now) {
   ++totals_.finished_requests;
-  if (request.offload) {
-    SparseEnd& end = sparse_finished_.emplace_back(SparseEnd{request.id, {}});
-    if (request.offloaded_blocks) {
-      const std::span<const int32_t> blocks = request.offloaded_blocks->host_blocks();
-      end.host_blocks.assign(blocks.begin(), blocks.end());
-    }
-  }
+  if (request.offload) sparse_finished_.push_back(request.id);
   request.state = RequestState::kFinished;
   request.reason = reason;
   request.finished = now;
@@ -338,7 +329,6 @@ absl::Status EngineImpl::Move(const std::vector<TierMove>& moves) {
     if (move.to_host) {
       PULSE_RETURN_IF_ERROR(runner_.MoveToHost(move.device_blocks, move.host_blocks));
     } else {
-      PULSE_RETURN_IF_ERROR(runner_.FreeSlots(move.released_host_blocks));
       PULSE_RETURN_IF_ERROR(runner_.MoveToDevice(move.host_blocks, move.device_blocks));
     }
   }
@@ -434,24 +424,26 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
   absl::MutexLock step_lock(&step_mu_);
   std::vector<Delivery> deliveries;
   std::vector<ScheduledSequence> work;
-  std::vector<SparseEnd> finished;
+  std::vector<RequestId> finished;
+  std::vector<int32_t> released;
   std::vector<TierMove> moves;
   int32_t micro_batches = 1;
   {
     absl::MutexLock lock(&mu_);
     finished.swap(sparse_finished_);
     work = Schedule(Clock::now(), deliveries, moves);
+    released = scheduler_.TakeReleasedHostBlocks();
     if (!work.empty()) micro_batches = MicroBatches(work);
   }
-  // Between steps: enqueued before the step, so no block of theirs is looked up again before
-  // its slots are free (a request admitted now reads its host blocks only once it decodes).
-  for (const SparseEnd& end : finished) {
-    runner_.ForgetSparse(end.id, end.host_blocks).IgnoreError();
-  }
+  for (const RequestId id : finished) runner_.ForgetSparse(id, {}).IgnoreError();
   const Clock::time_point start = Clock::now();
   ForwardResult forward{.logits_to_host = options_.logits_to_host};
-  // A move that fails leaves its request's KV incomplete: the step fails as a forward pass would.
-  forward.status = Move(moves);
+  // Between steps, the slots of the host blocks that lost their last holder are freed before
+  // another holder looks them up (a finished request's, a promoted one's, a shared block's
+  // last). A move that fails leaves its request's KV incomplete: the step fails as a forward
+  // pass would.
+  forward.status = runner_.FreeSlots(released);
+  if (forward.status.ok()) forward.status = Move(moves);
   const bool run = forward.status.ok() && !work.empty();
   bool retried = false;
   if (run) {

@@ -219,6 +219,10 @@ struct EngineStats {
     int64_t staged = 0;    // offloaded requests whose prompt the dense pool could not hold
     // Offloaded requests admitted with a budget below the engine's (min_budget_tokens).
     int64_t lowered_budgets = 0;
+    // Prefix caching (OffloadConfig::prefix_cache): offloaded requests admitted with cached
+    // blocks at the start of their prompt, and the prompt tokens those blocks spared prefill.
+    int64_t prefix_hits = 0;
+    int64_t prefix_hit_tokens = 0;
     int32_t offloaded_running = 0;
     double link_bytes_per_second = 0;
     double recall_bytes_per_row = 0;
@@ -238,6 +242,9 @@ struct EngineStats {
   // transfers and slot-cache counts so far.
   int32_t host_blocks = 0;
   int32_t host_blocks_in_use = 0;
+  // Host-tier blocks in the prefix cache, held by running requests or not (the latter count as
+  // free: the host tier gives their room to new blocks, the least recently released first).
+  int32_t host_blocks_cached = 0;
   int32_t slot_blocks = 0;
   int32_t slot_blocks_in_use = 0;
   OffloadStats offload;

@@ -72,6 +72,8 @@ struct Request {
   // Its prompt is prefilled staged (no block resident: the dense pool could not hold it), until
   // its resident set is recalled before its first decode step.
   bool staged = false;
+  // Its full prompt blocks are named in the host tier's prefix cache (OffloadConfig::prefix_cache).
+  bool prompt_cached = false;
   // In the batch of the step in flight: its blocks stay with it until the step ends, even when
   // it is cancelled meanwhile.
   bool in_step = false;

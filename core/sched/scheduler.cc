@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "core/kv/block_key.h"
 #include "core/offload/residency.h"
 
 namespace pulse {
@@ -11,7 +12,7 @@ namespace pulse {
 Scheduler::Scheduler(const SchedulerLimits& limits, int32_t num_blocks, HostTier* host_tier)
     : limits_(limits),
       pool_(num_blocks),
-      host_pool_(limits.host_blocks),
+      host_pool_(limits.host_blocks, /*track_released=*/true),
       host_tier_(host_tier),
       policy_(limits.admission, limits.min_budget_tokens) {}
 
@@ -69,10 +70,9 @@ bool Scheduler::FitsResident(const Request& request, int32_t held) const {
 }
 
 absl::Status Scheduler::PinHostBlocks(int32_t more) {
-  // The host tier is pinned as far as the pool may hand out blocks: it reuses freed ids first,
-  // so the blocks allocated or reserved bound the ids it gives.
+  // The host tier is pinned as far as the pool may hand out blocks.
   if (host_tier_ == nullptr) return absl::OkStatus();
-  return host_tier_->Reserve(host_pool_.allocated() + host_pool_.reserved() + more);
+  return host_tier_->Reserve(host_pool_.IdsToHold(more));
 }
 
 bool Scheduler::DemoteOne(Admitted& admitted) {
@@ -139,14 +139,12 @@ void Scheduler::PromoteOne(Admitted& admitted) {
     const double context_bytes =
         static_cast<double>(table.host_blocks().size()) * static_cast<double>(limits_.block_bytes);
     if (static_cast<double>(remaining) * request.recall.bytes_per_step() < context_bytes) continue;
-    const std::vector<int32_t> host(table.host_blocks().begin(), table.host_blocks().end());
     absl::StatusOr<OffloadedBlockTable::Resident> resident = table.ToResident();
     if (!resident.ok()) continue;
     admitted.moves.push_back({.request = running,
                               .to_host = false,
                               .device_blocks = std::move(resident->recall_device),
-                              .host_blocks = std::move(resident->recall_host),
-                              .released_host_blocks = host});
+                              .host_blocks = std::move(resident->recall_host)});
     request.blocks = std::move(resident->blocks);
     request.offloaded_blocks.reset();
     request.offload.reset();
@@ -159,15 +157,49 @@ void Scheduler::PromoteOne(Admitted& admitted) {
   }
 }
 
+void Scheduler::CachePrompts() {
+  if (!limits_.prefix_cache) return;
+  for (const std::shared_ptr<Request>& running : running_) {
+    Request& request = *running;
+    if (!request.offloaded_blocks || request.prompt_cached || request.generated() < 2) continue;
+    std::vector<BlockKey> keys =
+        FullBlockKeys(std::span(request.tokens).first(static_cast<size_t>(request.prompt_tokens)),
+                      limits_.block_tokens);
+    const std::span<const int32_t> host = request.offloaded_blocks->host_blocks();
+    for (size_t j = 0; j < keys.size() && j < host.size(); ++j) {
+      host_pool_.Cache(host[j], std::move(keys[j]));  // a block cached already keeps its key
+    }
+    request.prompt_cached = true;
+  }
+}
+
+std::vector<int32_t> Scheduler::CachedPrefix(const Request& request) const {
+  std::vector<int32_t> prefix;
+  if (!limits_.prefix_cache || !request.offload || request.computed > 0) return prefix;
+  for (const BlockKey& key : FullBlockKeys(
+           std::span(request.tokens).first(static_cast<size_t>(request.prompt_tokens - 1)),
+           limits_.block_tokens)) {
+    const std::optional<int32_t> block = host_pool_.Find(key);
+    if (!block) break;
+    prefix.push_back(*block);
+  }
+  return prefix;
+}
+
 Scheduler::Admitted Scheduler::Admit() {
   Admitted admitted;
+  CachePrompts();
   MakeStagedResident(admitted);
   PromoteOne(admitted);
   while (!queue_.empty() && running() < limits_.max_batch) {
     Request& request = *queue_.front();
-    // The head waits for running requests to finish; the ones behind it wait their turn.
+    const std::vector<int32_t> prefix = CachedPrefix(request);
     if (request.placed_by_engine && request.offload) {
       request.offload = request.engine_selection;  // not a budget lowered in an earlier round
+    }
+    // The head waits for running requests to finish; the ones behind it wait their turn. One
+    // the engine places whose prompt starts with cached blocks runs offloaded, sharing them.
+    if (request.placed_by_engine && request.offload && prefix.empty()) {
       const AdmissionView view{.fits_resident = FitsResident(request),
                                .offloaded_running = offloaded_running_,
                                .budget_tokens = request.offload->budget_tokens,
@@ -188,9 +220,15 @@ Scheduler::Admitted Scheduler::Admit() {
       const int32_t slots =
           SlotsNeeded(*request.offload, limits_.block_tokens, request.max_kv_tokens());
       if (slots_reserved_ + slots > limits_.slot_blocks) break;
+      // A cached prefix is read from the host tier: the rest of the prompt is prefilled staged.
       absl::StatusOr<OffloadedBlockTable> blocks =
-          OffloadedBlockTable::Create(&pool_, &host_pool_, limits_.block_tokens,
-                                      request.max_kv_tokens(), BlocksNeeded(request));
+          prefix.empty()
+              ? OffloadedBlockTable::Create(&pool_, &host_pool_, limits_.block_tokens,
+                                            request.max_kv_tokens(), BlocksNeeded(request))
+              : OffloadedBlockTable::Create(&pool_, &host_pool_, limits_.block_tokens,
+                                            request.max_kv_tokens(), StagedBlocksNeeded(request),
+                                            prefix);
+      if (!blocks.ok() && !prefix.empty()) break;
       if (!blocks.ok()) {
         // The dense pool cannot hold its prompt: demoting a resident request may make room.
         if (request.placed_by_engine && pool_.available() < BlocksNeeded(request) &&
@@ -214,6 +252,12 @@ Scheduler::Admitted Scheduler::Admit() {
           queue_.pop_front();
         }
         break;
+      }
+      if (!prefix.empty()) {
+        request.staged = true;
+        request.computed = static_cast<int32_t>(prefix.size()) * limits_.block_tokens;
+        ++admission_.prefix_hits;
+        admission_.prefix_hit_tokens += request.computed;
       }
       request.offloaded_blocks = *std::move(blocks);
       request.slot_blocks = slots;

@@ -24,6 +24,7 @@ struct SchedulerLimits {
   int32_t slot_blocks = 0;  // the device tier's slots (0: none)
   AdmissionKind admission = AdmissionKind::kIoAdaptive;
   int32_t min_budget_tokens = 0;  // EngineOptions::min_budget_tokens
+  bool prefix_cache = false;      // OffloadConfig::prefix_cache
 };
 
 // A running request's KV moved between the tiers by a change of placement, for the model runner
@@ -32,12 +33,10 @@ struct TierMove {
   std::shared_ptr<Request> request;
   bool to_host = false;  // demoted (else promoted)
   // Pairwise: the device blocks written to the host blocks (demoted), or the host blocks
-  // recalled into the device blocks (promoted).
+  // recalled into the device blocks (promoted). A promoted request's host blocks are released
+  // (Scheduler::TakeReleasedHostBlocks).
   std::vector<int32_t> device_blocks = {};
   std::vector<int32_t> host_blocks = {};
-  // Promoted: every host block it held, whose device slots must be freed before they serve
-  // another request.
-  std::vector<int32_t> released_host_blocks = {};
 };
 
 // One request's share of a step: its tokens [begin, begin + count) are fed to the model.
@@ -108,6 +107,9 @@ class Scheduler {
   std::vector<ScheduledSequence> FormBatch();
   // Takes the request out of the queue or the running set and frees its KV blocks.
   void Remove(Request& request);
+  // The host blocks whose last holder let them go since the last call (BlockPool::TakeReleased):
+  // their device slots must be freed before the blocks serve another request.
+  std::vector<int32_t> TakeReleasedHostBlocks() { return host_pool_.TakeReleased(); }
 
   int32_t queued() const { return static_cast<int32_t>(queue_.size()); }
   int32_t running() const { return static_cast<int32_t>(running_.size()); }
@@ -127,6 +129,12 @@ class Scheduler {
   void MakeStagedResident(Admitted& admitted);
   // Promotes the first admitted request that may be promoted, if any.
   void PromoteOne(Admitted& admitted);
+  // With prefix caching, names the full prompt blocks of the offloaded requests that decoded a
+  // step (so their write-back to the host tier is enqueued before any reader's) in the host pool.
+  void CachePrompts();
+  // With prefix caching, the host blocks cached for the longest run of the request's full prompt
+  // blocks from its start, leaving at least one prompt token to compute; empty when none is.
+  std::vector<int32_t> CachedPrefix(const Request& request) const;
   // Host tier blocks made addressable for the host pool's blocks plus `more`.
   absl::Status PinHostBlocks(int32_t more);
   // Device blocks the running offloaded requests hold or reserve beyond their resident sets:

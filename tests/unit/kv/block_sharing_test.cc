@@ -145,11 +145,13 @@ TEST(BlockSharingTest, RandomOperationsFollowTheReferenceModel) {
     for (int step = 0; step < 400; ++step) {
       switch (rng() % 5) {
         case 0: {  // reserve and allocate one
+          const int32_t ids = pool.IdsToHold(1);
           if (!pool.Reserve(1).ok()) {
             EXPECT_EQ(model.available(), 0);
             break;
           }
           const int32_t block = *pool.Allocate();
+          EXPECT_LT(block, ids) << seed << " " << step;  // the host tier pins that far
           // A free block if any, else the least recently released cached one.
           bool any_free = false;
           for (int32_t b = 0; b < kCapacity; ++b) {
@@ -214,7 +216,10 @@ TEST(BlockSharingTest, RandomOperationsFollowTheReferenceModel) {
       ASSERT_EQ(pool.available(), model.available()) << seed << " " << step;
       ASSERT_EQ(pool.cached(), static_cast<int32_t>(model.key_of_.size()));
       ASSERT_EQ(pool.cached_unreferenced(), static_cast<int32_t>(model.released_order_.size()));
-      for (int32_t b = 0; b < kCapacity; ++b) ASSERT_EQ(pool.holders(b), model.holders(b));
+      for (int32_t b = 0; b < kCapacity; ++b) {
+        ASSERT_EQ(pool.holders(b), model.holders(b));
+        if (model.holders(b) > 0 || model.keyed(b)) ASSERT_LT(b, pool.IdsToHold(0));
+      }
     }
     // Every holder lets go: nothing is held, the cached blocks stay available.
     for (const int32_t block : handles) ASSERT_TRUE(pool.Free(block).ok());

@@ -1,0 +1,190 @@
+// Prefix caching of the host tier (OffloadConfig::prefix_cache) on the CPU backend: requests over
+// one document share its cached blocks, skip their prefill and generate the tokens of unshared
+// runs; under random submits, cancels and steps every token stays that of an unshared run and
+// every block's holders return to zero; a host tier too small for every request at once evicts
+// unreferenced cached blocks and corrupts nothing.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/sched/engine.h"
+#include "gtest/gtest.h"
+#include "tests/unit/sched/tiny_model.h"
+
+namespace pulse {
+namespace {
+
+using ::pulse::testing::MakeEngine;
+using ::pulse::testing::Prompt;
+using ::pulse::testing::RunToIdle;
+using ::pulse::testing::SnapshotOf;
+using ::pulse::testing::TinyConfig;
+using ::pulse::testing::TinyModel;
+
+constexpr int32_t kBlockTokens = 4;
+
+SamplingParams Greedy(int32_t max_tokens) { return testing::Greedy(max_tokens, true); }
+
+// Every request offloaded, a budget below the contexts (selection matters), the prefix cache
+// `cached`, a host tier of `host_tokens`.
+EngineOptions Options(bool cached, int64_t host_tokens = 4 * 200) {
+  return {.max_batch = 4,
+          .prefill_chunk = 16,
+          .max_step_tokens = 64,
+          .block_tokens = kBlockTokens,
+          .kv_capacity_tokens = 128,
+          .offload = OffloadConfig{.selection = {.mode = SelectionMode::kSoloHead,
+                                                 .budget_tokens = 24,
+                                                 .sink_tokens = kBlockTokens,
+                                                 .window_tokens = 2 * kBlockTokens},
+                                   .host_tokens = host_tokens,
+                                   .slot_tokens = 4 * 64,
+                                   .prefix_cache = cached},
+          .admission = AdmissionKind::kOffloadEvery};
+}
+
+// A document and a question of its own for each of `count` requests.
+std::vector<std::vector<int32_t>> OverOneDocument(const std::vector<int32_t>& document,
+                                                  int32_t count, uint32_t seed) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < count; ++i) {
+    std::vector<int32_t> prompt = document;
+    const std::vector<int32_t> question = Prompt(5 + i, TinyConfig().vocab_size, seed + i);
+    prompt.insert(prompt.end(), question.begin(), question.end());
+    prompts.push_back(std::move(prompt));
+  }
+  return prompts;
+}
+
+std::vector<int32_t> TokensOf(Engine& engine, RequestId id) {
+  const RequestSnapshot snapshot = SnapshotOf(engine, id);
+  EXPECT_TRUE(snapshot.error.ok()) << snapshot.error;
+  return snapshot.tokens;
+}
+
+// Each prompt alone in an engine without the cache: the tokens sharing must give.
+std::vector<int32_t> Unshared(std::shared_ptr<const Model> model,
+                              const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  std::unique_ptr<Engine> engine = MakeEngine(std::move(model), Options(false));
+  const absl::StatusOr<RequestId> id = engine->Submit(prompt, Greedy(max_tokens), nullptr);
+  EXPECT_TRUE(id.ok()) << id.status();
+  RunToIdle(*engine);
+  return TokensOf(*engine, id.value_or(0));
+}
+
+TEST(EnginePrefixCacheTest, RequestsOverOneDocumentShareItAndGiveTheUnsharedTokens) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const std::vector<int32_t> document = Prompt(48, TinyConfig().vocab_size, 3);  // 12 blocks
+  const auto prompts = OverOneDocument(document, 4, 40);
+  std::unique_ptr<Engine> engine = MakeEngine(model, Options(true));
+  // The first runs until it decodes (its prompt is cached then); the others join while it runs,
+  // and a last one comes after all have finished.
+  std::vector<RequestId> ids = {*engine->Submit(prompts[0], Greedy(30), nullptr)};
+  while (engine->stats().generated_tokens < 3) ASSERT_TRUE(engine->Step().ok());
+  for (size_t i = 1; i < 3; ++i) ids.push_back(*engine->Submit(prompts[i], Greedy(30), nullptr));
+  RunToIdle(*engine);
+  ids.push_back(*engine->Submit(prompts[3], Greedy(30), nullptr));
+  RunToIdle(*engine);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(TokensOf(*engine, ids[i]), Unshared(model, prompts[i], 30)) << "request " << i;
+  }
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.admission.prefix_hits, 3);
+  EXPECT_EQ(stats.admission.prefix_hit_tokens, 3 * 48);
+  EXPECT_EQ(stats.prefill_tokens, static_cast<int64_t>(prompts[0].size() + prompts[1].size() +
+                                                       prompts[2].size() + prompts[3].size()) -
+                                      3 * 48);
+  // Nothing is held; the four prompts' full blocks stay cached (the document's once).
+  EXPECT_EQ(stats.host_blocks_in_use, 0);
+  int32_t cached = 12;
+  for (const auto& prompt : prompts) cached += static_cast<int32_t>(prompt.size()) / 4 - 12;
+  EXPECT_EQ(stats.host_blocks_cached, cached);
+}
+
+TEST(EnginePrefixCacheTest, RandomSubmitsCancelsAndStepsKeepEveryTokenAndReleaseEveryBlock) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const std::vector<std::vector<int32_t>> documents = {Prompt(40, TinyConfig().vocab_size, 5),
+                                                       Prompt(28, TinyConfig().vocab_size, 6)};
+  std::map<std::vector<int32_t>, std::vector<int32_t>> unshared;  // prompt -> its tokens
+  int64_t hits = 0;
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    std::mt19937 rng(seed);
+    std::unique_ptr<Engine> engine = MakeEngine(model, Options(true));
+    std::vector<std::pair<RequestId, std::vector<int32_t>>> submitted;
+    std::vector<RequestId> cancelled;
+    for (int event = 0; event < 60; ++event) {
+      const uint32_t what = rng() % 6;
+      if (what == 0 && submitted.size() < 14) {
+        // A document's first blocks (all, or cut short) and a question.
+        const std::vector<int32_t>& document = documents[rng() % documents.size()];
+        std::vector<int32_t> prompt(document.begin(),
+                                    document.end() - static_cast<ptrdiff_t>(rng() % 3 * 4));
+        const std::vector<int32_t> question =
+            Prompt(3 + static_cast<int32_t>(rng() % 6), TinyConfig().vocab_size, rng());
+        prompt.insert(prompt.end(), question.begin(), question.end());
+        const absl::StatusOr<RequestId> id = engine->Submit(prompt, Greedy(12), nullptr);
+        ASSERT_TRUE(id.ok()) << id.status();
+        submitted.emplace_back(*id, prompt);
+      } else if (what == 1 && !submitted.empty()) {
+        const RequestId id = submitted[rng() % submitted.size()].first;
+        if (engine->Cancel(id).ok()) cancelled.push_back(id);
+      } else {
+        ASSERT_TRUE(engine->Step().ok());
+      }
+    }
+    RunToIdle(*engine);
+    for (const auto& [id, prompt] : submitted) {
+      const RequestSnapshot snapshot = SnapshotOf(*engine, id);
+      ASSERT_TRUE(snapshot.error.ok()) << snapshot.error;
+      if (std::find(cancelled.begin(), cancelled.end(), id) != cancelled.end()) continue;
+      if (!unshared.contains(prompt)) unshared[prompt] = Unshared(model, prompt, 12);
+      EXPECT_EQ(snapshot.tokens, unshared[prompt]) << "seed " << seed << ", request " << id;
+    }
+    const EngineStats stats = engine->stats();
+    EXPECT_EQ(stats.host_blocks_in_use, 0) << "seed " << seed;
+    EXPECT_EQ(stats.kv_blocks_in_use, 0) << "seed " << seed;
+    EXPECT_EQ(stats.slot_blocks_in_use, 0) << "seed " << seed;
+    EXPECT_LE(stats.host_blocks_cached, stats.host_blocks);
+    hits += stats.admission.prefix_hits;
+  }
+  EXPECT_GT(hits, 0);
+}
+
+// Also the test that a host block losing its last holder loses its device slots before it
+// serves another request: without that, the requests that reuse the evicted blocks' ids hit
+// slots holding the former content, and their tokens change.
+TEST(EnginePrefixCacheTest, AFullHostTierEvictsUnreferencedCachedBlocksAndCorruptsNothing) {
+  std::shared_ptr<const Model> model = TinyModel();
+  // Room for about two requests' worst cases at once (each needs up to 16 + 10 blocks).
+  const int64_t host_tokens = 4 * 56;
+  const std::vector<int32_t> first_document = Prompt(40, TinyConfig().vocab_size, 8);
+  const std::vector<int32_t> second_document = Prompt(40, TinyConfig().vocab_size, 9);
+  std::unique_ptr<Engine> engine = MakeEngine(model, Options(true, host_tokens));
+  std::vector<std::pair<RequestId, std::vector<int32_t>>> submitted;
+  for (const auto* document : {&first_document, &second_document, &first_document}) {
+    for (const auto& prompt :
+         OverOneDocument(*document, 3, static_cast<uint32_t>(submitted.size()))) {
+      submitted.emplace_back(*engine->Submit(prompt, Greedy(40), nullptr), prompt);
+    }
+    RunToIdle(*engine);
+  }
+  for (const auto& [id, prompt] : submitted) {
+    EXPECT_EQ(TokensOf(*engine, id), Unshared(model, prompt, 40)) << "request " << id;
+  }
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.host_blocks_in_use, 0);
+  EXPECT_LE(stats.host_blocks_cached, stats.host_blocks);
+  // The second document's requests took the first's cached blocks' room, so the first's last
+  // three prefill it again, at least in part.
+  EXPECT_GT(stats.admission.prefix_hits, 0);
+  EXPECT_LT(stats.admission.prefix_hit_tokens, 6 * 40);
+  // A request that can never fit the host tier is refused when submitted.
+  EXPECT_EQ(
+      engine->Submit(Prompt(200, TinyConfig().vocab_size, 1), Greedy(40), nullptr).status().code(),
+      absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace pulse
