@@ -82,6 +82,10 @@ type EngineParams struct {
 	// OffloadHostCodec is how the host tier stores offloaded blocks (HostCodecRaw, the default,
 	// or HostCodecFP8).
 	OffloadHostCodec HostCodec
+	// OffloadPrefixCache turns on prefix caching of the host tier: an offloaded prompt's full
+	// blocks stay cached once it decodes, and a later offloaded prompt that starts with them
+	// shares them and skips their prefill.
+	OffloadPrefixCache bool
 }
 
 // OffloadMode selects sparse decode attention (pulse_offload_mode_code).
@@ -176,6 +180,7 @@ func DefaultEngineParams() EngineParams {
 		NoFillFreeSlots:         params.offload_fill_free_slots == 0,
 		OffloadMinBudgetTokens:  int32(params.offload_min_budget_tokens),
 		OffloadHostCodec:        HostCodec(params.offload_host_codec),
+		OffloadPrefixCache:      params.offload_prefix_cache == 1,
 	}
 }
 
@@ -211,6 +216,9 @@ func (p *EngineParams) toC() C.pulse_engine_params {
 	}
 	params.offload_min_budget_tokens = C.int32_t(p.OffloadMinBudgetTokens)
 	params.offload_host_codec = C.int32_t(p.OffloadHostCodec)
+	if p.OffloadPrefixCache {
+		params.offload_prefix_cache = 1
+	}
 	return params
 }
 
@@ -411,6 +419,12 @@ type EngineStats struct {
 	StagedRecallBytes int64
 	// Offloaded requests admitted with a budget below the engine's (OffloadMinBudgetTokens).
 	LoweredBudgets int64
+	// Prefix caching (EngineParams.OffloadPrefixCache): offloaded requests admitted with cached
+	// blocks at the start of their prompt, the prompt tokens those spared prefill, and the
+	// host-tier blocks cached now (held by running requests or not).
+	PrefixHits       int64
+	PrefixHitTokens  int64
+	HostBlocksCached int32
 }
 
 // Stats reads the engine's figures; during a step, those before or after it.
@@ -470,5 +484,8 @@ func (e *Engine) Stats() (EngineStats, error) {
 		StagedRequests:        int64(stats.staged_requests),
 		StagedRecallBytes:     int64(stats.staged_recall_bytes),
 		LoweredBudgets:        int64(stats.lowered_budgets),
+		PrefixHits:            int64(stats.prefix_hits),
+		PrefixHitTokens:       int64(stats.prefix_hit_tokens),
+		HostBlocksCached:      int32(stats.host_blocks_cached),
 	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -441,6 +442,53 @@ func generate150(t *testing.T, tiny *pulseinfer.Model,
 		t.Fatal(err)
 	}
 	return s.result.Tokens, stats
+}
+
+// A prefix cache: a prompt that starts with a finished one's 18 full blocks shares them, skips
+// their prefill and generates the ids it generates without the cache.
+func TestAPrefixCacheSharesAFinishedPrompt(t *testing.T) {
+	tiny := loadTinyModel(t)
+	defer tiny.Close()
+	longer := append(prompt150(0), prompt150(0)[:10]...)
+	run := func(cache bool) ([]int32, pulseinfer.EngineStats) {
+		params := offloadedParams()
+		params.KVCapacityTokens = 160
+		params.OffloadBudgetTokens = 64
+		params.OffloadPrefixCache = cache
+		e, err := pulseinfer.NewEngine(tiny, &params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		sampling := greedy(12)
+		sampling.IgnoreEOS = true
+		var ids []int32
+		for _, prompt := range [][]int32{prompt150(0), longer} {
+			request, err := e.Generate(context.Background(), prompt, sampling)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := readAll(request)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = s.result.Tokens
+		}
+		stats, err := e.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids, stats
+	}
+	unshared, off := run(false)
+	shared, on := run(true)
+	if !reflect.DeepEqual(shared, unshared) || len(shared) != 12 {
+		t.Errorf("shared %v, unshared %v", shared, unshared)
+	}
+	if off.PrefixHits != 0 || on.PrefixHits != 1 || on.PrefixHitTokens != 144 ||
+		on.PrefillTokens != off.PrefillTokens-144 {
+		t.Errorf("with the cache %+v, without %+v", on, off)
+	}
 }
 
 // prompt150 is 150 ids of the tiny vocabulary, from the `shift`-th on.

@@ -131,6 +131,9 @@ pulse_status pulse_engine_stats_get(pulse_engine* engine, pulse_engine_stats* st
     value.staged_requests = totals.admission.staged;
     value.staged_recall_bytes = totals.offload.staged.recall_bytes;
     value.lowered_budgets = totals.admission.lowered_budgets;
+    value.prefix_hits = totals.admission.prefix_hits;
+    value.prefix_hit_tokens = totals.admission.prefix_hit_tokens;
+    value.host_blocks_cached = totals.host_blocks_cached;
     pulse::capi::WriteVersioned(value, stats);
     return absl::OkStatus();
   });

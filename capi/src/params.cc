@@ -74,6 +74,7 @@ pulse_engine_params DefaultEngineParams() {
   params.offload_min_budget_tokens = options.min_budget_tokens;
   params.offload_host_codec =
       offload.host_codec == HostCodec::kFp8E4m3 ? PULSE_HOST_CODEC_FP8 : PULSE_HOST_CODEC_RAW;
+  params.offload_prefix_cache = offload.prefix_cache ? 1 : 0;
   return params;
 }
 
@@ -122,6 +123,11 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
     return absl::InvalidArgumentError(
         absl::StrCat("pulse_engine_params.offload_host_codec is ", params.offload_host_codec,
                      "; expected PULSE_HOST_CODEC_RAW (0) or PULSE_HOST_CODEC_FP8 (1)"));
+  }
+  if (params.offload_prefix_cache != 0 && params.offload_prefix_cache != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_prefix_cache is ",
+                                                   params.offload_prefix_cache,
+                                                   "; expected 0 or 1"));
   }
   if (params.offload_mode == PULSE_OFFLOAD_OFF) return options;
   if (params.offload_mode != PULSE_OFFLOAD_HEADWISE &&
@@ -207,6 +213,7 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   offload.slot_tokens = params.offload_slot_tokens;
   offload.host_codec =
       params.offload_host_codec == PULSE_HOST_CODEC_FP8 ? HostCodec::kFp8E4m3 : HostCodec::kRaw;
+  offload.prefix_cache = params.offload_prefix_cache == 1;
   options.offload = offload;
   if (params.offload_min_budget_tokens < 0 ||
       params.offload_min_budget_tokens > params.offload_budget_tokens) {

@@ -21,8 +21,10 @@ static const char kGenerateHelp[] =
     "  --prompt TEXT         the prompt as text, encoded with the model's tokenizer\n"
     "  --chat                TEXT is a user message: format it with the model's chat template\n"
     "  --system TEXT         with --chat: a system message before it\n"
-    "  --prompt-ids IDS      the prompt as token ids: 1,2,3 or \"1 2 3\"\n" SAMPLING_FLAGS_HELP
-        OFFLOAD_FLAGS_HELP
+    "  --prompt-ids IDS      the prompt as token ids: 1,2,3 or \"1 2 3\"\n" SAMPLING_FLAGS_HELP;
+/* After OFFLOAD_FLAGS_HELP: one string would pass the 4095 characters C requires compilers to
+ * take. */
+static const char kGenerateHelpEnd[] =
     "  --format F            text, ids (comma-separated) or json (one object at the end)\n"
     "                        (default text; ids for a model without a tokenizer)\n"
     "  --quiet               no progress on stderr\n"
@@ -271,7 +273,9 @@ int command_generate(int argc, char** argv) {
   generate_flags_init(&flags, specs);
   switch (parse_flags("pulseinfer generate", argc, argv, 0, specs, kGenerateFlagCount)) {
     case kParsedHelp:
-      printf(kGenerateHelp, kDefaultMaxTokens, OFFLOAD_FLAGS_HELP_ARGS(flags.offload));
+      printf(kGenerateHelp, kDefaultMaxTokens);
+      printf(OFFLOAD_FLAGS_HELP, OFFLOAD_FLAGS_HELP_ARGS(flags.offload));
+      fputs(kGenerateHelpEnd, stdout);
       return kExitOk;
     case kParsedBadUsage:
       return kExitUsage;

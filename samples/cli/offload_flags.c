@@ -46,6 +46,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
   flags->prefill_chunk = defaults.prefill_chunk;
   flags->min_budget = defaults.offload_min_budget_tokens;
   flags->host_codec = defaults.offload_host_codec == PULSE_HOST_CODEC_FP8 ? "fp8" : "raw";
+  flags->prefix_cache = defaults.offload_prefix_cache == 1 ? "on" : "off";
   const flag_spec own[kOffloadFlagCount] = {
       {"--offload", kFlagString, &flags->mode, 0, 0},
       {"--budget", kFlagInt32, &flags->budget, 1, 1 << 30},
@@ -65,6 +66,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
       {"--prefill-chunk", kFlagInt32, &flags->prefill_chunk, 1, 1 << 20},
       {"--min-budget", kFlagInt32, &flags->min_budget, 0, 1 << 30},
       {"--host-codec", kFlagString, &flags->host_codec, 0, 0},
+      {"--prefix-cache", kFlagString, &flags->prefix_cache, 0, 0},
   };
   for (int i = 0; i < kOffloadFlagCount; ++i) specs[i] = own[i];
 }
@@ -119,6 +121,13 @@ int offload_flags_apply(const offload_flags* flags, pulse_engine_params* params)
     fprintf(stderr, "pulseinfer: --host-codec expects raw or fp8, got '%s'\n", flags->host_codec);
     return 0;
   }
+  static const char* const kSettings[] = {"off", "on"};
+  static const int32_t kSettingCodes[] = {0, 1};
+  if (!find_code(flags->prefix_cache, kSettings, kSettingCodes, 2, &params->offload_prefix_cache)) {
+    fprintf(stderr, "pulseinfer: --prefix-cache expects on or off, got '%s'\n",
+            flags->prefix_cache);
+    return 0;
+  }
   params->offload_host_tokens = flags->host_tokens;
   params->offload_slot_tokens = flags->slot_tokens;
   params->offload_summary_radius = flags->summary_radius;
@@ -152,6 +161,13 @@ void print_offload_stats(pulse_engine* engine) {
             "staged prefill: %lld prompts longer than the KV cache, %.2f MiB of earlier chunks "
             "recalled\n",
             (long long)stats.staged_requests, (double)stats.staged_recall_bytes / (1 << 20));
+  }
+  if (stats.prefix_hits > 0 || stats.host_blocks_cached > 0) {
+    fprintf(stderr,
+            "prefix cache: %lld requests started from cached blocks, %lld prompt tokens not "
+            "prefilled; %d host-tier blocks cached\n",
+            (long long)stats.prefix_hits, (long long)stats.prefix_hit_tokens,
+            (int)stats.host_blocks_cached);
   }
   if (stats.split_steps > 0) {
     fprintf(stderr,

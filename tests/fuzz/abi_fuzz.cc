@@ -96,6 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   params.offload_slot_tokens = in.Byte() < 250 ? 0 : in.Value<int64_t>();
   params.offload_min_budget_tokens = Small(in, 130);
   params.offload_host_codec = Small(in, 3);
+  params.offload_prefix_cache = Small(in, 3);
   pulse_engine* engine = nullptr;
   const pulse_status created = pulse_engine_create(model, &params, &engine);
   CheckStatus(created);

@@ -38,7 +38,7 @@ def edit(header: str, old: str, new: str) -> str:
     return header.replace(old, new, 1)
 
 
-LAST_PARAM = "  int32_t offload_host_codec;\n} pulse_engine_params;"
+LAST_PARAM = "  int32_t offload_prefix_cache;\n} pulse_engine_params;"
 FIRST_PARAM = "  int32_t max_batch;"
 STATUS_STRING = "PULSE_API const char* pulse_status_string(pulse_status status);"
 LAST_ERROR = "PULSE_API const char* pulse_last_error(void);"

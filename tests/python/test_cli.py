@@ -380,6 +380,21 @@ def test_adaptive_admission_runs_a_request_that_fits_resident(cli, shakespeare_p
     assert "offload_min_budget_tokens" in proc.stderr, proc.stderr
 
 
+def test_the_prefix_cache_is_a_setting_and_reports_what_it_keeps(cli, smollm2_path):
+    # One request: nothing to share, but its prompt's full blocks are cached once it decodes.
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt", "Once upon a time " * 40,
+               "--max-tokens", 4, "--offload", "solohead", "--admission", "every",
+               "--prefix-cache", "on")
+    assert proc.returncode == 0, proc.stderr
+    line = next(l for l in proc.stderr.splitlines() if l.startswith("prefix cache:"))
+    assert line.startswith("prefix cache: 0 requests started from cached blocks"), line
+    assert int(line.split("; ")[1].split()[0]) > 0, line
+    proc = run(cli, "generate", "--model", smollm2_path, "--prompt", "Hi", "--max-tokens", 1,
+               "--offload", "solohead", "--prefix-cache", "yes")
+    assert proc.returncode == 1
+    assert "--prefix-cache expects on or off, got 'yes'" in proc.stderr
+
+
 def test_an_fp8_host_tier_writes_back_about_a_quarter_of_the_bytes(cli, shakespeare_path,
                                                                    smollm2_path):
     # The CPU backend's KV is f32: fp8 keeps a byte a value and the scales of each block.

@@ -75,6 +75,9 @@ class EngineStats:
     staged_requests: int
     staged_recall_bytes: int
     lowered_budgets: int
+    prefix_hits: int
+    prefix_hit_tokens: int
+    host_blocks_cached: int
 
 
 class Engine:

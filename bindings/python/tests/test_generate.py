@@ -239,6 +239,27 @@ def test_offloaded_kv_smaller_than_the_request_generates_the_dense_tokens(tiny_m
             assert (stats.host_blocks_in_use, stats.slot_blocks_in_use) == (0, 0)
 
 
+def test_a_prefix_cache_shares_a_finished_prompt_and_keeps_the_tokens(tiny_model):
+    # A budget of 64 tokens: selection matters. The second prompt starts with the first's 18
+    # full blocks of 8 tokens.
+    params = dataclasses.replace(OFFLOADED, kv_capacity_tokens=160, offload_budget_tokens=64)
+    assert EngineParams().offload_prefix_cache == 0
+    longer = TINY_PROMPT + TINY_PROMPT[:10]
+    results = {}
+    for cache in (0, 1):
+        with Engine(tiny_model, dataclasses.replace(params, offload_prefix_cache=cache)) as engine:
+            engine.generate(TINY_PROMPT, greedy(12, ignore_eos=True)).token_ids()
+            tokens = engine.generate(longer, greedy(12, ignore_eos=True)).token_ids()
+            results[cache] = (tokens, engine.stats())
+    (unshared, off), (shared, on) = results[0], results[1]
+    assert shared == unshared and len(shared) == 12
+    assert (off.prefix_hits, off.host_blocks_cached) == (0, 0)
+    assert (on.prefix_hits, on.prefix_hit_tokens) == (1, 144)
+    assert on.prefill_tokens == off.prefill_tokens - 144
+    with pytest.raises(pulseinfer.InvalidArgumentError, match="offload_prefix_cache"):
+        Engine(tiny_model, dataclasses.replace(params, offload_prefix_cache=2))
+
+
 def test_an_fp8_host_tier_moves_fewer_bytes_and_a_bad_codec_is_refused(tiny_model):
     params = dataclasses.replace(OFFLOADED, kv_capacity_tokens=160)
     assert EngineParams().offload_host_codec == HostCodec.RAW

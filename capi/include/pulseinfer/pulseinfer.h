@@ -316,6 +316,16 @@ typedef struct pulse_engine_params {
    * block's), decoded as it is recalled; selection scores the exact keys. Attention then reads
    * recalled blocks to fp8's precision, and tokens may differ from the raw tier's. */
   int32_t offload_host_codec;
+  /* Fields appended after version 10. */
+  /* Prefix caching of the host tier, 1 on, 0 (default) off: once an offloaded request has
+   * decoded a step, its prompt's full blocks stay in the host tier named by their tokens; an
+   * offloaded request whose prompt starts with cached blocks holds the same copies (counted
+   * once), skips their prefill and prefills the rest from the host tier; cached blocks no request
+   * holds stay until the host tier needs their room, the least recently released first. A
+   * request the engine places runs offloaded when its prompt starts with a cached block. The
+   * tokens are those of the request prefilled on its own (pulse_engine_stats.prefix_hits,
+   * prefix_hit_tokens, host_blocks_cached). */
+  int32_t offload_prefix_cache;
 } pulse_engine_params;
 
 enum pulse_offload_mode_code {
@@ -474,6 +484,13 @@ typedef struct pulse_engine_stats {
   /* Offloaded requests admitted with a budget below the engine's
    * (pulse_engine_params.offload_min_budget_tokens). */
   int64_t lowered_budgets;
+  /* Fields appended after version 10: prefix caching (pulse_engine_params.offload_prefix_cache).
+   * Offloaded requests admitted with cached blocks at the start of their prompt, the prompt
+   * tokens those blocks spared prefill, and the host-tier blocks cached now (held by running
+   * requests or not; those no request holds count as free in host_blocks_in_use). */
+  int64_t prefix_hits;
+  int64_t prefix_hit_tokens;
+  int32_t host_blocks_cached;
 } pulse_engine_stats;
 
 /* Totals since the engine was created, and its state now. The caller sets stats->struct_size;

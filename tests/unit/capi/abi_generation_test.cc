@@ -489,6 +489,52 @@ TEST(AbiOffload, ALeastBudgetIsWithinTheBudgetAndLowersNothingAlone) {
   pulse_model_free(model);
 }
 
+// Prefix caching through the ABI: a request whose prompt starts with a finished one's prompt
+// shares its full blocks (18 of 8 tokens of the 150), prefills the rest, and generates the tokens
+// it generates without the cache; the stats count the hit; a setting other than 0 or 1 is
+// refused by name.
+TEST(AbiOffload, APrefixCacheSharesAFinishedPromptsBlocks) {
+  pulse_model* model = LoadTinyModel();
+  ASSERT_NE(model, nullptr);
+  pulse_engine_params params = OffloadParams(PULSE_OFFLOAD_SOLOHEAD, 64);
+  std::vector<int32_t> longer = TinyPrompt(150);
+  for (int32_t i = 0; i < 10; ++i) longer.push_back(longer[static_cast<size_t>(i)]);
+  const pulse_sampling_params sampling = GreedySampling(12);
+  const auto run = [&](const pulse_engine_params& with, pulse_engine_stats* stats) {
+    pulse_engine* engine = nullptr;
+    EXPECT_EQ(pulse_engine_create(model, &with, &engine), PULSE_OK) << pulse_last_error();
+    std::vector<int32_t> tokens(12);
+    for (const std::vector<int32_t>& prompt : {TinyPrompt(150), longer}) {
+      uint64_t id = 0;
+      EXPECT_EQ(pulse_request_submit(engine, prompt.data(), prompt.size(), &sampling, nullptr,
+                                     nullptr, &id),
+                PULSE_OK);
+      EXPECT_EQ(pulse_engine_run(engine), PULSE_OK) << pulse_last_error();
+      size_t count = 0;
+      EXPECT_EQ(pulse_request_result(engine, id, tokens.data(), tokens.size(), &count), PULSE_OK);
+    }
+    stats->struct_size = sizeof(*stats);
+    EXPECT_EQ(pulse_engine_stats_get(engine, stats), PULSE_OK);
+    pulse_engine_free(engine);
+    return tokens;  // the second request's
+  };
+  pulse_engine_stats unshared;
+  const std::vector<int32_t> want = run(params, &unshared);
+  EXPECT_EQ(unshared.prefix_hits, 0);
+  EXPECT_EQ(unshared.host_blocks_cached, 0);
+  params.offload_prefix_cache = 1;
+  pulse_engine_stats shared;
+  EXPECT_EQ(run(params, &shared), want);
+  EXPECT_EQ(shared.prefix_hits, 1);
+  EXPECT_EQ(shared.prefix_hit_tokens, 144);
+  EXPECT_EQ(shared.prefill_tokens, unshared.prefill_tokens - 144);
+  EXPECT_EQ(shared.host_blocks_cached, 18 + 2);  // the first prompt's blocks, the second's two more
+  EXPECT_EQ(shared.host_blocks_in_use, 0);
+  params.offload_prefix_cache = 2;
+  EXPECT_TRUE(RefusedNaming(model, params, "offload_prefix_cache"));
+  pulse_model_free(model);
+}
+
 // An fp8 host tier: PULSE_HOST_CODEC_FP8 writes back and recalls about a quarter of the raw
 // tier's bytes (the CPU backend's blocks are f32, and a covering budget recalls the same blocks);
 // anything but the two codes is refused by name.

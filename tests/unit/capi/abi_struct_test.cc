@@ -140,7 +140,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_params, offload_fill_free_slots, 124);
   EXPECT_OFFSET(pulse_engine_params, offload_min_budget_tokens, 128);
   EXPECT_OFFSET(pulse_engine_params, offload_host_codec, 132);
-  EXPECT_EQ(sizeof(pulse_engine_params), 136u);
+  EXPECT_OFFSET(pulse_engine_params, offload_prefix_cache, 136);
+  EXPECT_EQ(sizeof(pulse_engine_params), 144u);
 
   EXPECT_OFFSET(pulse_engine_stats, sparse_selections, 64);
   EXPECT_OFFSET(pulse_engine_stats, sparse_candidate_blocks, 72);
@@ -180,7 +181,10 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_engine_stats, staged_requests, 328);
   EXPECT_OFFSET(pulse_engine_stats, staged_recall_bytes, 336);
   EXPECT_OFFSET(pulse_engine_stats, lowered_budgets, 344);
-  EXPECT_EQ(sizeof(pulse_engine_stats), 352u);
+  EXPECT_OFFSET(pulse_engine_stats, prefix_hits, 352);
+  EXPECT_OFFSET(pulse_engine_stats, prefix_hit_tokens, 360);
+  EXPECT_OFFSET(pulse_engine_stats, host_blocks_cached, 368);
+  EXPECT_EQ(sizeof(pulse_engine_stats), 376u);
 }
 
 TEST(AbiStructs, InitFillsTheDefaults) {
@@ -220,6 +224,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_EQ(engine.offload_synthetic_reuse, 0.0);
   EXPECT_EQ(engine.offload_min_budget_tokens, 0);
   EXPECT_EQ(engine.offload_host_codec, PULSE_HOST_CODEC_RAW);
+  EXPECT_EQ(engine.offload_prefix_cache, 0);
 
   pulse_model_params model;
   ASSERT_EQ(pulse_model_params_init(&model, sizeof(model)), PULSE_OK);

@@ -235,6 +235,13 @@ pub struct EngineStats {
     /// Offloaded requests admitted with a budget below the engine's
     /// ([`EngineParams::offload_min_budget_tokens`](crate::EngineParams::offload_min_budget_tokens)).
     pub lowered_budgets: i64,
+    /// Offloaded requests admitted with cached blocks at the start of their prompt
+    /// ([`EngineParams::offload_prefix_cache`](crate::EngineParams::offload_prefix_cache)).
+    pub prefix_hits: i64,
+    /// Prompt tokens those cached blocks spared prefill.
+    pub prefix_hit_tokens: i64,
+    /// Host-tier blocks cached now, held by running requests or not.
+    pub host_blocks_cached: i32,
 }
 
 impl EngineStats {
@@ -287,6 +294,9 @@ impl EngineStats {
             staged_requests: stats.staged_requests,
             staged_recall_bytes: stats.staged_recall_bytes,
             lowered_budgets: stats.lowered_budgets,
+            prefix_hits: stats.prefix_hits,
+            prefix_hit_tokens: stats.prefix_hit_tokens,
+            host_blocks_cached: stats.host_blocks_cached,
         }
     }
 }

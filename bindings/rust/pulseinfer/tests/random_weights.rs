@@ -145,6 +145,35 @@ fn offloaded_kv_smaller_than_the_request_generates_the_dense_ids() {
     }
 }
 
+/// A prefix cache: a prompt that starts with a finished one's 18 full blocks shares them, skips
+/// their prefill and generates the ids it generates without the cache.
+#[test]
+fn a_prefix_cache_shares_a_finished_prompt_and_keeps_the_ids() {
+    let model = load(7);
+    let first: Vec<i32> = (0..150).map(|i| 3 + (i * 37) % 297).collect();
+    let longer: Vec<i32> = first.iter().chain(first[..10].iter()).copied().collect();
+    let greedy = SamplingParams::default().temperature(0.0).max_tokens(12).ignore_eos(true);
+    let run = |cache: bool| {
+        let params = offloaded()
+            .kv_capacity_tokens(160)
+            .offload_budget_tokens(64)
+            .offload_prefix_cache(cache);
+        let engine = Engine::new(&model, &params).unwrap();
+        let _: Vec<i32> =
+            engine.submit(&first, &greedy).unwrap().map(|token| token.unwrap().id).collect();
+        let ids: Vec<i32> =
+            engine.submit(&longer, &greedy).unwrap().map(|token| token.unwrap().id).collect();
+        (ids, engine.stats().unwrap())
+    };
+    let (unshared, off) = run(false);
+    let (shared, on) = run(true);
+    assert_eq!(shared, unshared);
+    assert_eq!(shared.len(), 12);
+    assert_eq!((off.prefix_hits, off.host_blocks_cached), (0, 0), "{off:?}");
+    assert_eq!((on.prefix_hits, on.prefix_hit_tokens), (1, 144), "{on:?}");
+    assert_eq!(on.prefill_tokens, off.prefill_tokens - 144);
+}
+
 /// An fp8 host tier holds and recalls 528 bytes for each 2048-byte f32 block of the tiny model
 /// (16 bytes of scales, a byte a value); a covering budget recalls the same blocks either way.
 #[test]
