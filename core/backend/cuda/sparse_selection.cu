@@ -8,6 +8,7 @@
 // so each is a launch and a few block barriers: a few microseconds, 32 layers a step.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "core/backend/cuda/block_select.cuh"
 #include "core/backend/cuda/device_math.cuh"
@@ -88,11 +89,13 @@ __device__ __forceinline__ void CountInWarp(const SparseTableBuild& build, bool 
 // The table build's two grids. The first resolves the picks, a thread a (pick, set), so that the
 // chains of dependent loads a pick makes (its row, its candidate, the summary's stamp, the block's
 // slot) run all at once rather than a block's width at a time; a pick block's misses wait in pick
-// order in scratch, with their count. The second, when a set has misses, computes every slot's
-// victim key, a block a chunk of slots, and keeps each chunk's smallest few; the last chunk of a
-// set to finish lists the misses and chooses their victims among those candidates (or among all
-// the keys, when the misses are more than a chunk keeps). One block sweeping every slot was the
-// step's largest cost when the device tier holds whole contexts of many requests.
+// order in scratch, with their count, each having claimed its block (kClaimed). The second, when
+// a set has misses, computes every slot's victim key, a block a chunk of slots, and keeps each
+// chunk's smallest few; the last chunk of a set to finish lists the misses, keeps those that
+// lead their block, chooses their victims among those candidates (or among all the keys, when
+// the misses are more than a chunk keeps) and gives the followers their leaders' slots. One block
+// sweeping every slot was the step's largest cost when the device tier holds whole contexts of many
+// requests.
 constexpr int kResolveThreads = 256;
 constexpr int kFixedRowsPerBlock = kResolveThreads / kWarp;  // a warp a row
 constexpr int kVictimThreads = 256;
@@ -100,8 +103,15 @@ constexpr int32_t kChunkSlots = 1024;
 constexpr int32_t kChunkCandidates = 64;
 constexpr int32_t kStagedVictimKeys = 4096;
 
+// A miss claims its block's directory entry with kClaimed + its table index (atomicMin: the
+// first pick in table order, that is in row and pick order, leads; a later miss of the block
+// follows it into the slot it gets). Below -1, so a claimed block reads as not resident; the
+// claims left when the victims are chosen are cleared.
+constexpr int32_t kClaimed = INT32_MIN;
+
 struct TableScratch {
   RecallEntry* pending = nullptr;      // [directory sets][pick_blocks * kResolveThreads]
+  RecallEntry* listed = nullptr;       // [directory sets][pick_blocks * kResolveThreads]
   int32_t* pending_counts = nullptr;   // [directory sets][pick_blocks]
   int32_t pick_blocks = 0;             // blocks enough for every row's table width in picks
   int32_t chunks = 0;                  // of kChunkSlots slots
@@ -183,6 +193,8 @@ __global__ void __launch_bounds__(kResolveThreads)
         build.tables[entry] = directory.first_slot;
         missed = 1;
         miss = {host_block, -1, static_cast<int32_t>(entry), score};
+        atomicMin(directory.slot_of_block + int64_t{set} * directory.num_blocks + host_block,
+                  kClaimed + static_cast<int32_t>(entry));
       }
     }
   }
@@ -301,6 +313,9 @@ __global__ void __launch_bounds__(kVictimThreads)
   __threadfence();
 
   // The misses, in pick order: a warp copies a pick block's.
+  RecallEntry* misses_listed =
+      scratch.listed + int64_t{set} * scratch.pick_blocks * kResolveThreads;
+  int32_t* slot_of_block = directory.slot_of_block + int64_t{set} * directory.num_blocks;
   int32_t listed = 0;
   for (int32_t base = 0; base < scratch.pick_blocks; base += kVictimThreads) {
     const int32_t b = base + tid;
@@ -316,12 +331,30 @@ __global__ void __launch_bounds__(kVictimThreads)
       const RecallEntry* from =
           scratch.pending + (int64_t{set} * scratch.pick_blocks + base + c) * kResolveThreads;
       const int32_t at = shared.block_offsets[c];
-      for (int32_t i = lane; i < shared.block_counts[c] && at + i < build.recalls.capacity;
-           i += kWarp) {
-        recalls[at + i] = from[i];
-      }
+      for (int32_t i = lane; i < shared.block_counts[c]; i += kWarp)
+        misses_listed[at + i] = from[i];
     }
     listed += total;
+    __syncthreads();
+  }
+  // The leaders go to the recall list in pick order; a follower counts as a hit.
+  int32_t leaders = 0;
+  for (int32_t base = 0; base < listed; base += kVictimThreads) {
+    const int32_t i = base + tid;
+    RecallEntry miss{};
+    bool leader = false;
+    int32_t row = 0;
+    if (i < listed) {
+      miss = misses_listed[i];
+      leader = slot_of_block[miss.host_block] == kClaimed + miss.table_index;
+      row = static_cast<int32_t>(miss.table_index / stride / build.num_sets);
+    }
+    CountInWarp(build, i < listed && !leader, row, kSparseHits);
+    int32_t offset = 0;
+    int32_t total = 0;
+    Scan(shared.scan).ExclusiveSum(leader ? 1 : 0, offset, total);
+    if (leader && leaders + offset < build.recalls.capacity) recalls[leaders + offset] = miss;
+    leaders += total;
     __syncthreads();
   }
   int32_t all_evictable = 0;
@@ -329,7 +362,7 @@ __global__ void __launch_bounds__(kVictimThreads)
     all_evictable += __ldcg(scratch.chunk_evictable + int64_t{set} * scratch.chunks + c);
   }
   const int32_t victims =
-      min(min(misses, build.recalls.capacity), BlockSum(all_evictable, shared.evictable));
+      min(min(leaders, build.recalls.capacity), BlockSum(all_evictable, shared.evictable));
   if (victims <= kChunkCandidates) {
     // Each chunk kept its min(misses, kChunkCandidates) smallest keys in slot order, so the
     // victims are the smallest of the candidates, which lie in slot order too.
@@ -354,10 +387,10 @@ __global__ void __launch_bounds__(kVictimThreads)
       row = static_cast<int32_t>(miss.table_index / stride / build.num_sets);
       const int64_t at = set_slots + miss.slot;
       if (const int32_t evicted = directory.block_of_slot[at]; evicted >= 0) {
-        directory.slot_of_block[int64_t{set} * directory.num_blocks + evicted] = -1;
+        slot_of_block[evicted] = -1;
         evicted_one = true;
       }
-      directory.slot_of_block[int64_t{set} * directory.num_blocks + miss.host_block] = miss.slot;
+      slot_of_block[miss.host_block] = miss.slot;
       directory.block_of_slot[at] = miss.host_block;
       directory.last_used[at] = step;
       directory.score[at] = StoredScore(miss.score);
@@ -367,9 +400,20 @@ __global__ void __launch_bounds__(kVictimThreads)
     CountInWarp(build, i < victims, row, kSparseMisses);
   }
   if (tid == 0) build.recalls.counts[set] = victims;
-  // The misses past the victims (an overflow, which the plan prevents) are the offloaded picks
-  // whose blocks are still not resident.
-  if (victims == misses) return;
+  __syncthreads();
+  // Followers take their leader's slot; the claims of leaders without one are cleared.
+  for (int32_t i = tid; i < listed; i += kVictimThreads) {
+    const RecallEntry miss = misses_listed[i];
+    const int32_t slot = slot_of_block[miss.host_block];
+    if (slot >= 0) {
+      build.tables[miss.table_index] = directory.first_slot + slot;
+    } else {
+      slot_of_block[miss.host_block] = -1;
+    }
+  }
+  // The leaders past the victims (an overflow, which the plan prevents) and their followers are
+  // the offloaded picks whose blocks are still not resident.
+  if (victims == leaders) return;
   __syncthreads();
   const SparseTableRow& last = build.rows[build.num_rows - 1];
   const int32_t pairs = last.picks_before + build.segments[last.segment].picks;
@@ -381,9 +425,7 @@ __global__ void __launch_bounds__(kVictimThreads)
     const int32_t pick =
         build.picked[segment.picks_first + int64_t{set} * segment.picks + pair - row.picks_before];
     const int32_t block = build.candidate_blocks[segment.first + pick];
-    if (directory.slot_of_block[int64_t{set} * directory.num_blocks + block] < 0) {
-      atomicAdd(CounterOf(build, r, kSparseOverflow), 1ull);
-    }
+    if (slot_of_block[block] < 0) atomicAdd(CounterOf(build, r, kSparseOverflow), 1ull);
   }
 }
 
@@ -404,6 +446,8 @@ TableScratch ScratchLayout(const SparseTableBuild& build, char* memory, int64_t&
     return memory == nullptr ? nullptr : memory + start;
   };
   scratch.pending = reinterpret_cast<RecallEntry*>(
+      take(sets * pick_blocks * kResolveThreads * int64_t{sizeof(RecallEntry)}));
+  scratch.listed = reinterpret_cast<RecallEntry*>(
       take(sets * pick_blocks * kResolveThreads * int64_t{sizeof(RecallEntry)}));
   scratch.keys = reinterpret_cast<uint64_t*>(take(sets * build.directory.num_slots * 8));
   scratch.candidate_keys = reinterpret_cast<uint64_t*>(take(candidates * 8));

@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 
 namespace pulse::reference {
@@ -77,6 +78,9 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
   for (int32_t set = 0; set < build.num_sets; ++set) {
     if (set < directory.num_sets) build.recalls.counts[set] = 0;
     std::vector<RecallEntry> misses;
+    // Each miss's block, and the picks that follow a miss of their block: (miss, table index).
+    absl::flat_hash_map<int32_t, size_t> miss_of_block;
+    std::vector<std::pair<size_t, int64_t>> followers;
     for (int32_t r = 0; r < build.num_rows; ++r) {
       const SparseTableRow& row = build.rows[r];
       const ScoreSegment& segment = build.segments[row.segment];
@@ -124,8 +128,13 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
         if (slot < 0) {
           // Slot 0 until a victim is found (the table never names a block outside the cache).
           entry = directory.first_slot;
-          misses.push_back(
-              {block, -1, static_cast<int32_t>(table_row * stride + row.sink_blocks + j), score});
+          const int64_t table_index = table_row * stride + row.sink_blocks + j;
+          if (const auto [it, first] = miss_of_block.emplace(block, misses.size()); !first) {
+            followers.emplace_back(it->second, table_index);
+            ++count(r, kSparseHits);
+            continue;
+          }
+          misses.push_back({block, -1, static_cast<int32_t>(table_index), score});
           continue;
         }
         const int64_t at = int64_t{set} * directory.num_slots + slot;
@@ -151,6 +160,11 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
     for (size_t i = victims.size(); i < misses.size(); ++i) {
       ++count(row_of(misses[i]), kSparseOverflow);
     }
+    for (const auto& [miss, table_index] : followers) {
+      if (miss >= victims.size()) {
+        ++count(static_cast<int32_t>(table_index / stride / build.num_sets), kSparseOverflow);
+      }
+    }
     RecallEntry* recalls = build.recalls.entries + int64_t{set} * build.recalls.capacity;
     for (size_t i = 0; i < victims.size(); ++i) {
       RecallEntry miss = misses[i];
@@ -169,6 +183,9 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
       miss.slot = slot;
       recalls[i] = miss;
       ++count(row, kSparseMisses);
+    }
+    for (const auto& [miss, table_index] : followers) {
+      if (miss < victims.size()) build.tables[table_index] = build.tables[misses[miss].table_index];
     }
     build.recalls.counts[set] = static_cast<int32_t>(victims.size());
   }

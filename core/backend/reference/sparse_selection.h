@@ -28,12 +28,15 @@ absl::Status SelectTopBlocks(std::span<const float> scores, std::span<const Scor
 // as reused when the stamp was the step before). A pick of a row that is not offloaded is its
 // candidate's dense block. An offloaded row's pick looks its host block up in set k of the
 // directory: a hit stamps the slot with the step and its score (NaN as -infinity); a miss is
-// queued. Then the set's misses, in the order of the rows and their picks, take the slots with
-// the smallest VictimKey among those whose last use is before the step, in increasing slot
-// order: each victim's previous block (an eviction) leaves the directory, the missed block takes
-// the slot (stamped with the step and its score), and the miss is appended to the set's recall
-// list. Misses beyond the evictable slots are counted as an overflow and get slot 0's block (never
-// read: the step fails). InvalidArgument for indices outside what the build describes.
+// queued, unless an earlier pick of the step (in the order of the rows and their picks) missed
+// the same block: then it follows that miss, taking the slot the miss gets, and counts as a hit
+// (one recall serves every row that picked the block: rows sharing a cached prefix). Then the
+// set's misses, in that order, take the slots with the smallest VictimKey among those whose last
+// use is before the step, in increasing slot order: each victim's previous block (an eviction)
+// leaves the directory, the missed block takes the slot (stamped with the step and its score),
+// and the miss is appended to the set's recall list. Misses beyond the evictable slots, and
+// their followers, are counted as an overflow and get slot 0's block (never read: the step
+// fails). InvalidArgument for indices outside what the build describes.
 absl::Status BuildSparseTables(const SparseTableBuild& build);
 
 // Backend::ForgetSlots.

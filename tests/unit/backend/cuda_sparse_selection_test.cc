@@ -99,15 +99,20 @@ struct TableCase {
   int32_t sets;
   int32_t slots;
   bool score_aware;
+  // The offloaded rows' candidates start at one host block (requests sharing a cached prefix),
+  // so that rows pick and miss the same blocks; each row keeps summaries of its own, since which
+  // row counts a shared summary's pick as reused depends on timing on the device.
+  bool shared = false;
 };
 
 TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
   for (const TableCase& c :
        {TableCase{1, 40, false}, TableCase{1, 40, true}, TableCase{8, 24, false},
         TableCase{1, 4096, false}, TableCase{2, 3000, true}, TableCase{1, 5000, true},
-        TableCase{1, 70000, false}}) {
-    SCOPED_TRACE(::testing::Message()
-                 << c.sets << " sets, " << c.slots << " slots, score-aware " << c.score_aware);
+        TableCase{1, 70000, false}, TableCase{1, 40, true, true}, TableCase{8, 24, false, true},
+        TableCase{1, 4096, true, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.sets << " sets, " << c.slots << " slots, score-aware "
+                                      << c.score_aware << ", shared " << c.shared);
     std::mt19937 rng(static_cast<uint32_t>(c.sets * 7919 + c.slots));
     const int32_t blocks = 4 * c.slots + 50;
     const int32_t summaries = blocks + 8 * 1000;
@@ -146,7 +151,8 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
         cuda_->ForgetSlots(device_directory, d_forget.as<int32_t>(),
                            static_cast<int32_t>(forget.size()));
       }
-      // Rows of random picks over disjoint host-block ranges; the sets pick at most `slots`.
+      // Rows of random picks over disjoint host-block ranges (or, shared, over one); the sets
+      // pick at most `slots`.
       const int32_t rows = std::uniform_int_distribution<int32_t>(1, 8)(rng);
       const int32_t range = blocks / rows;
       std::vector<ScoreSegment> segments;
@@ -166,7 +172,7 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
         const auto first = static_cast<int32_t>(candidates.size());
         // Candidates are a random subset of the row's range; recently used blocks come back often.
         for (int32_t i = 0; i < count; ++i) {
-          candidates.push_back(offloaded ? r * range + i : 5000 + i);
+          candidates.push_back(offloaded ? (c.shared ? i : r * range + i) : 5000 + i);
           summary_ids.push_back(offloaded ? r * range + i : blocks + r * 1000 + i);
         }
         segments.push_back({.first = first,

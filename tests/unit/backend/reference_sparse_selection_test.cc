@@ -443,6 +443,99 @@ TEST(ReferenceSlotDirectoryTest, VictimsAreLeastRecentlyUsedAndOverflowIsCounted
   EXPECT_EQ(tables[3], kFirstSlot);
 }
 
+// Rows that pick one missing block (requests sharing a cached prefix) share one recall: the
+// first pick of it in row and pick order misses and takes a victim, the later ones follow it
+// into the same slot and count as hits; followers of a miss that overflows overflow too.
+TEST(ReferenceSlotDirectoryTest, RowsThatMissOneBlockShareItsRecall) {
+  const std::vector<std::vector<int32_t>> picks = {{5, 2}, {5, 6}, {2, 5}};
+  Directory directory(1, 4, 10, false);
+  std::vector<int32_t> pick_stamps(10, -1);
+  const auto run = [&](int32_t step, const std::vector<std::vector<int32_t>>& rows_blocks,
+                       std::vector<int64_t>& counters, std::vector<RecallEntry>& entries) {
+    std::vector<ScoreSegment> segments;
+    std::vector<SparseTableRow> rows;
+    std::vector<int32_t> candidates;
+    std::vector<int32_t> picked;
+    for (const std::vector<int32_t>& blocks : rows_blocks) {
+      const auto first = static_cast<int32_t>(candidates.size());
+      const auto count = static_cast<int32_t>(blocks.size());
+      segments.push_back({.first = first,
+                          .count = count,
+                          .num_sets = 1,
+                          .scores_first = first,
+                          .picks = count,
+                          .picks_first = first});
+      rows.push_back(
+          {.segment = static_cast<int32_t>(rows.size()), .offloaded = 1, .picks_before = first});
+      candidates.insert(candidates.end(), blocks.begin(), blocks.end());
+      for (int32_t i = 0; i < count; ++i) picked.push_back(i);
+    }
+    const std::vector<float> scores(candidates.size(), 1.0f);
+    const auto num_rows = static_cast<int32_t>(rows.size());
+    std::vector<int32_t> tables(static_cast<size_t>(num_rows * 2), -9);
+    std::vector<int32_t> kv_lens(rows.size());
+    std::vector<int32_t> counts(1);
+    entries.assign(4, {});
+    counters.assign(static_cast<size_t>(num_rows * kSparseCounters), 0);
+    EXPECT_TRUE(BuildSparseTables(
+                    {.segments = segments.data(),
+                     .rows = rows.data(),
+                     .num_rows = num_rows,
+                     .num_sets = 1,
+                     .picked = picked.data(),
+                     .scores = scores.data(),
+                     .candidate_blocks = candidates.data(),
+                     .summary_ids = candidates.data(),
+                     .fixed_blocks = candidates.data(),
+                     .step = &step,
+                     .pick_stamps = pick_stamps.data(),
+                     .num_summaries = 10,
+                     .directory = directory.view,
+                     .tables = tables.data(),
+                     .table_stride = 2,
+                     .kv_lens = kv_lens.data(),
+                     .recalls = {.entries = entries.data(), .counts = counts.data(), .capacity = 4},
+                     .counters = counters.data()})
+                    .ok());
+    entries.resize(static_cast<size_t>(counts[0]));
+    return tables;
+  };
+  const auto counter = [](const std::vector<int64_t>& counters, int32_t row, SparseCounter which) {
+    return counters[static_cast<size_t>(row * kSparseCounters + which)];
+  };
+  std::vector<int64_t> counters;
+  std::vector<RecallEntry> entries;
+  // Blocks 5, 2 and 6 take free slots 0, 1 and 2 in the order of their first picks.
+  EXPECT_THAT(run(1, picks, counters, entries),
+              ::testing::ElementsAre(kFirstSlot + 0, kFirstSlot + 1, kFirstSlot + 0, kFirstSlot + 2,
+                                     kFirstSlot + 1, kFirstSlot + 0));
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(
+      std::vector<int32_t>({entries[0].host_block, entries[1].host_block, entries[2].host_block}),
+      std::vector<int32_t>({5, 2, 6}));
+  EXPECT_EQ(std::vector<int64_t>({counter(counters, 0, kSparseMisses),
+                                  counter(counters, 1, kSparseMisses),
+                                  counter(counters, 2, kSparseMisses)}),
+            std::vector<int64_t>({2, 1, 0}));
+  EXPECT_EQ(
+      std::vector<int64_t>({counter(counters, 0, kSparseHits), counter(counters, 1, kSparseHits),
+                            counter(counters, 2, kSparseHits)}),
+      std::vector<int64_t>({0, 1, 2}));
+  // The next step: all hits, no recall.
+  run(2, picks, counters, entries);
+  EXPECT_TRUE(entries.empty());
+  // Block 5 hits slot 0; 1, 3, 4 and 7 miss and three slots are evictable (1 and 2 used at step
+  // 2, 3 free), so 7 overflows, and so does row 2's pick of it, which follows that miss.
+  EXPECT_THAT(run(3, {{1, 3}, {4, 7}, {7, 5}}, counters, entries),
+              ::testing::ElementsAre(kFirstSlot + 1, kFirstSlot + 2, kFirstSlot + 3, kFirstSlot,
+                                     kFirstSlot, kFirstSlot + 0));
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(std::vector<int64_t>({counter(counters, 0, kSparseOverflow),
+                                  counter(counters, 1, kSparseOverflow),
+                                  counter(counters, 2, kSparseOverflow)}),
+            std::vector<int64_t>({0, 1, 1}));
+}
+
 // A small cache for AdoptFreeSlots: 2-token blocks of 2 KV heads of 4 f32 channels (key
 // fragments then value fragments), dense block b filled with b * 1000 + its element index, the
 // slots (from kFirstSlot on) with -1.
