@@ -205,7 +205,12 @@ void Run(pulse_model* model, const pulse_bench::ModelFacts& facts, const Args& a
   double seconds = 0;
   int32_t decode_only = 0;
   pulse_engine_stats held{};
-  while (static_cast<int32_t>(step_ms.size()) < args.decode_steps) {
+  // Every request decodes once each prompt is in: the others before it within max_tokens steps.
+  for (int32_t steps = 0; static_cast<int32_t>(step_ms.size()) < args.decode_steps; ++steps) {
+    if (steps > max_tokens) {
+      Fail("not every request ran at once: " + std::to_string(EngineStats(engine).running) +
+           " of " + std::to_string(requests) + " after " + std::to_string(steps) + " steps");
+    }
     const Clock::time_point start = Clock::now();
     const pulse_step_report report = step();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
