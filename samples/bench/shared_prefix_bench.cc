@@ -13,9 +13,10 @@
 // prompt's blocks when the cache is on; then the N - 1 others come at once, each the same
 // document and a question of its own. Each request generates greedily past the measurement.
 // The record has the first request's time to first token (its whole prompt prefilled), the
-// others' (median and largest: with the cache, their question prefilled from the host tier's
-// copy of the document), the output tokens/s and TPOT of the decode-only steps once all N
-// decode (after two warm-up steps), the host-tier memory the requests hold at that point
+// others' (least, median and largest: with the cache, their questions prefilled from the host
+// tier's copy of the document, one a step, so the least is one cached request's own and the
+// later ones queue), the output tokens/s and TPOT of the decode-only steps once all N decode
+// (after two warm-up steps), the host-tier memory the requests hold at that point
 // (host_blocks_in_use; with the cache the document counts once) and the prefix cache's counts.
 // Without the cache the host tier must hold N documents, so N is bounded by the host's memory.
 #include <algorithm>
@@ -236,11 +237,14 @@ void Run(pulse_model* model, const pulse_bench::ModelFacts& facts, const Args& a
           : facts.kv_bytes_per_token * block;
   const double host_gib = held.host_blocks_in_use * host_bytes_per_block / double(1 << 30);
   const double others_p50 = others_ttft.empty() ? 0 : Percentile(others_ttft, 0.5);
+  const double others_min =
+      others_ttft.empty() ? 0 : *std::min_element(others_ttft.begin(), others_ttft.end());
   const double others_max =
       others_ttft.empty() ? 0 : *std::max_element(others_ttft.begin(), others_ttft.end());
   records.Write(
       "shared-prefix",
       fields + ", \"fits\": true, \"ttft_first_ms\": " + Number(first_ttft) +
+          ", \"ttft_others_ms_min\": " + (others_ttft.empty() ? "null" : Number(others_min)) +
           ", \"ttft_others_ms_p50\": " + (others_ttft.empty() ? "null" : Number(others_p50)) +
           ", \"ttft_others_ms_max\": " + (others_ttft.empty() ? "null" : Number(others_max)) +
           ", \"tokens_per_s\": " + Number(tokens / seconds) +

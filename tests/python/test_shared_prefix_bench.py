@@ -37,7 +37,9 @@ def test_requests_over_one_document_share_it_with_the_cache(tool, tmp_path):
     assert shared["prefill_tokens"] == unshared["prefill_tokens"] - 3 * 1024
     # The document is held once: three documents' blocks fewer.
     assert shared["host_blocks_in_use"] == unshared["host_blocks_in_use"] - 3 * 128
-    assert shared["ttft_others_ms_p50"] is not None and records[0]["ttft_others_ms_p50"] is None
+    assert (shared["ttft_others_ms_min"] <= shared["ttft_others_ms_p50"]
+            <= shared["ttft_others_ms_max"])
+    assert records[0]["ttft_others_ms_p50"] is None
     proc = subprocess.run([str(tool("pulseinfer-shared-prefix")), "--model", "x",
                            "--prefix-cache", "maybe"], capture_output=True, text=True)
     assert proc.returncode == 1 and "--prefix-cache expects on and/or off" in proc.stderr
