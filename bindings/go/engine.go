@@ -82,9 +82,9 @@ type EngineParams struct {
 	// OffloadHostCodec is how the host tier stores offloaded blocks (HostCodecRaw, the default,
 	// or HostCodecFP8).
 	OffloadHostCodec HostCodec
-	// OffloadPrefixCache turns on prefix caching of the host tier: an offloaded prompt's full
-	// blocks stay cached once it decodes, and a later offloaded prompt that starts with them
-	// shares them and skips their prefill.
+	// OffloadPrefixCache turns on prefix caching of the host tier: a prompt's full blocks stay
+	// cached there once it decodes, and a later offloaded prompt that starts with them shares
+	// them and skips their prefill.
 	OffloadPrefixCache bool
 }
 

@@ -49,13 +49,13 @@ struct OffloadConfig {
   // recall (a quarter of an f32 block's) at fp8's precision; summaries are taken from the exact
   // blocks.
   HostCodec host_codec = HostCodec::kRaw;
-  // Prefix caching: the full blocks of an offloaded request's prompt stay in the host tier,
-  // named by their tokens (core/kv/block_key.h), once it decodes; an offloaded request whose
-  // prompt starts with cached blocks holds them too (one copy, counted once), skips their prefill
-  // and prefills the rest staged (reading them from the host tier). Unreferenced cached blocks
-  // stay until the host tier needs their room, the least recently released first. A request the
-  // engine places runs offloaded when its prompt starts with a cached block. Engines only (the
-  // scheduler's); off by default.
+  // Prefix caching: the full blocks of a request's prompt stay in the host tier, named by their
+  // tokens (core/kv/block_key.h), once it decodes (a resident request's copied there, when the
+  // host tier has room); an offloaded request whose prompt starts with cached blocks holds them
+  // too (one copy, counted once), skips their prefill and prefills the rest staged (reading them
+  // from the host tier). Unreferenced cached blocks stay until the host tier needs their room,
+  // the least recently released first. A request the engine places runs offloaded when its
+  // prompt starts with a cached block. Engines only (the scheduler's); off by default.
   bool prefix_cache = false;
   // For benchmarks: picks drawn at a stated step-to-step reuse instead of by the summaries'
   // scores (core/backend/block_scores.h); the scores are still computed, and selection, tables

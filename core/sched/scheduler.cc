@@ -157,19 +157,46 @@ void Scheduler::PromoteOne(Admitted& admitted) {
   }
 }
 
-void Scheduler::CachePrompts() {
+void Scheduler::CachePrompts(Admitted& admitted) {
   if (!limits_.prefix_cache) return;
   for (const std::shared_ptr<Request>& running : running_) {
     Request& request = *running;
-    if (!request.offloaded_blocks || request.prompt_cached || request.generated() < 2) continue;
+    if (request.prompt_cached || request.generated() < 2) continue;
+    request.prompt_cached = true;
     std::vector<BlockKey> keys =
         FullBlockKeys(std::span(request.tokens).first(static_cast<size_t>(request.prompt_tokens)),
                       limits_.block_tokens);
-    const std::span<const int32_t> host = request.offloaded_blocks->host_blocks();
-    for (size_t j = 0; j < keys.size() && j < host.size(); ++j) {
-      host_pool_.Cache(host[j], std::move(keys[j]));  // a block cached already keeps its key
+    if (request.offloaded_blocks) {
+      const std::span<const int32_t> host = request.offloaded_blocks->host_blocks();
+      for (size_t j = 0; j < keys.size() && j < host.size(); ++j) {
+        host_pool_.Cache(host[j], std::move(keys[j]));  // a block cached already keeps its key
+      }
+      continue;
     }
-    request.prompt_cached = true;
+    // A resident request's prompt blocks not cached yet are copied to host blocks of their own
+    // (summarized there), which the cache then keeps with no holder: when the host tier has room.
+    TierMove move{.request = running, .to_host = true};
+    std::vector<BlockKey> missing;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      if (host_pool_.Find(keys[j])) continue;
+      move.device_blocks.push_back(request.blocks->blocks()[j]);
+      missing.push_back(std::move(keys[j]));
+    }
+    const auto count = static_cast<int32_t>(missing.size());
+    if (count == 0 || !host_pool_.Reserve(count).ok()) continue;
+    if (!PinHostBlocks(0).ok()) {
+      host_pool_.Unreserve(count).IgnoreError();  // it reserved them
+      continue;
+    }
+    for (BlockKey& key : missing) {
+      const int32_t block = *host_pool_.Allocate();  // cannot fail: reserved
+      host_pool_.Cache(block, std::move(key));
+      move.host_blocks.push_back(block);
+    }
+    // The copy runs before the next step, ahead of any reader's; a block an allocation takes
+    // back meanwhile loses its key first.
+    for (const int32_t block : move.host_blocks) host_pool_.Free(block).IgnoreError();
+    admitted.moves.push_back(std::move(move));
   }
 }
 
@@ -188,7 +215,7 @@ std::vector<int32_t> Scheduler::CachedPrefix(const Request& request) const {
 
 Scheduler::Admitted Scheduler::Admit() {
   Admitted admitted;
-  CachePrompts();
+  CachePrompts(admitted);
   MakeStagedResident(admitted);
   PromoteOne(admitted);
   while (!queue_.empty() && running() < limits_.max_batch) {

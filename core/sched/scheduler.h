@@ -129,9 +129,12 @@ class Scheduler {
   void MakeStagedResident(Admitted& admitted);
   // Promotes the first admitted request that may be promoted, if any.
   void PromoteOne(Admitted& admitted);
-  // With prefix caching, names the full prompt blocks of the offloaded requests that decoded a
-  // step (so their write-back to the host tier is enqueued before any reader's) in the host pool.
-  void CachePrompts();
+  // With prefix caching, names the full prompt blocks of the running requests that decoded a
+  // step in the host pool: an offloaded request's host blocks (their write-back is enqueued by
+  // then, before any reader's), and for a resident request, copies of its blocks that no block
+  // of the cache holds yet, made by a move to host blocks the cache keeps unreferenced (skipped
+  // when the host tier has no room).
+  void CachePrompts(Admitted& admitted);
   // With prefix caching, the host blocks cached for the longest run of the request's full prompt
   // blocks from its start, leaving at least one prompt token to compute; empty when none is.
   std::vector<int32_t> CachedPrefix(const Request& request) const;

@@ -85,7 +85,7 @@ class EngineParams:
     # them, HostCodec.FP8 as fp8 with a scale per KV head's keys or values (fewer bytes held and
     # recalled, attention to fp8's precision).
     offload_host_codec: HostCodec = HostCodec(_ENGINE.offload_host_codec)
-    # 1: prefix caching of the host tier (an offloaded prompt's full blocks stay cached once it
+    # 1: prefix caching of the host tier (a prompt's full blocks stay cached there once it
     # decodes, and a later offloaded prompt that starts with them shares them and skips their
     # prefill); 0 (the default): off.
     offload_prefix_cache: int = _ENGINE.offload_prefix_cache

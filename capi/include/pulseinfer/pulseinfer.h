@@ -317,14 +317,14 @@ typedef struct pulse_engine_params {
    * recalled blocks to fp8's precision, and tokens may differ from the raw tier's. */
   int32_t offload_host_codec;
   /* Fields appended after version 10. */
-  /* Prefix caching of the host tier, 1 on, 0 (default) off: once an offloaded request has
-   * decoded a step, its prompt's full blocks stay in the host tier named by their tokens; an
-   * offloaded request whose prompt starts with cached blocks holds the same copies (counted
-   * once), skips their prefill and prefills the rest from the host tier; cached blocks no request
-   * holds stay until the host tier needs their room, the least recently released first. A
-   * request the engine places runs offloaded when its prompt starts with a cached block. The
-   * tokens are those of the request prefilled on its own (pulse_engine_stats.prefix_hits,
-   * prefix_hit_tokens, host_blocks_cached). */
+  /* Prefix caching of the host tier, 1 on, 0 (default) off: once a request has decoded a step,
+   * its prompt's full blocks stay in the host tier named by their tokens (a resident request's
+   * copied there, when the host tier has room); an offloaded request whose prompt starts with
+   * cached blocks holds the same copies (counted once), skips their prefill and prefills the rest
+   * from the host tier; cached blocks no request holds stay until the host tier needs their
+   * room, the least recently released first. A request the engine places runs offloaded when its
+   * prompt starts with a cached block. The tokens are those of the request prefilled on its own
+   * (pulse_engine_stats.prefix_hits, prefix_hit_tokens, host_blocks_cached). */
   int32_t offload_prefix_cache;
 } pulse_engine_params;
 

@@ -103,6 +103,38 @@ TEST(EnginePrefixCacheTest, RequestsOverOneDocumentShareItAndGiveTheUnsharedToke
   EXPECT_EQ(stats.host_blocks_cached, cached);
 }
 
+// Under adaptive admission a prompt that fits the KV cache runs resident: once it decodes, its
+// full blocks are copied to the host tier and cached, and a later prompt over the same document
+// runs offloaded sharing them. A covering budget makes offloaded attention the dense one, so the
+// tokens are those of the engine without the cache, where both run resident.
+TEST(EnginePrefixCacheTest, AResidentPromptIsCopiedToTheHostTierForTheNextToShare) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const std::vector<int32_t> document = Prompt(48, TinyConfig().vocab_size, 21);
+  const auto prompts = OverOneDocument(document, 2, 22);
+  std::vector<std::vector<int32_t>> tokens[2];
+  EngineStats stats[2];
+  for (const bool cached : {false, true}) {
+    EngineOptions options = Options(cached);
+    options.admission = AdmissionKind::kIoAdaptive;
+    options.offload->selection.budget_tokens = 1 << 20;
+    std::unique_ptr<Engine> engine = MakeEngine(model, options);
+    for (const auto& prompt : prompts) {
+      const RequestId id = *engine->Submit(prompt, Greedy(20), nullptr);
+      RunToIdle(*engine);
+      tokens[cached].push_back(TokensOf(*engine, id));
+    }
+    stats[cached] = engine->stats();
+  }
+  EXPECT_EQ(tokens[1], tokens[0]);
+  EXPECT_EQ(stats[0].admission.resident, 2);
+  EXPECT_EQ(stats[1].admission.resident, 1);
+  EXPECT_EQ(stats[1].admission.offloaded, 1);
+  EXPECT_EQ(stats[1].admission.prefix_hits, 1);
+  EXPECT_EQ(stats[1].admission.prefix_hit_tokens, 48);
+  // The first prompt's 13 full blocks were written to the host tier for the cache.
+  EXPECT_GE(stats[1].offload.writeback_blocks, 13 * TinyConfig().num_layers);
+}
+
 TEST(EnginePrefixCacheTest, RandomSubmitsCancelsAndStepsKeepEveryTokenAndReleaseEveryBlock) {
   std::shared_ptr<const Model> model = TinyModel();
   const std::vector<std::vector<int32_t>> documents = {Prompt(40, TinyConfig().vocab_size, 5),

@@ -194,9 +194,9 @@ impl EngineParams {
         self
     }
 
-    /// Prefix caching of the host tier (default off): an offloaded prompt's full blocks stay
-    /// cached once it decodes, and a later offloaded prompt that starts with them shares them
-    /// and skips their prefill.
+    /// Prefix caching of the host tier (default off): a prompt's full blocks stay cached there
+    /// once it decodes, and a later offloaded prompt that starts with them shares them and skips
+    /// their prefill.
     pub fn offload_prefix_cache(mut self, on: bool) -> Self {
         self.raw.offload_prefix_cache = i32::from(on);
         self
