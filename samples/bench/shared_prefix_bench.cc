@@ -224,8 +224,9 @@ void Run(pulse_model* model, const pulse_bench::ModelFacts& facts, const Args& a
   }
   const pulse_engine_stats after = EngineStats(engine);
   std::vector<double> others_ttft;
-  for (size_t r = 1; r < ids.size(); ++r)
+  for (size_t r = 1; r < ids.size(); ++r) {
     others_ttft.push_back(RequestStats(engine, ids[r]).ttft_ms);
+  }
   const double first_ttft = RequestStats(engine, ids[0]).ttft_ms;
   pulse_engine_free(engine);
   // The host tier's form: the device's bytes, or fp8's byte a value and a scale per head's
@@ -235,7 +236,8 @@ void Run(pulse_model* model, const pulse_bench::ModelFacts& facts, const Args& a
           ? facts.kv_bytes_per_token * block / (facts.info.backend == std::string("cuda") ? 2 : 4) +
                 2.0 * facts.info.num_kv_heads * 4 * facts.info.num_layers
           : facts.kv_bytes_per_token * block;
-  const double host_gib = held.host_blocks_in_use * host_bytes_per_block / double(1 << 30);
+  const double host_gib =
+      held.host_blocks_in_use * host_bytes_per_block / static_cast<double>(1 << 30);
   const double others_p50 = others_ttft.empty() ? 0 : Percentile(others_ttft, 0.5);
   const double others_min =
       others_ttft.empty() ? 0 : *std::min_element(others_ttft.begin(), others_ttft.end());
@@ -247,7 +249,7 @@ void Run(pulse_model* model, const pulse_bench::ModelFacts& facts, const Args& a
           ", \"ttft_others_ms_min\": " + (others_ttft.empty() ? "null" : Number(others_min)) +
           ", \"ttft_others_ms_p50\": " + (others_ttft.empty() ? "null" : Number(others_p50)) +
           ", \"ttft_others_ms_max\": " + (others_ttft.empty() ? "null" : Number(others_max)) +
-          ", \"tokens_per_s\": " + Number(tokens / seconds) +
+          ", \"tokens_per_s\": " + Number(static_cast<double>(tokens) / seconds) +
           ", \"tpot_ms_p50\": " + Number(Percentile(step_ms, 0.5)) + ", \"host_blocks_in_use\": " +
           std::to_string(held.host_blocks_in_use) + ", \"host_gib_in_use\": " + Number(host_gib) +
           ", \"host_blocks_cached\": " + std::to_string(after.host_blocks_cached) +
@@ -255,11 +257,12 @@ void Run(pulse_model* model, const pulse_bench::ModelFacts& facts, const Args& a
           ", \"prefix_hit_tokens\": " + std::to_string(after.prefix_hit_tokens) +
           ", \"prefill_tokens\": " + std::to_string(after.prefill_tokens) +
           ", \"recall_bytes_per_step\": " +
-          Number(double(after.recall_bytes - held.recall_bytes) / double(step_ms.size())) +
+          Number(static_cast<double>(after.recall_bytes - held.recall_bytes) /
+                 static_cast<double>(step_ms.size())) +
           ", \"timed_steps\": " + std::to_string(step_ms.size()));
   table.Row({cache ? "on" : "off", std::to_string(requests), pulse_bench::Fixed(first_ttft, 1),
              others_ttft.empty() ? "-" : pulse_bench::Fixed(others_p50, 1),
-             pulse_bench::Fixed(tokens / seconds, 1),
+             pulse_bench::Fixed(static_cast<double>(tokens) / seconds, 1),
              pulse_bench::Fixed(Percentile(step_ms, 0.5), 2), pulse_bench::Fixed(host_gib, 2),
              std::to_string(after.prefix_hits)});
 }
