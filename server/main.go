@@ -3,7 +3,8 @@
 //	pulseinfer-server --model PATH [--addr 127.0.0.1:8080] [--max-concurrent 64]
 //	    [--max-batch N] [--max-context N] [--kv-memory-mib N]
 //	    [--offload off|solohead|headwise] [--budget TOKENS] [--admission adaptive|every]
-//	    [--host-tokens N] [--slot-tokens N] [--micro-batches N]
+//	    [--host-tokens N] [--slot-tokens N] [--micro-batches N] [--host-codec raw|fp8]
+//	    [--prefix-cache]
 //
 // POST /v1/chat/completions and /v1/completions (streamed as server-sent events with "stream":
 // true), GET /v1/models, /health and /metrics (Prometheus). Every request shares one engine's
@@ -56,6 +57,11 @@ func parseOptions(args []string) (options, error) {
 		"the device slots in tokens (0: the library's default)")
 	microBatches := flags.Int("micro-batches", int(defaults.MicroBatches),
 		"micro-batches a decode step runs as: 0 chosen each step, 1 to 8 fixed")
+	hostCodec := flags.String("host-codec", "raw",
+		"how the host tier stores offloaded blocks: raw, or fp8 (half a bf16 block's bytes)")
+	flags.BoolVar(&o.engine.OffloadPrefixCache, "prefix-cache", defaults.OffloadPrefixCache,
+		"share the host tier's copy of prompt blocks between requests whose prompts start alike "+
+			"(a system prompt, a document, an earlier turn's prompt): their prefill is skipped")
 	if err := flags.Parse(args); err != nil {
 		return o, err
 	}
@@ -73,6 +79,10 @@ func parseOptions(args []string) (options, error) {
 	var err error
 	if o.engine.OffloadAdmission, err = pick("--admission", *admission, []string{"adaptive", "every"},
 		[]pulseinfer.Admission{pulseinfer.AdmissionIOAdaptive, pulseinfer.AdmissionOffloadEvery}); err != nil {
+		return o, err
+	}
+	if o.engine.OffloadHostCodec, err = pick("--host-codec", *hostCodec, []string{"raw", "fp8"},
+		[]pulseinfer.HostCodec{pulseinfer.HostCodecRaw, pulseinfer.HostCodecFP8}); err != nil {
 		return o, err
 	}
 	if o.engine.OffloadMode, err = pick("--offload", *offload, []string{"off", "solohead", "headwise"},

@@ -72,6 +72,13 @@ func (m *metrics) serve(engine *pulseinfer.Engine) http.HandlerFunc {
 			hitRatio = float64(stats.SlotHits) / float64(lookups)
 		}
 		gauge("pulseinfer_slot_hit_ratio", "Offloaded picks found in a device slot.", hitRatio)
+		counter("pulseinfer_prefix_cache_hits_total",
+			"Requests admitted with cached blocks at the start of their prompt.",
+			float64(stats.PrefixHits))
+		counter("pulseinfer_prefix_cache_hit_tokens_total",
+			"Prompt tokens whose prefill cached blocks spared.", float64(stats.PrefixHitTokens))
+		gauge("pulseinfer_host_blocks_cached", "Host-tier blocks in the prefix cache.",
+			float64(stats.HostBlocksCached))
 		m.ttft.write(w, "pulseinfer_time_to_first_token_seconds", "Submit to the first token.")
 		m.tpot.write(w, "pulseinfer_time_per_output_token_seconds",
 			"Mean time between a request's tokens after the first.")

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -27,12 +28,16 @@ func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
 
-func runTests(m *testing.M) int {
-	modelPath := os.Getenv("PULSEINFER_MODEL")
-	if modelPath == "" {
-		modelPath = "../.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+// modelPath is SmolLM2's GGUF, or $PULSEINFER_MODEL.
+func modelPath() string {
+	if path := os.Getenv("PULSEINFER_MODEL"); path != "" {
+		return path
 	}
-	model, err := pulseinfer.LoadModel(modelPath, nil)
+	return "../.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+}
+
+func runTests(m *testing.M) int {
+	model, err := pulseinfer.LoadModel(modelPath(), nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -391,6 +396,7 @@ func TestModelsHealthAndMetrics(t *testing.T) {
 	for _, series := range []string{"pulseinfer_requests_running 0", "pulseinfer_requests_waiting 0",
 		"pulseinfer_requests_offloaded 0", "pulseinfer_generated_tokens_total",
 		"pulseinfer_recall_bytes_total 0", "pulseinfer_slot_hit_ratio",
+		"pulseinfer_prefix_cache_hits_total 0", "pulseinfer_host_blocks_cached 0",
 		`pulseinfer_time_to_first_token_seconds_bucket{le="+Inf"}`,
 		"pulseinfer_time_per_output_token_seconds_count"} {
 		if !strings.Contains(metrics, series) {
@@ -443,5 +449,67 @@ func TestRequestsPastTheBoundAreRefused(t *testing.T) {
 			t.Fatalf("still %d 10 s after the request in progress left", response.StatusCode)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With --prefix-cache, chats that share a long system prompt share its blocks in the host tier:
+// the second skips their prefill (the metrics count the hit) and answers as a server without the
+// cache does (the default budget covers these contexts, so attention is the dense one).
+func TestChatsSharingASystemPromptShareItsBlocks(t *testing.T) {
+	model, err := pulseinfer.LoadModel(modelPath(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	system := strings.Repeat("You answer questions about the French capital, briefly. ", 12)
+	answers := map[bool][]string{}
+	for _, cache := range []bool{false, true} {
+		params := pulseinfer.DefaultEngineParams()
+		params.OffloadMode = pulseinfer.OffloadSoloHead
+		params.OffloadAdmission = pulseinfer.AdmissionOffloadEvery
+		params.OffloadPrefixCache = cache
+		e, err := pulseinfer.NewEngine(model, &params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		url, stop, err := start(newServer(e, "smollm2", 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, question := range []string{"What is the capital of France?", "Name a river in Paris."} {
+			body := fmt.Sprintf(`{"messages": [{"role": "system", "content": %q}, `+
+				`{"role": "user", "content": %q}], "max_tokens": 8, "temperature": 0}`, system, question)
+			response, err := post(context.Background(), url, "/v1/chat/completions", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var whole chunk
+			err = json.NewDecoder(response.Body).Decode(&whole)
+			response.Body.Close()
+			if err != nil || response.StatusCode != http.StatusOK || len(whole.Choices) != 1 {
+				t.Fatalf("status %d: %+v, %v", response.StatusCode, whole, err)
+			}
+			answers[cache] = append(answers[cache], whole.Choices[0].Message.Content)
+		}
+		response, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics, _ := io.ReadAll(response.Body)
+		response.Body.Close()
+		want := "pulseinfer_prefix_cache_hits_total 0"
+		if cache {
+			want = "pulseinfer_prefix_cache_hits_total 1"
+		}
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("cache %v: /metrics has no %q:\n%s", cache, want, metrics)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+	}
+	if !reflect.DeepEqual(answers[true], answers[false]) {
+		t.Errorf("with the cache %q, without %q", answers[true], answers[false])
 	}
 }
