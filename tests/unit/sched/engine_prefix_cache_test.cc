@@ -64,10 +64,12 @@ std::vector<int32_t> TokensOf(Engine& engine, RequestId id) {
   return snapshot.tokens;
 }
 
-// Each prompt alone in an engine without the cache: the tokens sharing must give.
+// Each prompt alone in an engine of `options` without the cache: the tokens sharing must give.
 std::vector<int32_t> Unshared(std::shared_ptr<const Model> model,
-                              const std::vector<int32_t>& prompt, int32_t max_tokens) {
-  std::unique_ptr<Engine> engine = MakeEngine(std::move(model), Options(false));
+                              const std::vector<int32_t>& prompt, int32_t max_tokens,
+                              EngineOptions options = Options(false)) {
+  options.offload->prefix_cache = false;
+  std::unique_ptr<Engine> engine = MakeEngine(std::move(model), options);
   const absl::StatusOr<RequestId> id = engine->Submit(prompt, Greedy(max_tokens), nullptr);
   EXPECT_TRUE(id.ok()) << id.status();
   RunToIdle(*engine);
@@ -139,11 +141,20 @@ TEST(EnginePrefixCacheTest, RandomSubmitsCancelsAndStepsKeepEveryTokenAndRelease
   std::shared_ptr<const Model> model = TinyModel();
   const std::vector<std::vector<int32_t>> documents = {Prompt(40, TinyConfig().vocab_size, 5),
                                                        Prompt(28, TinyConfig().vocab_size, 6)};
-  std::map<std::vector<int32_t>, std::vector<int32_t>> unshared;  // prompt -> its tokens
+  // prompt -> its tokens, with every request offloaded at a selecting budget (seeds 1 to 4), or
+  // placed by adaptive admission at a covering one (5 and 6), where resident prompts are copied
+  // to the host tier for the cache.
+  std::map<std::vector<int32_t>, std::vector<int32_t>> unshared[2];
   int64_t hits = 0;
-  for (uint32_t seed = 1; seed <= 4; ++seed) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
     std::mt19937 rng(seed);
-    std::unique_ptr<Engine> engine = MakeEngine(model, Options(true));
+    const bool adaptive = seed > 4;
+    EngineOptions options = Options(true);
+    if (adaptive) {
+      options.admission = AdmissionKind::kIoAdaptive;
+      options.offload->selection.budget_tokens = 1 << 20;
+    }
+    std::unique_ptr<Engine> engine = MakeEngine(model, options);
     std::vector<std::pair<RequestId, std::vector<int32_t>>> submitted;
     std::vector<RequestId> cancelled;
     for (int event = 0; event < 60; ++event) {
@@ -171,8 +182,9 @@ TEST(EnginePrefixCacheTest, RandomSubmitsCancelsAndStepsKeepEveryTokenAndRelease
       const RequestSnapshot snapshot = SnapshotOf(*engine, id);
       ASSERT_TRUE(snapshot.error.ok()) << snapshot.error;
       if (std::find(cancelled.begin(), cancelled.end(), id) != cancelled.end()) continue;
-      if (!unshared.contains(prompt)) unshared[prompt] = Unshared(model, prompt, 12);
-      EXPECT_EQ(snapshot.tokens, unshared[prompt]) << "seed " << seed << ", request " << id;
+      auto& want = unshared[adaptive ? 1 : 0];
+      if (!want.contains(prompt)) want[prompt] = Unshared(model, prompt, 12, options);
+      EXPECT_EQ(snapshot.tokens, want[prompt]) << "seed " << seed << ", request " << id;
     }
     const EngineStats stats = engine->stats();
     EXPECT_EQ(stats.host_blocks_in_use, 0) << "seed " << seed;
@@ -180,6 +192,7 @@ TEST(EnginePrefixCacheTest, RandomSubmitsCancelsAndStepsKeepEveryTokenAndRelease
     EXPECT_EQ(stats.slot_blocks_in_use, 0) << "seed " << seed;
     EXPECT_LE(stats.host_blocks_cached, stats.host_blocks);
     hits += stats.admission.prefix_hits;
+    if (adaptive) EXPECT_GT(stats.admission.resident, 0) << "seed " << seed;
   }
   EXPECT_GT(hits, 0);
 }
