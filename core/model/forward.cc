@@ -295,9 +295,10 @@ absl::StatusOr<SparseAttention*> ModelRunner::OffloadBetweenSteps(const char* ca
   return sparse_.get();
 }
 
-absl::Status ModelRunner::ForgetSparse(uint64_t key, std::span<const int32_t> host_blocks) {
+absl::Status ModelRunner::ForgetSparse(uint64_t key) {
   PULSE_RETURN_IF_ERROR(CheckBetweenSteps("ForgetSparse"));
-  return sparse_ == nullptr ? absl::OkStatus() : sparse_->Forget(key, host_blocks);
+  if (sparse_ != nullptr) sparse_->Forget(key);
+  return absl::OkStatus();
 }
 
 absl::Status ModelRunner::FreeSlots(std::span<const int32_t> host_blocks) {

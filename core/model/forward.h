@@ -83,10 +83,9 @@ class ModelRunner {
   int64_t step_host_waits() const { return step_host_waits_; }
   // The host tier, which the scheduler grows as it admits offloaded requests (null without).
   HostTier* host_tier() { return sparse_ == nullptr ? nullptr : sparse_->host_tier(); }
-  // Forgets what sparse attention keeps of sequence `key` (a finished request): its statistics,
-  // and the device slots of its host blocks `host_blocks`, which may then serve another. Between
-  // steps only.
-  absl::Status ForgetSparse(uint64_t key, std::span<const int32_t> host_blocks);
+  // Forgets the statistics sparse attention keeps of sequence `key` (a finished request); the
+  // slots of its host blocks are freed with FreeSlots. Between steps only.
+  absl::Status ForgetSparse(uint64_t key);
   // A running sequence moved between the tiers (SparseAttention::MoveToHost, MoveToDevice,
   // FreeSlots), between steps only (FailedPrecondition while a step is open, or without tiers).
   absl::Status MoveToHost(std::span<const int32_t> device_blocks,

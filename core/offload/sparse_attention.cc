@@ -683,10 +683,7 @@ void SparseAttention::Abandon(SparseStep& step) {
   step.tables_built = false;
 }
 
-absl::Status SparseAttention::Forget(uint64_t key, std::span<const int32_t> host_blocks) {
-  key_stats_.erase(key);
-  return FreeSlots(host_blocks);
-}
+void SparseAttention::Forget(uint64_t key) { key_stats_.erase(key); }
 
 absl::Status SparseAttention::FreeSlots(std::span<const int32_t> host_blocks) {
   return tiers_ ? tiers_->directory.Forget(host_blocks) : absl::OkStatus();

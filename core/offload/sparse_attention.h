@@ -160,9 +160,9 @@ class SparseAttention {
   // have been given slots that were never filled).
   void Abandon(SparseStep& step);
 
-  // Frees the device slots of a finished sequence's host blocks (before they serve another) and
-  // drops its statistics. Between steps.
-  absl::Status Forget(uint64_t key, std::span<const int32_t> host_blocks);
+  // Drops a finished sequence's statistics (its host blocks' slots go with FreeSlots, once their
+  // last holder lets them go).
+  void Forget(uint64_t key);
   // Frees the device slots that hold any of `host_blocks`, in every layer and set. Between steps.
   absl::Status FreeSlots(std::span<const int32_t> host_blocks);
 

@@ -435,7 +435,7 @@ absl::StatusOr<StepReport> EngineImpl::Step() {
     released = scheduler_.TakeReleasedHostBlocks();
     if (!work.empty()) micro_batches = MicroBatches(work);
   }
-  for (const RequestId id : finished) runner_.ForgetSparse(id, {}).IgnoreError();
+  for (const RequestId id : finished) runner_.ForgetSparse(id).IgnoreError();
   const Clock::time_point start = Clock::now();
   ForwardResult forward{.logits_to_host = options_.logits_to_host};
   // Between steps, the slots of the host blocks that lost their last holder are freed before

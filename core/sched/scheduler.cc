@@ -248,13 +248,9 @@ Scheduler::Admitted Scheduler::Admit() {
           SlotsNeeded(*request.offload, limits_.block_tokens, request.max_kv_tokens());
       if (slots_reserved_ + slots > limits_.slot_blocks) break;
       // A cached prefix is read from the host tier: the rest of the prompt is prefilled staged.
-      absl::StatusOr<OffloadedBlockTable> blocks =
-          prefix.empty()
-              ? OffloadedBlockTable::Create(&pool_, &host_pool_, limits_.block_tokens,
-                                            request.max_kv_tokens(), BlocksNeeded(request))
-              : OffloadedBlockTable::Create(&pool_, &host_pool_, limits_.block_tokens,
-                                            request.max_kv_tokens(), StagedBlocksNeeded(request),
-                                            prefix);
+      absl::StatusOr<OffloadedBlockTable> blocks = OffloadedBlockTable::Create(
+          &pool_, &host_pool_, limits_.block_tokens, request.max_kv_tokens(),
+          prefix.empty() ? BlocksNeeded(request) : StagedBlocksNeeded(request), prefix);
       if (!blocks.ok() && !prefix.empty()) break;
       if (!blocks.ok()) {
         // The dense pool cannot hold its prompt: demoting a resident request may make room.

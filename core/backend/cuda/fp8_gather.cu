@@ -1,7 +1,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <algorithm>
 #include <optional>
 
 #include "core/backend/cuda/fp8_gather.h"
@@ -190,10 +189,6 @@ __global__ void __launch_bounds__(kGatherThreads)
   }
 }
 
-unsigned Grid(int64_t items, int32_t blocks) {
-  return static_cast<unsigned>(std::min<int64_t>(blocks, CeilDiv(items, kGatherWarpsPerBlock)));
-}
-
 }  // namespace
 
 cudaError_t LaunchFp8RecallList(const RecallList& list, int32_t num_sets, const HostTierView& host,
@@ -217,7 +212,7 @@ cudaError_t LaunchFp8WriteBackList(const WriteBackEntry* entries, int32_t count,
     return cudaErrorInvalidValue;
   }
   if (count == 0) return cudaSuccess;
-  Fp8WriteBackListKernel<<<Grid(int64_t{count} * shape->parts, blocks), kGatherThreads, 0,
+  Fp8WriteBackListKernel<<<GatherGrid(int64_t{count} * shape->parts, blocks), kGatherThreads, 0,
                            stream>>>(entries, count, host, layer,
                                      static_cast<const char*>(layer_blocks), *shape);
   return cudaGetLastError();
@@ -228,7 +223,7 @@ cudaError_t LaunchFp8Gather(const GatherPiece* pieces, int64_t count, bool to_de
   const std::optional<Fp8Shape> shape = ShapeOf(layout);
   if (!shape || blocks < 1) return cudaErrorInvalidValue;
   if (count == 0) return cudaSuccess;
-  Fp8GatherKernel<<<Grid(count * shape->parts, blocks), kGatherThreads, 0, stream>>>(
+  Fp8GatherKernel<<<GatherGrid(count * shape->parts, blocks), kGatherThreads, 0, stream>>>(
       pieces, count, to_device, *shape);
   return cudaGetLastError();
 }

@@ -1,7 +1,6 @@
 // The zero-copy gather (and scatter) kernel of the copy engine: warps copy pieces of a plan
 // through 16-byte loads and stores, one side of which is mapped host memory, so a few SMs keep
 // PCIe busy with many small transfers at once.
-#include <algorithm>
 
 #include "core/backend/cuda/fp8_gather.h"
 #include "core/backend/cuda/gather.cuh"
@@ -101,8 +100,7 @@ __global__ void __launch_bounds__(kGatherThreads)
 cudaError_t LaunchGather(const GatherPiece* pieces, int64_t count, int32_t blocks,
                          cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  const int64_t grid = std::min<int64_t>(blocks, CeilDiv(count, kGatherWarpsPerBlock));
-  GatherKernel<<<static_cast<unsigned>(grid), kGatherThreads, 0, stream>>>(pieces, count);
+  GatherKernel<<<GatherGrid(count, blocks), kGatherThreads, 0, stream>>>(pieces, count);
   return cudaGetLastError();
 }
 

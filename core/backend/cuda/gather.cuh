@@ -2,6 +2,7 @@
 // each warp taking work items FirstWarp(), FirstWarp() + Warps(), ...
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/backend/cuda/device_math.cuh"
@@ -16,6 +17,12 @@ __device__ __forceinline__ int64_t FirstWarp() {
   return int64_t{blockIdx.x} * kGatherWarpsPerBlock + threadIdx.x / kWarp;
 }
 __device__ __forceinline__ int64_t Warps() { return int64_t{gridDim.x} * kGatherWarpsPerBlock; }
+
+// Thread blocks for `items` warp-sized items, at most `blocks`.
+inline unsigned GatherGrid(int64_t items, int32_t blocks) {
+  return static_cast<unsigned>(
+      std::min<int64_t>(blocks, (items + kGatherWarpsPerBlock - 1) / kGatherWarpsPerBlock));
+}
 
 // The entries of a recall list's first `num_sets` sets.
 __device__ __forceinline__ int64_t ListEntries(const RecallList& list, int32_t num_sets) {

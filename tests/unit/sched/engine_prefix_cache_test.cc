@@ -192,7 +192,9 @@ TEST(EnginePrefixCacheTest, RandomSubmitsCancelsAndStepsKeepEveryTokenAndRelease
     EXPECT_EQ(stats.slot_blocks_in_use, 0) << "seed " << seed;
     EXPECT_LE(stats.host_blocks_cached, stats.host_blocks);
     hits += stats.admission.prefix_hits;
-    if (adaptive) EXPECT_GT(stats.admission.resident, 0) << "seed " << seed;
+    if (adaptive) {
+      EXPECT_GT(stats.admission.resident, 0) << "seed " << seed;
+    }
   }
   EXPECT_GT(hits, 0);
 }

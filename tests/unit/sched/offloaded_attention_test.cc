@@ -455,7 +455,8 @@ TEST(OffloadedAttentionTest, AForgottenSequencesHostBlocksServeTheNextOneWithout
   Decode(runner, first, 20, Selection(mode, 48, 1), 0, 0);
   std::vector<int32_t> host(kBlocksPerSeq);
   std::iota(host.begin(), host.end(), 0);
-  ASSERT_TRUE(runner.ForgetSparse(1, host).ok());
+  ASSERT_TRUE(runner.ForgetSparse(1).ok());
+  ASSERT_TRUE(runner.FreeSlots(host).ok());
   ExpectBitwiseEqual(Decode(runner, second, 20, Selection(mode, 48, 2), 0, 0), expected);
 }
 
@@ -630,7 +631,8 @@ TEST(OffloadedAttentionTest, AnAbandonedStepLeavesTheNextStepsRight) {
   std::vector<float> wrong_size(3);
   EXPECT_EQ(runner.Forward(batch, wrong_size).code(), absl::StatusCode::kInvalidArgument);
   // The step is open until the next one begins: nothing may be forgotten meanwhile.
-  EXPECT_EQ(runner.ForgetSparse(1, host).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(runner.ForgetSparse(1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(runner.FreeSlots(host).code(), absl::StatusCode::kFailedPrecondition);
   // Continued, the runner's steps (the abandoned one again first) give the resident logits.
   std::vector<std::vector<float>> continued;
   for (int32_t i = 140; i < 150; ++i) {
