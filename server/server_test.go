@@ -205,10 +205,10 @@ func TestStreamedAndWholeCompletionsAgree(t *testing.T) {
 	wait.Wait()
 }
 
-func TestChatAppliesTheTemplate(t *testing.T) {
-	const body = `{"messages": [{"role": "user", "content": "What is the capital of France?"}],
-		"max_tokens": 24, "temperature": 0, "seed": 3, "unknown_field": {"ignored": true}}`
-	response, err := post(context.Background(), baseURL, "/v1/chat/completions", body)
+// postWhole posts a request that is not streamed and returns its one-choice answer.
+func postWhole(t *testing.T, url, path, body string) chunk {
+	t.Helper()
+	response, err := post(context.Background(), url, path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +218,28 @@ func TestChatAppliesTheTemplate(t *testing.T) {
 	if err != nil || response.StatusCode != http.StatusOK || len(whole.Choices) != 1 {
 		t.Fatalf("status %d: %+v, %v", response.StatusCode, whole, err)
 	}
+	return whole
+}
+
+// getText returns the body of a GET that answers 200.
+func getText(t *testing.T, url string) string {
+	t.Helper()
+	response, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer response.Body.Close()
+	body, _ := io.ReadAll(response.Body)
+	if response.StatusCode != http.StatusOK {
+		t.Fatalf("%s: status %d", url, response.StatusCode)
+	}
+	return string(body)
+}
+
+func TestChatAppliesTheTemplate(t *testing.T) {
+	const body = `{"messages": [{"role": "user", "content": "What is the capital of France?"}],
+		"max_tokens": 24, "temperature": 0, "seed": 3, "unknown_field": {"ignored": true}}`
+	whole := postWhole(t, baseURL, "/v1/chat/completions", body)
 	message := whole.Choices[0].Message
 	if whole.Object != "chat.completion" || message.Role != "assistant" ||
 		!strings.Contains(message.Content, "Paris") {
@@ -371,18 +393,7 @@ func TestBadRequestsGetOpenAIErrors(t *testing.T) {
 }
 
 func TestModelsHealthAndMetrics(t *testing.T) {
-	get := func(path string) string {
-		response, err := http.Get(baseURL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer response.Body.Close()
-		body, _ := io.ReadAll(response.Body)
-		if response.StatusCode != http.StatusOK {
-			t.Fatalf("%s: status %d", path, response.StatusCode)
-		}
-		return string(body)
-	}
+	get := func(path string) string { return getText(t, baseURL+path) }
 	if models := get("/v1/models"); !strings.Contains(models, `"id":"smollm2"`) {
 		t.Errorf("/v1/models: %s", models)
 	}
@@ -479,29 +490,15 @@ func TestChatsSharingASystemPromptShareItsBlocks(t *testing.T) {
 		for _, question := range []string{"What is the capital of France?", "Name a river in Paris."} {
 			body := fmt.Sprintf(`{"messages": [{"role": "system", "content": %q}, `+
 				`{"role": "user", "content": %q}], "max_tokens": 8, "temperature": 0}`, system, question)
-			response, err := post(context.Background(), url, "/v1/chat/completions", body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var whole chunk
-			err = json.NewDecoder(response.Body).Decode(&whole)
-			response.Body.Close()
-			if err != nil || response.StatusCode != http.StatusOK || len(whole.Choices) != 1 {
-				t.Fatalf("status %d: %+v, %v", response.StatusCode, whole, err)
-			}
+			whole := postWhole(t, url, "/v1/chat/completions", body)
 			answers[cache] = append(answers[cache], whole.Choices[0].Message.Content)
 		}
-		response, err := http.Get(url + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		metrics, _ := io.ReadAll(response.Body)
-		response.Body.Close()
+		metrics := getText(t, url+"/metrics")
 		want := "pulseinfer_prefix_cache_hits_total 0"
 		if cache {
 			want = "pulseinfer_prefix_cache_hits_total 1"
 		}
-		if !strings.Contains(string(metrics), want) {
+		if !strings.Contains(metrics, want) {
 			t.Errorf("cache %v: /metrics has no %q:\n%s", cache, want, metrics)
 		}
 		if err := stop(); err != nil {

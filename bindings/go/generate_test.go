@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -418,9 +417,10 @@ func TestAnFP8HostTierMovesFewerBytes(t *testing.T) {
 	}
 }
 
-// generate150 returns 12 greedy ids after a 150-token prompt, and the engine's stats after them.
-func generate150(t *testing.T, tiny *pulseinfer.Model,
-	params *pulseinfer.EngineParams) ([]int32, pulseinfer.EngineStats) {
+// generate150 returns 12 greedy ids after a 150-token prompt (or after each of `prompts`, one
+// after another in one engine: the last one's), and the engine's stats after them.
+func generate150(t *testing.T, tiny *pulseinfer.Model, params *pulseinfer.EngineParams,
+	prompts ...[]int32) ([]int32, pulseinfer.EngineStats) {
 	t.Helper()
 	e, err := pulseinfer.NewEngine(tiny, params)
 	if err != nil {
@@ -429,19 +429,26 @@ func generate150(t *testing.T, tiny *pulseinfer.Model,
 	defer e.Close()
 	sampling := greedy(12)
 	sampling.IgnoreEOS = true
-	request, err := e.Generate(context.Background(), prompt150(0), sampling)
-	if err != nil {
-		t.Fatal(err)
+	if len(prompts) == 0 {
+		prompts = [][]int32{prompt150(0)}
 	}
-	s, err := readAll(request)
-	if err != nil {
-		t.Fatal(err)
+	var ids []int32
+	for _, prompt := range prompts {
+		request, err := e.Generate(context.Background(), prompt, sampling)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := readAll(request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = s.result.Tokens
 	}
 	stats, err := e.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.result.Tokens, stats
+	return ids, stats
 }
 
 // A prefix cache: a prompt that starts with a finished one's 18 full blocks shares them, skips
@@ -450,39 +457,13 @@ func TestAPrefixCacheSharesAFinishedPrompt(t *testing.T) {
 	tiny := loadTinyModel(t)
 	defer tiny.Close()
 	longer := append(prompt150(0), prompt150(0)[:10]...)
-	run := func(cache bool) ([]int32, pulseinfer.EngineStats) {
-		params := offloadedParams()
-		params.KVCapacityTokens = 160
-		params.OffloadBudgetTokens = 64
-		params.OffloadPrefixCache = cache
-		e, err := pulseinfer.NewEngine(tiny, &params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
-		sampling := greedy(12)
-		sampling.IgnoreEOS = true
-		var ids []int32
-		for _, prompt := range [][]int32{prompt150(0), longer} {
-			request, err := e.Generate(context.Background(), prompt, sampling)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := readAll(request)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = s.result.Tokens
-		}
-		stats, err := e.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ids, stats
-	}
-	unshared, off := run(false)
-	shared, on := run(true)
-	if !reflect.DeepEqual(shared, unshared) || len(shared) != 12 {
+	params := offloadedParams()
+	params.KVCapacityTokens = 160
+	params.OffloadBudgetTokens = 64
+	unshared, off := generate150(t, tiny, &params, prompt150(0), longer)
+	params.OffloadPrefixCache = true
+	shared, on := generate150(t, tiny, &params, prompt150(0), longer)
+	if !equal(shared, unshared) || len(shared) != 12 {
 		t.Errorf("shared %v, unshared %v", shared, unshared)
 	}
 	if off.PrefixHits != 0 || on.PrefixHits != 1 || on.PrefixHitTokens != 144 ||

@@ -109,12 +109,29 @@ fn offloaded() -> EngineParams {
         .offload_fill_free_slots(false)
 }
 
+/// 150 ids of the tiny vocabulary.
+fn prompt_150() -> Vec<i32> {
+    (0..150).map(|i| 3 + (i * 37) % 297).collect()
+}
+
 /// 12 greedy ids after a 150-token prompt, and the engine's stats after them.
 fn generate_150(model: &Model, params: &EngineParams) -> (Vec<i32>, EngineStats) {
+    generate_each(model, params, &[prompt_150()])
+}
+
+/// 12 greedy ids after each of `prompts`, one after another in one engine (the last one's), and
+/// the engine's stats after them.
+fn generate_each(
+    model: &Model,
+    params: &EngineParams,
+    prompts: &[Vec<i32>],
+) -> (Vec<i32>, EngineStats) {
     let engine = Engine::new(model, params).unwrap();
-    let prompt: Vec<i32> = (0..150).map(|i| 3 + (i * 37) % 297).collect();
     let greedy = SamplingParams::default().temperature(0.0).max_tokens(12).ignore_eos(true);
-    let ids = engine.submit(&prompt, &greedy).unwrap().map(|token| token.unwrap().id).collect();
+    let mut ids = Vec::new();
+    for prompt in prompts {
+        ids = engine.submit(prompt, &greedy).unwrap().map(|token| token.unwrap().id).collect();
+    }
     (ids, engine.stats().unwrap())
 }
 
@@ -150,23 +167,12 @@ fn offloaded_kv_smaller_than_the_request_generates_the_dense_ids() {
 #[test]
 fn a_prefix_cache_shares_a_finished_prompt_and_keeps_the_ids() {
     let model = load(7);
-    let first: Vec<i32> = (0..150).map(|i| 3 + (i * 37) % 297).collect();
+    let first = prompt_150();
     let longer: Vec<i32> = first.iter().chain(first[..10].iter()).copied().collect();
-    let greedy = SamplingParams::default().temperature(0.0).max_tokens(12).ignore_eos(true);
-    let run = |cache: bool| {
-        let params = offloaded()
-            .kv_capacity_tokens(160)
-            .offload_budget_tokens(64)
-            .offload_prefix_cache(cache);
-        let engine = Engine::new(&model, &params).unwrap();
-        let _: Vec<i32> =
-            engine.submit(&first, &greedy).unwrap().map(|token| token.unwrap().id).collect();
-        let ids: Vec<i32> =
-            engine.submit(&longer, &greedy).unwrap().map(|token| token.unwrap().id).collect();
-        (ids, engine.stats().unwrap())
-    };
-    let (unshared, off) = run(false);
-    let (shared, on) = run(true);
+    let prompts = [first, longer];
+    let params = offloaded().kv_capacity_tokens(160).offload_budget_tokens(64);
+    let (unshared, off) = generate_each(&model, &params, &prompts);
+    let (shared, on) = generate_each(&model, &params.offload_prefix_cache(true), &prompts);
     assert_eq!(shared, unshared);
     assert_eq!(shared.len(), 12);
     assert_eq!((off.prefix_hits, off.host_blocks_cached), (0, 0), "{off:?}");
@@ -192,7 +198,7 @@ fn an_fp8_host_tier_moves_fewer_bytes() {
 fn a_request_chooses_its_offloading_within_its_engines() {
     let model = load(7);
     let (dense, _) = generate_150(&model, &EngineParams::default().block_tokens(8));
-    let prompt: Vec<i32> = (0..150).map(|i| 3 + (i * 37) % 297).collect();
+    let prompt = prompt_150();
     let greedy = SamplingParams::default().temperature(0.0).max_tokens(12).ignore_eos(true);
     let engine = Engine::new(&model, &offloaded().offload_budget_tokens(48)).unwrap();
     for own in [
