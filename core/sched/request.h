@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kv/block_key.h"
 #include "core/kv/block_table.h"
 #include "core/offload/offloaded_block_table.h"
 #include "core/offload/selection.h"
@@ -72,7 +73,9 @@ struct Request {
   // Its prompt is prefilled staged (no block resident: the dense pool could not hold it), until
   // its resident set is recalled before its first decode step.
   bool staged = false;
-  // Its full prompt blocks are named in the host tier's prefix cache (OffloadConfig::prefix_cache).
+  // With prefix caching (OffloadConfig::prefix_cache): its full prompt blocks' keys, made once
+  // when first looked up, and whether those blocks are named in the host tier's cache yet.
+  std::vector<BlockKey> prompt_keys;
   bool prompt_cached = false;
   // In the batch of the step in flight: its blocks stay with it until the step ends, even when
   // it is cancelled meanwhile.

@@ -163,9 +163,8 @@ void Scheduler::CachePrompts(Admitted& admitted) {
     Request& request = *running;
     if (request.prompt_cached || request.generated() < 2) continue;
     request.prompt_cached = true;
-    std::vector<BlockKey> keys =
-        FullBlockKeys(std::span(request.tokens).first(static_cast<size_t>(request.prompt_tokens)),
-                      limits_.block_tokens);
+    std::vector<BlockKey> keys = std::exchange(request.prompt_keys, {});
+    if (keys.empty()) keys = PromptKeys(request);
     if (request.offloaded_blocks) {
       const std::span<const int32_t> host = request.offloaded_blocks->host_blocks();
       for (size_t j = 0; j < keys.size() && j < host.size(); ++j) {
@@ -200,13 +199,20 @@ void Scheduler::CachePrompts(Admitted& admitted) {
   }
 }
 
-std::vector<int32_t> Scheduler::CachedPrefix(const Request& request) const {
+std::vector<BlockKey> Scheduler::PromptKeys(const Request& request) const {
+  return FullBlockKeys(std::span(request.tokens).first(static_cast<size_t>(request.prompt_tokens)),
+                       limits_.block_tokens);
+}
+
+std::vector<int32_t> Scheduler::CachedPrefix(Request& request) const {
   std::vector<int32_t> prefix;
   if (!limits_.prefix_cache || !request.offload || request.computed > 0) return prefix;
-  for (const BlockKey& key : FullBlockKeys(
-           std::span(request.tokens).first(static_cast<size_t>(request.prompt_tokens - 1)),
-           limits_.block_tokens)) {
-    const std::optional<int32_t> block = host_pool_.Find(key);
+  // A head that waits is looked up again each step: its keys are made once.
+  if (request.prompt_keys.empty()) request.prompt_keys = PromptKeys(request);
+  // At least one prompt token is left to compute.
+  const auto usable = static_cast<size_t>((request.prompt_tokens - 1) / limits_.block_tokens);
+  for (size_t j = 0; j < usable && j < request.prompt_keys.size(); ++j) {
+    const std::optional<int32_t> block = host_pool_.Find(request.prompt_keys[j]);
     if (!block) break;
     prefix.push_back(*block);
   }

@@ -135,9 +135,12 @@ class Scheduler {
   // of the cache holds yet, made by a move to host blocks the cache keeps unreferenced (skipped
   // when the host tier has no room).
   void CachePrompts(Admitted& admitted);
+  // The keys of the request's full prompt blocks.
+  std::vector<BlockKey> PromptKeys(const Request& request) const;
   // With prefix caching, the host blocks cached for the longest run of the request's full prompt
   // blocks from its start, leaving at least one prompt token to compute; empty when none is.
-  std::vector<int32_t> CachedPrefix(const Request& request) const;
+  // Keeps the request's prompt keys (Request::prompt_keys).
+  std::vector<int32_t> CachedPrefix(Request& request) const;
   // Host tier blocks made addressable for the host pool's blocks plus `more`.
   absl::Status PinHostBlocks(int32_t more);
   // Device blocks the running offloaded requests hold or reserve beyond their resident sets:
