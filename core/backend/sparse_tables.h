@@ -28,8 +28,16 @@ struct SlotDirectoryView {
   int32_t* block_of_slot = nullptr;  // [num_sets][num_slots]: its host block, or -1 when free
   // [num_sets][num_slots]: the step that last used it; -1 free, 0 adopted and not used since
   int32_t* last_used = nullptr;
-  float* score = nullptr;  // [num_sets][num_slots]: its block's latest score
+  uint64_t* score = nullptr;  // [num_sets][num_slots]: StampedScore of its block's latest pick
 };
+
+// A slot's score as its directory keeps it: the step in the high half and the score's rank in the
+// low half (~SelectionKey: higher for a higher score, NaN lowest). A block that several rows pick
+// in one step keeps the best of their scores whatever order they run in (the largest word wins;
+// the device takes it with atomicMax).
+PULSE_HOST_DEVICE inline uint64_t StampedScore(int32_t step, float score) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(step)) << 32 | ~SelectionKey(score);
+}
 
 // A layer of the device tier as AdoptFreeSlots sees it: its directory and its KV cache, whose
 // block first_slot + s is slot s.
@@ -64,7 +72,7 @@ PULSE_HOST_DEVICE inline uint64_t VictimKey(const SlotDirectoryView& directory, 
   if (directory.block_of_slot[i] < 0) return 0;
   const auto recency = static_cast<uint64_t>(static_cast<uint32_t>(directory.last_used[i] + 1));
   if (directory.score_aware == 0) return recency;
-  return static_cast<uint64_t>(~SelectionKey(directory.score[i])) << 32 | recency;
+  return static_cast<uint64_t>(static_cast<uint32_t>(directory.score[i])) << 32 | recency;
 }
 
 // A miss: host block `host_block` recalled into slot `slot`, which the table entry at

@@ -15,7 +15,8 @@ absl::StatusOr<SlotDirectory> SlotDirectory::Create(Backend& backend, int32_t nu
   for (int32_t layer = 0; layer < num_layers; ++layer) {
     Layer buffers;
     PULSE_ASSIGN_OR_RETURN(buffers.slot_of_block, backend.Allocate(blocks * sizeof(int32_t)));
-    PULSE_ASSIGN_OR_RETURN(buffers.slot_state, backend.Allocate(3 * slots * sizeof(int32_t)));
+    PULSE_ASSIGN_OR_RETURN(buffers.slot_state, backend.Allocate(2 * slots * sizeof(int32_t) +
+                                                                slots * sizeof(uint64_t)));
     directory.layers_.push_back(std::move(buffers));
   }
   directory.Clear();
@@ -34,7 +35,7 @@ SlotDirectoryView SlotDirectory::view(int32_t layer) const {
           .slot_of_block = buffers.slot_of_block.as<int32_t>(),
           .block_of_slot = state,
           .last_used = state + slots,
-          .score = reinterpret_cast<float*>(state + 2 * slots)};
+          .score = reinterpret_cast<uint64_t*>(state + 2 * slots)};
 }
 
 absl::Status SlotDirectory::Forget(std::span<const int32_t> host_blocks) {
@@ -60,8 +61,8 @@ absl::Status SlotDirectory::Forget(std::span<const int32_t> host_blocks) {
 void SlotDirectory::Clear() {
   const auto slots = static_cast<size_t>(num_sets_) * static_cast<size_t>(num_slots_);
   const auto blocks = static_cast<size_t>(num_sets_) * static_cast<size_t>(num_blocks_);
-  // Free slots hold block -1, were last used at step -1 and score 0 (0.0f is all zero bits).
-  std::vector<int32_t> state(3 * slots, -1);
+  // Free slots hold block -1, were last used at step -1 and score 0.
+  std::vector<int32_t> state(4 * slots, -1);
   std::fill(state.begin() + static_cast<std::ptrdiff_t>(2 * slots), state.end(), 0);
   const std::vector<int32_t> no_slots(blocks, -1);
   for (const Layer& buffers : layers_) {

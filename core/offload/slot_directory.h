@@ -38,7 +38,7 @@ class SlotDirectory {
  private:
   struct Layer {
     DeviceBuffer slot_of_block;  // int32 [sets][blocks]
-    DeviceBuffer slot_state;     // int32 block_of_slot [sets][slots], last_used, then float score
+    DeviceBuffer slot_state;     // int32 block_of_slot [sets][slots], last_used, then uint64 score
   };
 
   SlotDirectory(Backend& backend, int32_t num_sets, int32_t num_slots, int32_t num_blocks,

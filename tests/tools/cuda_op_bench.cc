@@ -409,7 +409,8 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer block_of_slot, bench.Ints(identity));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer candidate_blocks, bench.Ints(identity));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer last_used, bench.Ints(std::vector<int32_t>(count, 0)));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer slot_scores, bench.Ints(std::vector<int32_t>(count, 0)));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer slot_scores,
+                         bench.Ints(std::vector<int32_t>(2 * size_t(count), 0)));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer pick_stamps, bench.Ints(std::vector<int32_t>(count, 0)));
   PULSE_ASSIGN_OR_RETURN(
       DeviceBuffer fixed_blocks,
@@ -443,7 +444,7 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
                                              .slot_of_block = slot_of_block.as<int32_t>(),
                                              .block_of_slot = block_of_slot.as<int32_t>(),
                                              .last_used = last_used.as<int32_t>(),
-                                             .score = slot_scores.as<float>()},
+                                             .score = slot_scores.as<uint64_t>()},
                                .tables = tables.as<int32_t>(),
                                .table_stride = table_stride,
                                .kv_lens = kv_lens.as<int32_t>(),

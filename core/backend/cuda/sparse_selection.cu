@@ -51,8 +51,11 @@ __global__ void __launch_bounds__(kTopThreads)
   }
 }
 
-__device__ __forceinline__ float StoredScore(float score) {
-  return score != score ? -INFINITY : score;
+// Rows picking one block in a step race to its slot's score: the largest stamped score wins.
+__device__ __forceinline__ void KeepBestScore(const SlotDirectoryView& directory, int64_t at,
+                                              uint64_t stamped) {
+  atomicMax(reinterpret_cast<unsigned long long*>(directory.score + at),
+            static_cast<unsigned long long>(stamped));
 }
 
 // The row whose picks hold pair `pair` of a set: the last with picks_before <= pair.
@@ -185,7 +188,7 @@ __global__ void __launch_bounds__(kResolveThreads)
       if (slot >= 0) {
         const int64_t at = int64_t{set} * directory.num_slots + slot;
         directory.last_used[at] = step;
-        directory.score[at] = StoredScore(score);
+        KeepBestScore(directory, at, StampedScore(step, score));
         build.tables[entry] = directory.first_slot + slot;
         hit = true;
       } else {
@@ -393,7 +396,7 @@ __global__ void __launch_bounds__(kVictimThreads)
       slot_of_block[miss.host_block] = miss.slot;
       directory.block_of_slot[at] = miss.host_block;
       directory.last_used[at] = step;
-      directory.score[at] = StoredScore(miss.score);
+      directory.score[at] = StampedScore(step, miss.score);
       build.tables[miss.table_index] = directory.first_slot + miss.slot;
     }
     CountInWarp(build, evicted_one, row, kSparseEvictions);
@@ -401,12 +404,13 @@ __global__ void __launch_bounds__(kVictimThreads)
   }
   if (tid == 0) build.recalls.counts[set] = victims;
   __syncthreads();
-  // Followers take their leader's slot; the claims of leaders without one are cleared.
+  // Followers take their leader's slot and score; the claims of leaders without one are cleared.
   for (int32_t i = tid; i < listed; i += kVictimThreads) {
     const RecallEntry miss = misses_listed[i];
     const int32_t slot = slot_of_block[miss.host_block];
     if (slot >= 0) {
       build.tables[miss.table_index] = directory.first_slot + slot;
+      KeepBestScore(directory, set_slots + slot, StampedScore(step, miss.score));
     } else {
       slot_of_block[miss.host_block] = -1;
     }
@@ -471,7 +475,7 @@ __global__ void ForgetSlotsKernel(SlotDirectoryView directory, const int32_t* __
   const int64_t at = int64_t{set} * directory.num_slots + slot;
   directory.block_of_slot[at] = -1;
   directory.last_used[at] = -1;
-  directory.score[at] = 0.0f;
+  directory.score[at] = 0;
   slot = -1;
 }
 
@@ -508,7 +512,7 @@ __global__ void __launch_bounds__(kAdoptThreads)
         slot_of_block = slot;
         directory.block_of_slot[at] = block;
         directory.last_used[at] = 0;
-        directory.score[at] = -INFINITY;
+        directory.score[at] = StampedScore(0, -INFINITY);
       }
     }
     __syncthreads();  // every thread has read `taken` and the scan's storage

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -22,10 +23,6 @@ std::vector<int32_t> Smallest(std::vector<std::pair<Key, int32_t>> keys, size_t 
   for (size_t i = 0; i < count; ++i) chosen.push_back(keys[i].second);
   std::sort(chosen.begin(), chosen.end());
   return chosen;
-}
-
-float StoredScore(float score) {
-  return std::isnan(score) ? -std::numeric_limits<float>::infinity() : score;
 }
 
 bool Inside(int64_t first, int64_t count, size_t size) {
@@ -78,9 +75,10 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
   for (int32_t set = 0; set < build.num_sets; ++set) {
     if (set < directory.num_sets) build.recalls.counts[set] = 0;
     std::vector<RecallEntry> misses;
-    // Each miss's block, and the picks that follow a miss of their block: (miss, table index).
+    // Each miss's block, and the picks that follow a miss of their block: (miss, table index,
+    // score).
     absl::flat_hash_map<int32_t, size_t> miss_of_block;
-    std::vector<std::pair<size_t, int64_t>> followers;
+    std::vector<std::tuple<size_t, int64_t, float>> followers;
     for (int32_t r = 0; r < build.num_rows; ++r) {
       const SparseTableRow& row = build.rows[r];
       const ScoreSegment& segment = build.segments[row.segment];
@@ -130,7 +128,7 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
           entry = directory.first_slot;
           const int64_t table_index = table_row * stride + row.sink_blocks + j;
           if (const auto [it, first] = miss_of_block.emplace(block, misses.size()); !first) {
-            followers.emplace_back(it->second, table_index);
+            followers.emplace_back(it->second, table_index, score);
             ++count(r, kSparseHits);
             continue;
           }
@@ -139,7 +137,7 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
         }
         const int64_t at = int64_t{set} * directory.num_slots + slot;
         directory.last_used[at] = step;
-        directory.score[at] = StoredScore(score);
+        directory.score[at] = std::max(directory.score[at], StampedScore(step, score));
         entry = directory.first_slot + slot;
         ++count(r, kSparseHits);
       }
@@ -160,7 +158,7 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
     for (size_t i = victims.size(); i < misses.size(); ++i) {
       ++count(row_of(misses[i]), kSparseOverflow);
     }
-    for (const auto& [miss, table_index] : followers) {
+    for (const auto& [miss, table_index, score] : followers) {
       if (miss >= victims.size()) {
         ++count(static_cast<int32_t>(table_index / stride / build.num_sets), kSparseOverflow);
       }
@@ -178,14 +176,17 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
       directory.slot_of_block[int64_t{set} * directory.num_blocks + miss.host_block] = slot;
       directory.block_of_slot[at] = miss.host_block;
       directory.last_used[at] = step;
-      directory.score[at] = StoredScore(miss.score);
+      directory.score[at] = StampedScore(step, miss.score);
       build.tables[miss.table_index] = directory.first_slot + slot;
       miss.slot = slot;
       recalls[i] = miss;
       ++count(row, kSparseMisses);
     }
-    for (const auto& [miss, table_index] : followers) {
-      if (miss < victims.size()) build.tables[table_index] = build.tables[misses[miss].table_index];
+    for (const auto& [miss, table_index, score] : followers) {
+      if (miss >= victims.size()) continue;
+      const int64_t at = int64_t{set} * directory.num_slots + victims[miss];
+      directory.score[at] = std::max(directory.score[at], StampedScore(step, score));
+      build.tables[table_index] = build.tables[misses[miss].table_index];
     }
     build.recalls.counts[set] = static_cast<int32_t>(victims.size());
   }
@@ -201,7 +202,7 @@ void ForgetSlots(const SlotDirectoryView& directory, std::span<const int32_t> bl
       const int64_t at = int64_t{set} * directory.num_slots + slot;
       directory.block_of_slot[at] = -1;
       directory.last_used[at] = -1;
-      directory.score[at] = 0.0f;
+      directory.score[at] = 0;
       slot = -1;
     }
   }
@@ -237,7 +238,7 @@ absl::Status AdoptFreeSlots(std::span<const SlotLayer> layers,
         slot_of_block[block] = slot;
         directory.block_of_slot[at] = block;
         directory.last_used[at] = 0;
-        directory.score[at] = -std::numeric_limits<float>::infinity();
+        directory.score[at] = StampedScore(0, -std::numeric_limits<float>::infinity());
       }
       for (const WriteBackEntry& entry : entries) {
         const int32_t slot = slot_of_block[entry.host_block];

@@ -120,7 +120,7 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
     std::vector<int32_t> slot_of_block(static_cast<size_t>(c.sets * blocks), -1);
     std::vector<int32_t> block_of_slot(static_cast<size_t>(c.sets * c.slots), -1);
     std::vector<int32_t> last_used(block_of_slot.size(), -1);
-    std::vector<float> slot_scores(block_of_slot.size(), 0.0f);
+    std::vector<uint64_t> slot_scores(block_of_slot.size(), 0);
     std::vector<int32_t> pick_stamps(static_cast<size_t>(c.sets * summaries), -1);
     DeviceBuffer d_slot_of_block = Upload(slot_of_block);
     DeviceBuffer d_block_of_slot = Upload(block_of_slot);
@@ -140,7 +140,7 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
     device_directory.slot_of_block = d_slot_of_block.as<int32_t>();
     device_directory.block_of_slot = d_block_of_slot.as<int32_t>();
     device_directory.last_used = d_last_used.as<int32_t>();
-    device_directory.score = d_slot_scores.as<float>();
+    device_directory.score = d_slot_scores.as<uint64_t>();
 
     for (int32_t step = 1; step <= 40; ++step) {
       if (step % 9 == 0) {
@@ -281,7 +281,7 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
       ASSERT_EQ(Download<int32_t>(d_slot_of_block, slot_of_block.size()), slot_of_block);
       ASSERT_EQ(Download<int32_t>(d_block_of_slot, block_of_slot.size()), block_of_slot);
       ASSERT_EQ(Download<int32_t>(d_last_used, last_used.size()), last_used);
-      ASSERT_EQ(Download<float>(d_slot_scores, slot_scores.size()), slot_scores);
+      ASSERT_EQ(Download<uint64_t>(d_slot_scores, slot_scores.size()), slot_scores);
       ASSERT_EQ(Download<int32_t>(d_pick_stamps, pick_stamps.size()), pick_stamps);
     }
   }
@@ -315,7 +315,7 @@ TEST_F(CudaSparseSelectionTest, AdoptFreeSlotsMatchesTheCpu) {
       cache[layer].resize((kDense + kSlots) * block_bytes);
       for (uint8_t& byte : cache[layer]) byte = static_cast<uint8_t>(rng());
       slot_of_block[layer].assign(static_cast<size_t>(sets * kBlocks), -1);
-      slot_state[layer].assign(3 * state_ints, -1);
+      slot_state[layer].assign(4 * state_ints, -1);
       std::fill(slot_state[layer].begin() + 2 * state_ints, slot_state[layer].end(), 0);
       for (int32_t k = 0; k < sets; ++k) {
         for (int32_t slot = 0; slot < kSlots; ++slot) {
@@ -340,7 +340,7 @@ TEST_F(CudaSparseSelectionTest, AdoptFreeSlotsMatchesTheCpu) {
                                  .slot_of_block = of_block,
                                  .block_of_slot = state,
                                  .last_used = state + state_ints,
-                                 .score = reinterpret_cast<float*>(state + 2 * state_ints)};
+                                 .score = reinterpret_cast<uint64_t*>(state + 2 * state_ints)};
       };
       host_layers.push_back(
           {.directory = view(slot_of_block[layer].data(), slot_state[layer].data()),

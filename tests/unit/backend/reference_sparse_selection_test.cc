@@ -107,7 +107,7 @@ struct Directory {
       : slot_of_block(static_cast<size_t>(sets * blocks), -1),
         block_of_slot(static_cast<size_t>(sets * slots), -1),
         last_used(static_cast<size_t>(sets * slots), -1),
-        score(static_cast<size_t>(sets * slots), 0.0f) {
+        score(static_cast<size_t>(sets * slots), 0) {
     view = {.num_sets = sets,
             .num_slots = slots,
             .num_blocks = blocks,
@@ -121,7 +121,7 @@ struct Directory {
   std::vector<int32_t> slot_of_block;
   std::vector<int32_t> block_of_slot;
   std::vector<int32_t> last_used;
-  std::vector<float> score;
+  std::vector<uint64_t> score;
   SlotDirectoryView view;
 };
 
@@ -291,8 +291,9 @@ TEST(ReferenceSlotDirectoryTest, RandomStepsFollowTheDirectorysRules) {
               }
               const auto it = slot_of.find(block);
               if (it != slot_of.end()) {
-                slots[static_cast<size_t>(it->second)].last_used = step;
-                slots[static_cast<size_t>(it->second)].score = score;
+                Model::Slot& slot = slots[static_cast<size_t>(it->second)];
+                slot.score = slot.last_used == step ? std::max(slot.score, score) : score;
+                slot.last_used = step;
                 ++hits;
               } else {
                 missed.emplace_back(block, score);
@@ -347,7 +348,7 @@ TEST(ReferenceSlotDirectoryTest, RandomStepsFollowTheDirectorysRules) {
             ASSERT_EQ(directory.block_of_slot[at], want.block) << "slot " << slot;
             if (want.block < 0) continue;
             EXPECT_EQ(directory.last_used[at], want.last_used);
-            EXPECT_EQ(directory.score[at], want.score);
+            EXPECT_EQ(directory.score[at], StampedScore(want.last_used, want.score));
           }
           for (int32_t b = 0; b < kBlocks; ++b) {
             const auto it = slot_of.find(b);
@@ -579,7 +580,7 @@ TEST(ReferenceSlotDirectoryTest, GivenUpBlocksFillTheFreeSlotsAndLeaveFirst) {
   EXPECT_EQ(directory.slot_of_block[6], -1);
   EXPECT_EQ(directory.slot_of_block[7], 1);
   EXPECT_THAT(directory.last_used, ::testing::ElementsAre(0, 3, -1, 0));
-  EXPECT_EQ(directory.score[0], -kInf);
+  EXPECT_EQ(directory.score[0], StampedScore(0, -kInf));
   const int64_t elems = Cache::kLayout.block_elems();
   EXPECT_EQ(cache.Elements(kFirstSlot + 0, 0, elems), cache.Elements(2, 0, elems));
   EXPECT_EQ(cache.Elements(kFirstSlot + 3, 0, elems), cache.Elements(5, 0, elems));
