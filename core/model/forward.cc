@@ -385,15 +385,18 @@ absl::Status ModelRunner::Check(const StepBatch& batch) const {
           new_tokens, kv_len, blocks.size(), block_tokens));
     }
     if (batch.staged(s)) {
-      // Its blocks are the staging area's; StagedPrefill::Plan checks its host blocks.
-      if (batch.num_seqs() != 1 || sparse_ == nullptr || sparse_->staged() == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("step batch: sequence %d is a staged prompt chunk %s", s,
-                            batch.num_seqs() != 1
-                                ? "beside other sequences"
-                                : "and the runner has no host tier (ModelRunnerOptions::offload)"));
+      // Its blocks are the staging area's; StagedPrefill::Plan checks them.
+      if (sparse_ == nullptr || sparse_->staged() == nullptr) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "step batch: sequence %d is a staged prompt chunk and the runner has no host tier "
+            "(ModelRunnerOptions::offload)",
+            s));
       }
       continue;
+    }
+    if (batch.has_staged()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "step batch: sequence %d is not a staged prompt chunk, beside staged ones", s));
     }
     // Blocks past the dense pool are the device tier's slots.
     const int32_t dense_blocks = sparse_ == nullptr ? cache_.num_blocks() : sparse_->first_slot();
@@ -555,9 +558,17 @@ absl::Status ModelRunner::UploadMicroBatch(const StepBatch& batch, int32_t first
   context.staged = batch.has_staged();
   if (batch.has_sparse()) PULSE_RETURN_IF_ERROR(PlanSparse(batch, context));
   if (context.staged) {
-    const int32_t kv_len = batch.kv_lens()[static_cast<size_t>(first_seq)];
-    PULSE_RETURN_IF_ERROR(
-        sparse_->staged()->Plan(batch.host_blocks(first_seq), kv_len - step.num_tokens, kv_len));
+    std::vector<StagedChunk> chunks;
+    for (int32_t s = first_seq; s < end_seq; ++s) {
+      const int32_t kv_len = batch.kv_lens()[static_cast<size_t>(s)];
+      const int32_t new_tokens =
+          q_offsets[static_cast<size_t>(s) + 1] - q_offsets[static_cast<size_t>(s)];
+      chunks.push_back({.host_blocks = batch.host_blocks(s),
+                        .staging_blocks = batch.blocks(s),
+                        .computed = kv_len - new_tokens,
+                        .kv_len = kv_len});
+    }
+    PULSE_RETURN_IF_ERROR(sparse_->staged()->Plan(chunks));
   }
   return absl::OkStatus();
 }

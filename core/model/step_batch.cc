@@ -31,9 +31,14 @@ void StepBatch::AddSequence(std::span<const int32_t> tokens, int32_t start_posit
 
 void StepBatch::AddStagedSequence(std::span<const int32_t> tokens, int32_t start_position,
                                   std::span<const int32_t> host_blocks, LogitRows logits) {
-  // Its attention reads logical block j as block j of the staging area.
+  // Its attention reads logical block j from the staging block of host block host_blocks[j]:
+  // the next free one when no staged sequence before it in the step has that host block.
   std::vector<int32_t> staging(host_blocks.size());
-  for (size_t j = 0; j < staging.size(); ++j) staging[j] = static_cast<int32_t>(j);
+  for (size_t j = 0; j < staging.size(); ++j) {
+    staging[j] =
+        staging_of_host_.try_emplace(host_blocks[j], static_cast<int32_t>(staging_of_host_.size()))
+            .first->second;
+  }
   AddSequence(tokens, start_position, staging, logits, std::nullopt, host_blocks);
   staged_.back() = true;
   has_staged_ = true;
@@ -55,6 +60,7 @@ void StepBatch::Clear() {
   has_sparse_ = false;
   staged_.clear();
   has_staged_ = false;
+  staging_of_host_.clear();
   max_blocks_per_seq_ = 0;
 }
 

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/backend/sparse_tables.h"
 #include "core/offload/selection.h"
 
@@ -47,7 +48,8 @@ class StepBatch {
   // Adds a prompt chunk of an offloaded sequence none of whose blocks is resident: logical block
   // j lives in host-tier block host_blocks[j] (which must cover every position through the last
   // new one), and the chunk attends to it through the offload layer's staging area
-  // (core/offload/staged_prefill.h). Such a chunk is the only sequence of its step.
+  // (core/offload/staged_prefill.h), where the staged chunks of a step share the blocks of the
+  // host blocks they share. Staged chunks run in steps of their own.
   void AddStagedSequence(std::span<const int32_t> tokens, int32_t start_position,
                          std::span<const int32_t> host_blocks, LogitRows logits);
   void Clear();
@@ -92,6 +94,7 @@ class StepBatch {
   bool has_sparse_ = false;
   std::vector<bool> staged_;  // [num_seqs]
   bool has_staged_ = false;
+  absl::flat_hash_map<int32_t, int32_t> staging_of_host_;  // the staged chunks' staging blocks
   int32_t max_blocks_per_seq_ = 0;
 };
 

@@ -114,8 +114,11 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
     PULSE_ASSIGN_OR_RETURN(sparse->move_done_, backend.CreateCopyEvent());
     PULSE_ASSIGN_OR_RETURN(
         sparse->staged_,
-        StagedPrefill::Create(backend, layout, cache.num_layers(), limits.max_blocks_per_seq,
-                              sparse->tiers_->host, sparse->summaries_));
+        StagedPrefill::Create(
+            backend, layout, cache.num_layers(),
+            StagedPrefill::Blocks(limits.max_blocks_per_seq, limits.max_step_tokens,
+                                  limits.max_seqs, layout.block_tokens),
+            sparse->tiers_->host, sparse->summaries_));
     std::vector<SlotLayer> slot_layers;
     for (size_t layer = 0; layer < sparse->layers_.size(); ++layer) {
       slot_layers.push_back(

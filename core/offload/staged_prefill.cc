@@ -8,6 +8,11 @@
 
 namespace pulse {
 
+int32_t StagedPrefill::Blocks(int32_t max_blocks_per_seq, int32_t max_step_tokens, int32_t max_seqs,
+                              int32_t block_tokens) {
+  return max_blocks_per_seq + BlocksForTokens(max_step_tokens, block_tokens) + max_seqs;
+}
+
 int64_t StagedPrefill::Bytes(const PagedKvLayout& layout, int32_t max_blocks) {
   return 2 * int64_t{max_blocks} * layout.block_bytes();
 }
@@ -35,42 +40,72 @@ absl::StatusOr<std::unique_ptr<StagedPrefill>> StagedPrefill::Create(
   return staged;
 }
 
-absl::Status StagedPrefill::Plan(std::span<const int32_t> host_blocks, int32_t computed,
-                                 int32_t kv_len) {
+absl::Status StagedPrefill::Plan(std::span<const StagedChunk> chunks) {
   const int32_t block_tokens = layout_.block_tokens;
-  const auto blocks = static_cast<int32_t>(host_blocks.size());
-  if (computed < 0 || kv_len <= computed || blocks != BlocksForTokens(kv_len, block_tokens) ||
-      blocks > max_blocks_) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "a staged prompt chunk of tokens [%d, %d) in %d host blocks (%d tokens a block; the "
-        "staging area holds %d blocks)",
-        computed, kv_len, blocks, block_tokens, max_blocks_));
+  if (chunks.empty()) return absl::InvalidArgumentError("a staged step without chunks");
+  // Per staging block: its host block, and the chunk that uses it (kShared: several).
+  constexpr int32_t kShared = -2;
+  std::vector<int32_t> host_of(static_cast<size_t>(max_blocks_), -1);
+  std::vector<int32_t> user(static_cast<size_t>(max_blocks_), -1);
+  std::vector<int32_t> writes;  // (staging block, host block) pairs
+  std::vector<int32_t> filled_staging;
+  std::vector<int32_t> filled_ids;
+  int32_t highest = -1;
+  recalls_.clear();
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const StagedChunk& chunk = chunks[c];
+    const auto blocks = static_cast<int32_t>(chunk.host_blocks.size());
+    if (chunk.computed < 0 || chunk.kv_len <= chunk.computed ||
+        blocks != BlocksForTokens(chunk.kv_len, block_tokens) ||
+        chunk.staging_blocks.size() != chunk.host_blocks.size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a staged prompt chunk of tokens [%d, %d) in %d host blocks and %d staging blocks (%d "
+          "tokens a block)",
+          chunk.computed, chunk.kv_len, blocks, chunk.staging_blocks.size(), block_tokens));
+    }
+    const int32_t recalled = BlocksForTokens(chunk.computed, block_tokens);
+    const int32_t first_written = chunk.computed / block_tokens;
+    const int32_t full = chunk.kv_len / block_tokens;
+    for (int32_t j = 0; j < blocks; ++j) {
+      const int32_t host = chunk.host_blocks[static_cast<size_t>(j)];
+      const int32_t staging = chunk.staging_blocks[static_cast<size_t>(j)];
+      const bool bad_block = host < 0 || staging < 0 || staging >= max_blocks_;
+      if (bad_block || (host_of[static_cast<size_t>(staging)] >= 0 &&
+                        (host_of[static_cast<size_t>(staging)] != host ||
+                         user[static_cast<size_t>(staging)] == static_cast<int32_t>(c)))) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "staged chunk %d: block %d in host block %d and staging block %d (the staging area "
+            "holds %d; a staging block names one host block, once a chunk)",
+            c, j, host, staging, max_blocks_));
+      }
+      const bool first_use = host_of[static_cast<size_t>(staging)] < 0;
+      host_of[static_cast<size_t>(staging)] = host;
+      user[static_cast<size_t>(staging)] = first_use ? static_cast<int32_t>(c) : kShared;
+      highest = std::max(highest, host);
+      if (j < recalled && first_use) recalls_.emplace_back(staging, host);
+      if (j < first_written) continue;
+      writes.insert(writes.end(), {staging, host});
+      if (j < full) {
+        filled_staging.push_back(staging);
+        filled_ids.push_back(summaries_.host_id(host));
+      }
+    }
   }
-  const int32_t lowest = *std::ranges::min_element(host_blocks);
-  if (lowest < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a staged prompt chunk in host block %d", lowest));
+  for (size_t i = 0; i < writes.size(); i += 2) {
+    if (user[static_cast<size_t>(writes[i])] == kShared) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "staged chunks: host block %d, which one writes, is used by another", writes[i + 1]));
+    }
   }
-  // The host tier grows to hold what the chunk writes back (the engine grew it at admission).
-  PULSE_RETURN_IF_ERROR(host_.Reserve(*std::ranges::max_element(host_blocks) + 1));
-  host_blocks_.assign(host_blocks.begin(), host_blocks.end());
-  recall_blocks_ = BlocksForTokens(computed, block_tokens);
-  const int32_t first_written = computed / block_tokens;
-  writebacks_ = blocks - first_written;
-  filled_ = kv_len / block_tokens - first_written;
-  std::vector<int32_t> lists;
-  lists.reserve(static_cast<size_t>(2 * writebacks_ + 2 * filled_));
-  for (int32_t j = first_written; j < blocks; ++j) {
-    lists.push_back(j);
-    lists.push_back(host_blocks_[static_cast<size_t>(j)]);
-  }
-  for (int32_t j = first_written; j < first_written + filled_; ++j) lists.push_back(j);
-  for (int32_t j = first_written; j < first_written + filled_; ++j) {
-    lists.push_back(summaries_.host_id(host_blocks_[static_cast<size_t>(j)]));
-  }
-  backend_.CopyToDevice(lists_.data(), lists.data(), lists.size() * sizeof(int32_t));
+  // The host tier grows to hold what the chunks write back (the engine grew it at admission).
+  PULSE_RETURN_IF_ERROR(host_.Reserve(highest + 1));
+  writebacks_ = static_cast<int32_t>(writes.size() / 2);
+  filled_ = static_cast<int32_t>(filled_staging.size());
+  writes.insert(writes.end(), filled_staging.begin(), filled_staging.end());
+  writes.insert(writes.end(), filled_ids.begin(), filled_ids.end());
+  backend_.CopyToDevice(lists_.data(), writes.data(), writes.size() * sizeof(int32_t));
   open_ = true;
-  ++stats_.chunks;
+  stats_.chunks += static_cast<int64_t>(chunks.size());
   return absl::OkStatus();
 }
 
@@ -82,9 +117,9 @@ absl::Status StagedPrefill::Recall(int32_t layer) {
   const int64_t block_bytes = layout_.block_bytes();
   auto* staging = static_cast<char*>(layer_blocks(layer));
   chunks_.clear();
-  for (int32_t j = 0; j < recall_blocks_; ++j) {
-    chunks_.push_back({host_.block(layer, host_blocks_[static_cast<size_t>(j)]),
-                       staging + j * block_bytes, static_cast<size_t>(block_bytes)});
+  for (const auto& [block, host_block] : recalls_) {
+    chunks_.push_back({host_.block(layer, host_block), staging + block * block_bytes,
+                       static_cast<size_t>(block_bytes)});
   }
   // After compute: the layer two before, which used this half, must have read it.
   PULSE_RETURN_IF_ERROR(backend_.EnqueueCopy({.direction = CopyDirection::kHostToDevice,
@@ -93,7 +128,7 @@ absl::Status StagedPrefill::Recall(int32_t layer) {
                                               .codec = host_.codec(),
                                               .layout = layout_},
                                              *recalled_[static_cast<size_t>(layer % 2)]));
-  stats_.recall_bytes += int64_t{recall_blocks_} * host_.block_bytes();
+  stats_.recall_bytes += static_cast<int64_t>(recalls_.size()) * host_.block_bytes();
   return absl::OkStatus();
 }
 

@@ -2,7 +2,9 @@
 // chunks' KV one layer at a time from a staging area of two layers, recalled there from the host
 // tier, and the chunk's own blocks go from the staging area to the host tier. The device then
 // holds two layers of one prompt, not every layer of it, so a prompt longer than the dense pool
-// can run offloaded (docs/design/admission.md, "Staged prefill").
+// can run offloaded (docs/design/admission.md, "Staged prefill"). Chunks of several prompts may
+// run in one step: a host block they share (a cached prefix) has one staging block, recalled
+// once a layer for all of them.
 //
 // Per layer l, on the backend's streams: the recall of layer l + 1's earlier blocks into the
 // other half of the staging area is enqueued on the copy stream after the compute so far (the
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/backend/backend.h"
@@ -25,6 +28,16 @@
 #include "core/offload/host_tier.h"
 
 namespace pulse {
+
+// One prompt's chunk in a staged step: tokens [computed, kv_len) of a sequence whose logical
+// block j lives in host block host_blocks[j] and is read and written as block staging_blocks[j]
+// of the staging area (exactly the blocks of kv_len tokens each).
+struct StagedChunk {
+  std::span<const int32_t> host_blocks;
+  std::span<const int32_t> staging_blocks;
+  int32_t computed = 0;
+  int32_t kv_len = 0;
+};
 
 // What staged chunks moved so far.
 struct StagedPrefillStats {
@@ -36,25 +49,30 @@ struct StagedPrefillStats {
 
 class StagedPrefill {
  public:
-  // A staging area for prompts of up to `max_blocks` blocks of `layout` (two layers of them),
-  // over `host` and `summaries`, which must outlive it. ResourceExhausted when the backend
-  // cannot hold it.
+  // A staging area of `max_blocks` blocks of `layout` a layer (two layers of them), over `host`
+  // and `summaries`, which must outlive it. ResourceExhausted when the backend cannot hold it.
   static absl::StatusOr<std::unique_ptr<StagedPrefill>> Create(Backend& backend,
                                                                const PagedKvLayout& layout,
                                                                int32_t num_layers,
                                                                int32_t max_blocks, HostTier& host,
                                                                BlockSummaries& summaries);
 
-  // Device bytes of the staging area for prompts of `max_blocks` blocks.
+  // The staging blocks a layer of an engine whose sequences have up to `max_blocks_per_seq`
+  // blocks: one whole prompt, and the blocks every other sequence of a step of `max_step_tokens`
+  // tokens and `max_seqs` sequences writes (a partial block each at most besides).
+  static int32_t Blocks(int32_t max_blocks_per_seq, int32_t max_step_tokens, int32_t max_seqs,
+                        int32_t block_tokens);
+  // Device bytes of a staging area of `max_blocks` blocks a layer.
   static int64_t Bytes(const PagedKvLayout& layout, int32_t max_blocks);
 
-  // Plans the chunk of tokens [computed, kv_len) of a sequence whose logical block j lives in
-  // host block host_blocks[j] (exactly the blocks of kv_len tokens): its attention reads
-  // logical block j as block j of the staging area; the host tier is grown to hold its blocks.
-  // InvalidArgument for a chunk past the staging area or host blocks outside the tier,
-  // ResourceExhausted when the tier cannot be pinned that far; nothing is enqueued.
-  absl::Status Plan(std::span<const int32_t> host_blocks, int32_t computed, int32_t kv_len);
-  // The layer's KV as the chunk's attention reads it (blocks 0 to the chunk's last).
+  int32_t max_blocks() const { return max_blocks_; }
+
+  // Plans a step of staged chunks; the host tier is grown to hold their blocks. A staging block
+  // names one host block; one that a chunk writes belongs to that chunk alone. InvalidArgument
+  // for chunks past the staging area, host blocks outside the tier or staging blocks shared
+  // otherwise, ResourceExhausted when the tier cannot be pinned that far; nothing is enqueued.
+  absl::Status Plan(std::span<const StagedChunk> chunks);
+  // The layer's KV as the chunks' attention reads it.
   void* layer_blocks(int32_t layer) const;
   // Before the layer's KV append: enqueues the recall of the next layer's earlier blocks (and at
   // layer 0 of its own), and makes compute wait for this layer's.
@@ -92,11 +110,10 @@ class StagedPrefill {
   DeviceBuffer lists_;
   std::array<std::unique_ptr<CopyEvent>, 2> recalled_;  // the last recall into each half
   std::unique_ptr<CopyEvent> written_;                  // the last write-back
-  std::vector<int32_t> host_blocks_;
+  std::vector<std::pair<int32_t, int32_t>> recalls_;    // (staging block, host block) a layer
   std::vector<CopyChunk> chunks_;
-  int32_t recall_blocks_ = 0;  // earlier blocks each layer recalls: [0, recall_blocks_)
-  int32_t writebacks_ = 0;     // blocks the chunk wrote: [first_written, +writebacks_)
-  int32_t filled_ = 0;         // blocks it filled, summarized
+  int32_t writebacks_ = 0;  // blocks the chunks wrote
+  int32_t filled_ = 0;      // blocks they filled, summarized
   bool open_ = false;
   StagedPrefillStats stats_;
 };

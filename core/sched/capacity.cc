@@ -87,12 +87,15 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
   const int64_t block_bytes = limits.block_bytes;
   const int32_t max_blocks_per_seq =
       BlocksForTokens(resolved.max_context - 1, resolved.block_tokens);
+  if (resolved.offload) {
+    limits.staging_blocks = StagedPrefill::Blocks(max_blocks_per_seq, resolved.max_step_tokens,
+                                                  resolved.max_batch, resolved.block_tokens);
+  }
   // Device bytes of the offload tiers: the slots' KV, the host tier's summaries and the staging
   // area of a prompt prefilled offloaded.
-  const int64_t tier_bytes =
-      int64_t{limits.slot_blocks} * block_bytes +
-      int64_t{limits.host_blocks} * summary_block_bytes +
-      (resolved.offload ? StagedPrefill::Bytes(layout, max_blocks_per_seq) : 0);
+  const int64_t tier_bytes = int64_t{limits.slot_blocks} * block_bytes +
+                             int64_t{limits.host_blocks} * summary_block_bytes +
+                             StagedPrefill::Bytes(layout, limits.staging_blocks);
   if (resolved.kv_capacity_tokens == 0 && resolved.kv_memory_bytes > 0) {
     // Whole blocks within what the tiers leave.
     const int64_t blocks = (resolved.kv_memory_bytes - tier_bytes) / block_bytes;

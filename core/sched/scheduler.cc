@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "core/kv/block_key.h"
+#include "core/kv/block_table.h"
 #include "core/offload/residency.h"
 
 namespace pulse {
@@ -329,19 +331,16 @@ void Scheduler::MakeStagedResident(Admitted& admitted) {
 
 std::vector<ScheduledSequence> Scheduler::FormBatch() {
   std::vector<ScheduledSequence> batch;
-  // A staged prompt's chunk runs alone, every other step while other requests have work.
-  const auto staged = std::find_if(running_.begin(), running_.end(), [](const auto& request) {
+  // Staged prompts' chunks run in a step of their own, every other step while other requests
+  // have work.
+  const bool staged = std::any_of(running_.begin(), running_.end(), [](const auto& request) {
     return request->staged && !request->decoding();
   });
   const bool others = std::any_of(running_.begin(), running_.end(), [](const auto& request) {
     return !request->staged || request->decoding();
   });
-  if (staged != running_.end() && (!others || !last_batch_staged_)) {
-    Request& request = **staged;
-    const int32_t count =
-        std::min({request.uncomputed(), limits_.prefill_chunk, limits_.max_step_tokens});
-    batch.push_back({*staged, request.computed, count, /*decode=*/false,
-                     /*sample=*/count == request.uncomputed()});
+  if (staged && (!others || !last_batch_staged_)) {
+    FormStagedBatch(batch);
     last_batch_staged_ = true;
     return batch;
   }
@@ -361,6 +360,38 @@ std::vector<ScheduledSequence> Scheduler::FormBatch() {
     budget -= count;
   }
   return batch;
+}
+
+void Scheduler::FormStagedBatch(std::vector<ScheduledSequence>& batch) const {
+  // The first staged prompt's chunk, then the others' while the step's tokens and the staging
+  // area hold them: the host blocks they share (a cached prefix) take one staging block, the
+  // blocks a chunk adds one each.
+  absl::flat_hash_set<int32_t> staged_blocks;  // the host blocks the chunks hold already
+  int64_t grown_blocks = 0;                    // and the blocks they grow
+  std::vector<int32_t> added;
+  int32_t budget = limits_.max_step_tokens;
+  for (const std::shared_ptr<Request>& request : running_) {
+    if (!request->staged || request->decoding()) continue;
+    const int32_t count = std::min({request->uncomputed(), limits_.prefill_chunk, budget});
+    if (count == 0) break;
+    const std::span<const int32_t> held = request->offloaded_blocks->host_blocks();
+    const int32_t blocks = BlocksForTokens(request->computed + count, limits_.block_tokens);
+    const int32_t known = std::min(blocks, static_cast<int32_t>(held.size()));
+    added.clear();
+    for (int32_t j = 0; j < known; ++j) {
+      if (!staged_blocks.contains(held[static_cast<size_t>(j)])) {
+        added.push_back(held[static_cast<size_t>(j)]);
+      }
+    }
+    const int64_t staging =
+        static_cast<int64_t>(staged_blocks.size() + added.size()) + grown_blocks + (blocks - known);
+    if (!batch.empty() && staging > limits_.staging_blocks) continue;
+    staged_blocks.insert(added.begin(), added.end());
+    grown_blocks += blocks - known;
+    batch.push_back({request, request->computed, count, /*decode=*/false,
+                     /*sample=*/count == request->uncomputed()});
+    budget -= count;
+  }
 }
 
 void Scheduler::Remove(Request& request) {

@@ -25,6 +25,7 @@ struct SchedulerLimits {
   AdmissionKind admission = AdmissionKind::kIoAdaptive;
   int32_t min_budget_tokens = 0;  // EngineOptions::min_budget_tokens
   bool prefix_cache = false;      // OffloadConfig::prefix_cache
+  int32_t staging_blocks = 0;     // a layer of the staging area (StagedPrefill::Blocks)
 };
 
 // A running request's KV moved between the tiers by a change of placement, for the model runner
@@ -102,8 +103,9 @@ class Scheduler {
   // that set before its first decode step. Between steps only.
   Admitted Admit();
   // This step's work: one token for every decoding request, then prompt chunks of the
-  // prefilling requests in admission order within the step's token budget. A staged prompt's
-  // chunk is a step of its own, every other step while other work runs.
+  // prefilling requests in admission order within the step's token budget. Staged prompts'
+  // chunks are steps of their own, every other step while other work runs, as many as the
+  // step's tokens and the staging area hold.
   std::vector<ScheduledSequence> FormBatch();
   // Takes the request out of the queue or the running set and frees its KV blocks.
   void Remove(Request& request);
@@ -120,6 +122,8 @@ class Scheduler {
   EngineStats::Admission admission_stats() const;
 
  private:
+  // A step of staged prompts' chunks (FormBatch's when one waits).
+  void FormStagedBatch(std::vector<ScheduledSequence>& batch) const;
   // Whether the request's whole worst case fits the dense pool now with room left for it
   // offloaded (AdmissionView::fits_resident); `held` device blocks it holds already count.
   bool FitsResident(const Request& request, int32_t held = 0) const;

@@ -459,18 +459,20 @@ TEST(EngineOffloadTest, AKvMemoryCapSizesTheCacheAfterTheOffloadTiers) {
   EXPECT_EQ(dense->options().kv_capacity_tokens, 1000);
   EXPECT_EQ(dense->stats().kv_memory_bytes, kCap);
 
+  constexpr int64_t kOffloadedCap = 276480;
   EngineOptions options = Offloaded(SelectionMode::kSoloHead, 32, 0);
-  options.kv_memory_bytes = kCap;
+  options.kv_memory_bytes = kOffloadedCap;
   std::unique_ptr<Engine> offloaded = MakeEngine(model, options);
   ASSERT_NE(offloaded, nullptr);
   // 640 slot tokens (163840 bytes), 640 host tokens' summaries (20480 bytes) and the staging
-  // area of an offloaded prompt (two layers of a 255-token context: 64 blocks of 512 bytes each,
-  // 65536 bytes) first; the rest, 6144 bytes, holds 24 tokens of KV cache (256 bytes a token,
-  // whole blocks of 4: the dense pool's blocks keep no summaries).
+  // area of staged prompts (two layers of 84 blocks of 512 bytes, 86016 bytes: a 255-token
+  // context's 64 blocks, a 64-token step's 16 and a partial block for each of 4 sequences)
+  // first; the rest, 6144 bytes, holds 24 tokens of KV cache (256 bytes a token, whole blocks
+  // of 4: the dense pool's blocks keep no summaries).
   EXPECT_EQ(offloaded->options().kv_capacity_tokens, 24);
   const int64_t used = offloaded->stats().kv_memory_bytes;
-  EXPECT_LE(used, kCap);
-  EXPECT_GT(used, kCap - 256 * kBlockTokens);
+  EXPECT_LE(used, kOffloadedCap);
+  EXPECT_GT(used, kOffloadedCap - 256 * kBlockTokens);
 
   options.kv_memory_bytes = 256 * 640;  // the slots alone
   EXPECT_EQ(Engine::Create(model, options).status().code(), absl::StatusCode::kResourceExhausted);

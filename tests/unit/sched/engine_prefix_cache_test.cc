@@ -98,6 +98,9 @@ TEST(EnginePrefixCacheTest, RequestsOverOneDocumentShareItAndGiveTheUnsharedToke
   EXPECT_EQ(stats.prefill_tokens, static_cast<int64_t>(prompts[0].size() + prompts[1].size() +
                                                        prompts[2].size() + prompts[3].size()) -
                                       3 * 48);
+  // The two that joined together prefilled their questions in one staged step, recalling the
+  // document's 12 blocks once a layer; the last recalled them again (128 bytes a token and layer).
+  EXPECT_EQ(stats.offload.staged.recall_bytes, 2 * 12 * TinyConfig().num_layers * 4 * 128);
   // Nothing is held; the four prompts' full blocks stay cached (the document's once).
   EXPECT_EQ(stats.host_blocks_in_use, 0);
   int32_t cached = 12;

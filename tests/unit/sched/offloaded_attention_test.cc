@@ -287,6 +287,92 @@ TEST(OffloadedAttentionTest, AStagedPromptIsTheResidentPrefillBitwise) {
   }
 }
 
+// Staged chunks of prompts that share their first host blocks (a cached prefix) run in one step:
+// a shared block takes one staging block and is recalled once a layer, and each chunk gets the
+// logits, and leaves in the host tier the blocks, it gets in a step of its own, bit for bit.
+TEST(OffloadedAttentionTest, StagedChunksSharingAPrefixRunInOneStepAsEachDoesAlone) {
+  std::shared_ptr<const Model> model = TinyModel();
+  const int32_t vocab = TinyConfig().vocab_size;
+  const int32_t layers = TinyConfig().num_layers;
+  constexpr int32_t kDocument = 64;  // 16 full blocks
+  constexpr int32_t kQuestion = 21;  // ends inside a block
+  constexpr int32_t kDocumentBlocks = kDocument / kBlockTokens;
+  const std::vector<int32_t> document = Prompt(kDocument, vocab, 31);
+  std::vector<std::vector<int32_t>> questions;
+  std::vector<std::vector<int32_t>> host(2);  // the document's blocks 7 to 22, then each its own
+  for (int32_t q = 0; q < 2; ++q) {
+    questions.push_back(Prompt(kQuestion, vocab, 40 + q));
+    for (int32_t j = 0; j < kDocumentBlocks; ++j) host[q].push_back(7 + j);
+    for (int32_t j = 0; j * kBlockTokens < kQuestion; ++j) host[q].push_back(30 + 10 * q + j);
+  }
+  for (const SelectionMode mode : {SelectionMode::kSoloHead, SelectionMode::kHeadWise}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    ModelRunner alone = MakeRunner(model, Offload(mode, kBlocksPerSeq));
+    ModelRunner together = MakeRunner(model, Offload(mode, kBlocksPerSeq));
+    StepBatch batch;
+    std::vector<float> none;
+    for (ModelRunner* runner : {&alone, &together}) {
+      batch.Clear();
+      batch.AddStagedSequence(document, 0, std::span<const int32_t>(host[0]).first(kDocumentBlocks),
+                              LogitRows::kNone);
+      ASSERT_TRUE(runner->Forward(batch, none).ok());
+    }
+    std::vector<float> expected(static_cast<size_t>(2 * vocab));
+    for (int32_t q = 0; q < 2; ++q) {
+      batch.Clear();
+      batch.AddStagedSequence(questions[static_cast<size_t>(q)], kDocument,
+                              host[static_cast<size_t>(q)], LogitRows::kLast);
+      const absl::Status status =
+          alone.Forward(batch, std::span<float>(expected).subspan(static_cast<size_t>(q * vocab),
+                                                                  static_cast<size_t>(vocab)));
+      ASSERT_TRUE(status.ok()) << status;
+    }
+    batch.Clear();
+    for (int32_t q = 0; q < 2; ++q) {
+      batch.AddStagedSequence(questions[static_cast<size_t>(q)], kDocument,
+                              host[static_cast<size_t>(q)], LogitRows::kLast);
+    }
+    std::vector<float> got(expected.size());
+    const absl::Status status = together.Forward(batch, got);
+    ASSERT_TRUE(status.ok()) << status;
+    ExpectBitwiseEqual({got}, {expected});
+
+    const PagedKvLayout& layout = together.cache().layout();
+    for (int32_t layer = 0; layer < layers; ++layer) {
+      for (int32_t q = 0; q < 2; ++q) {
+        for (int32_t j = kDocumentBlocks; j < static_cast<int32_t>(host[0].size()); ++j) {
+          const int32_t block = host[static_cast<size_t>(q)][static_cast<size_t>(j)];
+          EXPECT_TRUE(SameTokens(together.host_tier()->block(layer, block),
+                                 alone.host_tier()->block(layer, block), layout,
+                                 std::min(kBlockTokens, kDocument + kQuestion - j * kBlockTokens)))
+              << "layer " << layer << " question " << q << " block " << j;
+        }
+      }
+    }
+    // Alone, each question's chunk recalls the document's 16 blocks in every layer; together,
+    // one recall serves both.
+    EXPECT_EQ(alone.offload_stats().staged.recall_bytes,
+              2 * layers * kDocumentBlocks * layout.block_bytes());
+    EXPECT_EQ(together.offload_stats().staged.recall_bytes,
+              layers * kDocumentBlocks * layout.block_bytes());
+    EXPECT_EQ(together.offload_stats().staged.chunks, 3);
+    EXPECT_EQ(together.offload_stats().staged.filled_blocks,
+              layers * (kDocumentBlocks + 2 * (kQuestion / kBlockTokens)));
+
+    // A staged chunk beside one that is not, and two chunks writing one host block, are refused.
+    batch.Clear();
+    batch.AddStagedSequence(questions[0], kDocument, host[0], LogitRows::kLast);
+    batch.AddStagedSequence(questions[1], kDocument, host[0], LogitRows::kLast);
+    EXPECT_EQ(together.Forward(batch, got).code(), absl::StatusCode::kInvalidArgument);
+    batch.Clear();
+    batch.AddStagedSequence(questions[0], kDocument, host[0], LogitRows::kLast);
+    std::vector<int32_t> dense_blocks(host[1].size());
+    std::iota(dense_blocks.begin(), dense_blocks.end(), 0);
+    batch.AddSequence(questions[1], kDocument, dense_blocks, LogitRows::kLast);
+    EXPECT_EQ(together.Forward(batch, got).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 // With an fp8 host tier (OffloadConfig::host_codec) a staged prompt's blocks are stored encoded:
 // layer 0's, whose keys and values depend on the tokens alone, are the encodings of the dense
 // cache's blocks; each chunk's recall reads encodings (a quarter of an f32 block's bytes); and
