@@ -24,21 +24,31 @@ inline float Fp8E4m3ToF32(uint8_t code) {
   return std::bit_cast<float>(sign | (exponent + 120) << 23 | mantissa << 20);
 }
 
+// Without branches, so that loops over values vectorize (the same codes as a branch a case, for
+// every one of the 2^32 inputs).
 inline uint8_t F32ToFp8E4m3(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
-  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
-  if (std::isnan(value)) return sign | 0x7F;
-  const float magnitude = std::fabs(value);
-  if (magnitude >= kFp8E4m3Max) return sign | 0x7E;
-  if (magnitude < 0x1p-6f) {
-    // Subnormal codes are multiples of 2^-9, exact in fp32: round the quotient to nearest even.
-    return sign | static_cast<uint8_t>(std::nearbyint(magnitude * 0x1p9f));
-  }
-  // Rebias the exponent (127 -> 7) and round the mantissa's 23 bits to 3, to nearest even; a
-  // carry moves into the exponent, as it should. Below 448 the result is at most 448's code.
-  uint32_t code = (bits & 0x7FFFFFFFu) - (120u << 23);
-  code += 0x7FFFFu + ((code >> 20) & 1u);
-  return sign | static_cast<uint8_t>(code >> 20);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  // Normal codes: rebias the exponent (127 -> 7) and round the mantissa's 23 bits to 3, to
+  // nearest even; a carry moves into the exponent, as it should.
+  uint32_t normal = magnitude - (120u << 23);
+  normal = (normal + 0x7FFFFu + ((normal >> 20) & 1u)) >> 20;
+  // Below 2^-6 the codes are multiples of 2^-9: adding 2^23 to the quotient rounds it to an
+  // integer, to nearest even (the default rounding mode), in the float's low mantissa bits.
+  const uint32_t subnormal =
+      std::bit_cast<uint32_t>(std::bit_cast<float>(magnitude) * 0x1p9f + 0x1p23f) - 0x4B000000u;
+  constexpr uint32_t kSmallestNormal = 0x3C800000u;  // 2^-6
+  constexpr uint32_t kLargest = 0x43E00000u;         // 448: larger ones, infinity too, saturate
+  constexpr uint32_t kInfinity = 0x7F800000u;        // past it, NaN
+  // Each case as a mask, all ones where it holds.
+  const uint32_t small = 0u - static_cast<uint32_t>(magnitude < kSmallestNormal);
+  const uint32_t large = 0u - static_cast<uint32_t>(magnitude >= kLargest);
+  const uint32_t nan = 0u - static_cast<uint32_t>(magnitude > kInfinity);
+  uint32_t code = (subnormal & small) | (normal & ~small);
+  code = (0x7Eu & large) | (code & ~large);
+  code = (0x7Fu & nan) | (code & ~nan);
+  return static_cast<uint8_t>(sign | code);
 }
 
 }  // namespace pulse
