@@ -290,8 +290,9 @@ absl::Status ModelRunner::CheckBetweenSteps(const char* call) const {
 
 absl::StatusOr<SparseAttention*> ModelRunner::OffloadBetweenSteps(const char* call) {
   PULSE_RETURN_IF_ERROR(CheckBetweenSteps(call));
-  if (sparse_ == nullptr)
+  if (sparse_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(call, " without offload"));
+  }
   return sparse_.get();
 }
 

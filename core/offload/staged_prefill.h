@@ -65,8 +65,6 @@ class StagedPrefill {
   // Device bytes of a staging area of `max_blocks` blocks a layer.
   static int64_t Bytes(const PagedKvLayout& layout, int32_t max_blocks);
 
-  int32_t max_blocks() const { return max_blocks_; }
-
   // Plans a step of staged chunks; the host tier is grown to hold their blocks. A staging block
   // names one host block; one that a chunk writes belongs to that chunk alone. InvalidArgument
   // for chunks past the staging area, host blocks outside the tier or staging blocks shared
