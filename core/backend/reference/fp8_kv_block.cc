@@ -11,14 +11,8 @@
 #include "core/backend/fp8.h"
 
 namespace pulse {
-// Compiled for each of these instruction sets, the one the CPU has chosen at load time: the loops
-// below are the CPU backend's encoder and decoder, and wider vectors run them several times faster
-// (the results are the same bits on each).
-#define PULSE_FP8_CLONES __attribute__((target_clones("avx2", "default")))
-
-PULSE_FP8_CLONES void EncodeFp8KvBlock(const PagedKvLayout& layout,
-                                       std::span<const std::byte> block,
-                                       std::span<std::byte> encoded) {
+void EncodeFp8KvBlock(const PagedKvLayout& layout, std::span<const std::byte> block,
+                      std::span<std::byte> encoded) {
   const int64_t head_elems = layout.head_elems();
   auto* codes = reinterpret_cast<uint8_t*>(encoded.data() + Fp8KvScaleBytes(layout));
   std::memset(encoded.data(), 0, static_cast<size_t>(Fp8KvScaleBytes(layout)));
@@ -59,9 +53,8 @@ PULSE_FP8_CLONES void EncodeFp8KvBlock(const PagedKvLayout& layout,
   }
 }
 
-PULSE_FP8_CLONES void DecodeFp8KvPart(const PagedKvLayout& layout,
-                                      std::span<const std::byte> encoded, int32_t part,
-                                      std::span<std::byte> block) {
+void DecodeFp8KvPart(const PagedKvLayout& layout, std::span<const std::byte> encoded, int32_t part,
+                     std::span<std::byte> block) {
   // Every code's value, made once: the loops below then vectorize.
   static const std::array<float, 256> kValues = [] {
     std::array<float, 256> values{};
