@@ -4,6 +4,12 @@
 #include <utility>
 
 namespace pulse {
+namespace {
+
+// int32 words of a slot's state: its block, its last use and the two halves of its uint64 score.
+constexpr size_t kSlotStateWords = 4;
+
+}  // namespace
 
 absl::StatusOr<SlotDirectory> SlotDirectory::Create(Backend& backend, int32_t num_layers,
                                                     int32_t num_sets, int32_t num_slots,
@@ -15,8 +21,8 @@ absl::StatusOr<SlotDirectory> SlotDirectory::Create(Backend& backend, int32_t nu
   for (int32_t layer = 0; layer < num_layers; ++layer) {
     Layer buffers;
     PULSE_ASSIGN_OR_RETURN(buffers.slot_of_block, backend.Allocate(blocks * sizeof(int32_t)));
-    PULSE_ASSIGN_OR_RETURN(buffers.slot_state, backend.Allocate(2 * slots * sizeof(int32_t) +
-                                                                slots * sizeof(uint64_t)));
+    PULSE_ASSIGN_OR_RETURN(buffers.slot_state,
+                           backend.Allocate(kSlotStateWords * slots * sizeof(int32_t)));
     directory.layers_.push_back(std::move(buffers));
   }
   directory.Clear();
@@ -62,7 +68,7 @@ void SlotDirectory::Clear() {
   const auto slots = static_cast<size_t>(num_sets_) * static_cast<size_t>(num_slots_);
   const auto blocks = static_cast<size_t>(num_sets_) * static_cast<size_t>(num_blocks_);
   // Free slots hold block -1, were last used at step -1 and score 0.
-  std::vector<int32_t> state(4 * slots, -1);
+  std::vector<int32_t> state(kSlotStateWords * slots, -1);
   std::fill(state.begin() + static_cast<std::ptrdiff_t>(2 * slots), state.end(), 0);
   const std::vector<int32_t> no_slots(blocks, -1);
   for (const Layer& buffers : layers_) {

@@ -69,18 +69,18 @@ absl::Status StagedPrefill::Plan(std::span<const StagedChunk> chunks) {
     for (int32_t j = 0; j < blocks; ++j) {
       const int32_t host = chunk.host_blocks[static_cast<size_t>(j)];
       const int32_t staging = chunk.staging_blocks[static_cast<size_t>(j)];
-      const bool bad_block = host < 0 || staging < 0 || staging >= max_blocks_;
-      if (bad_block || (host_of[static_cast<size_t>(staging)] >= 0 &&
-                        (host_of[static_cast<size_t>(staging)] != host ||
-                         user[static_cast<size_t>(staging)] == static_cast<int32_t>(c)))) {
+      const auto at = static_cast<size_t>(staging);
+      const bool first_use = staging >= 0 && staging < max_blocks_ && host_of[at] < 0;
+      // A staging block names one host block, once a chunk.
+      if (host < 0 || staging < 0 || staging >= max_blocks_ ||
+          (!first_use && (host_of[at] != host || user[at] == static_cast<int32_t>(c)))) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "staged chunk %d: block %d in host block %d and staging block %d (the staging area "
             "holds %d; a staging block names one host block, once a chunk)",
             c, j, host, staging, max_blocks_));
       }
-      const bool first_use = host_of[static_cast<size_t>(staging)] < 0;
-      host_of[static_cast<size_t>(staging)] = host;
-      user[static_cast<size_t>(staging)] = first_use ? static_cast<int32_t>(c) : kShared;
+      host_of[at] = host;
+      user[at] = first_use ? static_cast<int32_t>(c) : kShared;
       highest = std::max(highest, host);
       if (j < recalled && first_use) recalls_.emplace_back(staging, host);
       if (j < first_written) continue;

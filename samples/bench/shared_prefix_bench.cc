@@ -14,11 +14,11 @@
 // document and a question of its own. Each request generates greedily past the measurement.
 // The record has the first request's time to first token (its whole prompt prefilled), the
 // others' (least, median and largest: with the cache, their questions prefilled from the host
-// tier's copy of the document, one a step, so the least is one cached request's own and the
-// later ones queue), the output tokens/s and TPOT of the decode-only steps once all N decode
-// (after two warm-up steps), the host-tier memory the requests hold at that point
-// (host_blocks_in_use; with the cache the document counts once) and the prefix cache's counts.
-// Without the cache the host tier must hold N documents, so N is bounded by the host's memory.
+// tier's copy of the document in staged steps, as many a step as its tokens hold), the output
+// tokens/s and TPOT of the decode-only steps once all N decode (after two warm-up steps), the
+// host-tier memory the requests hold at that point (host_blocks_in_use; with the cache the document
+// counts once) and the prefix cache's counts. Without the cache the host tier must hold N
+// documents, so N is bounded by the host's memory.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -134,9 +134,9 @@ void Run(pulse_model* model, const pulse_bench::ModelFacts& facts, const Args& a
   Check(pulse_engine_params_init(&params, sizeof(params)), "pulse_engine_params_init");
   const int32_t block = params.block_tokens;
   const int32_t prompt_tokens = args.document + args.question;
-  // Enough tokens for every request to decode through the others' prefill (a staged chunk a
-  // step, every other step; without the cache, every request's whole prompt) and the timed
-  // steps.
+  // Enough tokens for every request to decode through the others' prefill (staged steps every
+  // other step, at worst one request's chunk in each; without the cache, every request's whole
+  // prompt) and the timed steps.
   const int32_t chunks = (prompt_tokens + args.prefill_chunk - 1) / args.prefill_chunk + 2;
   const int32_t max_tokens = 2 * requests * chunks + args.decode_steps + 16;
   const int64_t request_tokens = RoundUp(prompt_tokens + max_tokens, block);

@@ -31,18 +31,15 @@ void EncodeFp8KvBlock(const PagedKvLayout& layout, std::span<const std::byte> bl
     // independent lanes that the compiler vectorizes.
     constexpr size_t kLanes = 16;
     std::array<int32_t, kLanes> lanes{};
+    const auto take = [](int32_t& lane, float value) {
+      const int32_t magnitude = std::bit_cast<int32_t>(value) & 0x7FFFFFFF;
+      lane = std::max(lane, magnitude > 0x7F800000 ? 0 : magnitude);
+    };
     const size_t whole = values.size() / kLanes * kLanes;
-    const float* in = values.data();
     for (size_t i = 0; i < whole; i += kLanes) {
-      for (size_t k = 0; k < kLanes; ++k) {
-        const int32_t magnitude = std::bit_cast<int32_t>(in[i + k]) & 0x7FFFFFFF;
-        lanes[k] = std::max(lanes[k], magnitude > 0x7F800000 ? 0 : magnitude);
-      }
+      for (size_t k = 0; k < kLanes; ++k) take(lanes[k], values[i + k]);
     }
-    for (size_t i = whole; i < values.size(); ++i) {
-      const int32_t magnitude = std::bit_cast<int32_t>(in[i]) & 0x7FFFFFFF;
-      lanes[0] = std::max(lanes[0], magnitude > 0x7F800000 ? 0 : magnitude);
-    }
+    for (size_t i = whole; i < values.size(); ++i) take(lanes[0], values[i]);
     const auto largest = std::bit_cast<float>(*std::ranges::max_element(lanes));
     const float scale = largest / kFp8E4m3Max;
     const float inverse = largest > 0 ? kFp8E4m3Max / largest : 0.0f;

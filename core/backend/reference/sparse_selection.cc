@@ -25,6 +25,11 @@ std::vector<int32_t> Smallest(std::vector<std::pair<Key, int32_t>> keys, size_t 
   return chosen;
 }
 
+// Rows picking one block in a step keep the best of their scores (StampedScore).
+void KeepBestScore(const SlotDirectoryView& directory, int64_t at, int32_t step, float score) {
+  directory.score[at] = std::max(directory.score[at], StampedScore(step, score));
+}
+
 bool Inside(int64_t first, int64_t count, size_t size) {
   return first >= 0 && count >= 0 && first + count <= static_cast<int64_t>(size);
 }
@@ -137,7 +142,7 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
         }
         const int64_t at = int64_t{set} * directory.num_slots + slot;
         directory.last_used[at] = step;
-        directory.score[at] = std::max(directory.score[at], StampedScore(step, score));
+        KeepBestScore(directory, at, step, score);
         entry = directory.first_slot + slot;
         ++count(r, kSparseHits);
       }
@@ -184,8 +189,7 @@ absl::Status BuildSparseTables(const SparseTableBuild& build) {
     }
     for (const auto& [miss, table_index, score] : followers) {
       if (miss >= victims.size()) continue;
-      const int64_t at = int64_t{set} * directory.num_slots + victims[miss];
-      directory.score[at] = std::max(directory.score[at], StampedScore(step, score));
+      KeepBestScore(directory, int64_t{set} * directory.num_slots + victims[miss], step, score);
       build.tables[table_index] = build.tables[misses[miss].table_index];
     }
     build.recalls.counts[set] = static_cast<int32_t>(victims.size());
