@@ -1,5 +1,9 @@
 #include "core/backend/block_estimator.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -32,12 +36,17 @@ absl::Status ValidateEstimator(const BlockEstimator& given, const PagedKvLayout&
       estimator.precision != SummaryPrecision::kInt4) {
     return absl::InvalidArgumentError("an unknown summary precision");
   }
+  if (estimator.combine != BoxCombine::kMax && estimator.combine != BoxCombine::kLogSumExp) {
+    return absl::InvalidArgumentError("an unknown way of combining a block's boxes");
+  }
   if (estimator.precision == SummaryPrecision::kInt4 && layout.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "int4 block summaries pack two channels a byte: a head_dim of %d is odd", layout.head_dim));
   }
   return absl::OkStatus();
 }
+
+float LogSumExpScale(int32_t head_dim) { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
 
 int32_t SummaryBoxRows(const BlockEstimator& estimator) { return estimator.radius == 0.0f ? 1 : 2; }
 
@@ -73,6 +82,7 @@ std::string EstimatorName(const BlockEstimator& given, int32_t block_tokens) {
   if (estimator.precision == SummaryPrecision::kBf16) name += "-bf16";
   if (estimator.precision == SummaryPrecision::kInt8) name += "-int8";
   if (estimator.precision == SummaryPrecision::kInt4) name += "-int4";
+  if (estimator.combine == BoxCombine::kLogSumExp) name += "-lse";
   return name;
 }
 
@@ -82,10 +92,17 @@ absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name) {
   const auto refuse = [&] {
     return absl::InvalidArgumentError(absl::StrFormat(
         "estimator '%s': expected box, boxesN or tokens, then -rR, then optionally -bf16, -int8 "
-        "or -int4 (say box-r0, boxes4-r0, tokens-r0-int4)",
+        "or -int4, then optionally -lse (say box-r0, boxes4-r0, tokens-r0-int4-lse)",
         name));
   };
-  if (parts.size() < 2 || parts.size() > 3 || parts[1].empty() || parts[1][0] != 'r') {
+  // What follows the radius: a precision, then "lse", each optional.
+  std::vector<std::string> rest(parts.begin() + std::min<std::ptrdiff_t>(std::ssize(parts), 2),
+                                parts.end());
+  if (!rest.empty() && rest.back() == "lse") {
+    estimator.combine = BoxCombine::kLogSumExp;
+    rest.pop_back();
+  }
+  if (parts.size() < 2 || rest.size() > 1 || parts[1].empty() || parts[1][0] != 'r') {
     return refuse();
   }
   if (parts[0] == "box") {
@@ -97,12 +114,12 @@ absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name) {
     return refuse();
   }
   if (!absl::SimpleAtof(parts[1].substr(1), &estimator.radius)) return refuse();
-  if (parts.size() == 3) {
-    if (parts[2] == "bf16") {
+  if (!rest.empty()) {
+    if (rest[0] == "bf16") {
       estimator.precision = SummaryPrecision::kBf16;
-    } else if (parts[2] == "int8") {
+    } else if (rest[0] == "int8") {
       estimator.precision = SummaryPrecision::kInt8;
-    } else if (parts[2] == "int4") {
+    } else if (rest[0] == "int4") {
       estimator.precision = SummaryPrecision::kInt4;
     } else {
       return refuse();

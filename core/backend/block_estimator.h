@@ -2,7 +2,8 @@
 // each KV head's keys of a block fall into `boxes` boxes of consecutive tokens, each box keeps
 // the per-channel [min, max] of its keys shrunk around their midpoint to `radius`, and a query
 // head's estimate for the block is the largest over its boxes of the box's bound of q.k (at
-// radius 1 Quest's upper bound, at radius 0 the box center's q.k). One box a block is Quest's
+// radius 1 Quest's upper bound, at radius 0 the box center's q.k; `combine` says how the boxes'
+// bounds make the block's estimate). One box a block is Quest's
 // page summary; as many boxes as tokens scores every key exactly and keeps the block's best:
 // the estimators between trade summary bytes for selection accuracy. Every backend stores a box's
 // rows at `precision` (fp32, bf16, or int8 or int4 with a scale a row), laid out as SummaryBytes
@@ -20,11 +21,26 @@ namespace pulse {
 
 enum class SummaryPrecision : uint8_t { kF32, kBf16, kInt8, kInt4 };
 
+// How a block's estimate for a query head follows from its boxes' bounds b_i.
+enum class BoxCombine : uint8_t {
+  // The largest: the block is as good as its best box (its best key, a box a token).
+  kMax,
+  // log(sum_i exp(s * b_i)) / s at the attention's scale s = 1 / sqrt(head_dim): with a box a
+  // token, the logit whose softmax weight is the block's whole attention, so that the heads'
+  // softmax over candidates (HeadAggregate::kSoftmaxSum) shares out attention mass rather than
+  // best keys. Boxes whose bound is NaN count for nothing; NaN when every one is.
+  kLogSumExp,
+};
+
 struct BlockEstimator {
   int32_t boxes = 1;    // divides the block's tokens; 0: one a token (as many as the block's)
   float radius = 0.0f;  // in [0, 1]
   SummaryPrecision precision = SummaryPrecision::kF32;
+  BoxCombine combine = BoxCombine::kMax;
 };
+
+// The scale s of BoxCombine::kLogSumExp for keys of `head_dim` channels.
+float LogSumExpScale(int32_t head_dim);
 
 // `estimator` with its boxes for blocks of `block_tokens` (0 resolved to block_tokens).
 BlockEstimator ForBlocks(BlockEstimator estimator, int32_t block_tokens);
@@ -53,8 +69,9 @@ int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimato
 int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& estimator,
                           int32_t num_heads);
 
-// "box-r0", "boxes4-r0.5-bf16", "tokens-r0-int4" (a box a token, for any block size): what
-// records and flags call it. ParseEstimator reads it back (InvalidArgument for anything else).
+// "box-r0", "boxes4-r0.5-bf16", "tokens-r0-int4" (a box a token, for any block size), with
+// "-lse" last for BoxCombine::kLogSumExp ("tokens-r0-int4-lse"): what records and flags call it.
+// ParseEstimator reads it back (InvalidArgument for anything else).
 std::string EstimatorName(const BlockEstimator& estimator, int32_t block_tokens);
 absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name);
 

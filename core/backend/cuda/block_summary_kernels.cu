@@ -293,6 +293,26 @@ constexpr int kScoreTile = kWarpsPerBlock * kCandidatesPerWarp;
 // The largest group the tiled kernel stages in its 48 KiB of shared memory.
 constexpr int32_t kMaxTiledGroup = (48 << 10) / (kScoreTile * static_cast<int>(sizeof(float)));
 
+// How a block's estimate merges its boxes' bounds (BoxCombine, as the reference's CombineBoxes):
+// the larger, or the log of the sum of exps at `scale`; a NaN counts for nothing.
+struct BoxCombiner {
+  bool log_sum_exp = false;
+  float scale = 1.0f;  // LogSumExpScale(head_dim)
+
+  static BoxCombiner Of(const BlockEstimator& estimator, int32_t head_dim) {
+    return {.log_sum_exp = estimator.combine == BoxCombine::kLogSumExp,
+            .scale = LogSumExpScale(head_dim)};
+  }
+  __device__ __forceinline__ float Merge(float a, float b) const {
+    if (!log_sum_exp) return fmaxf(a, b);
+    if (isnan(a)) return b;
+    if (isnan(b)) return a;
+    const float top = fmaxf(a, b);
+    if (!isfinite(top)) return top;
+    return top + log1pf(expf(-scale * fabsf(a - b))) / scale;
+  }
+};
+
 // acc + max(q * lo, q * hi), in one rounding: q's sign picks the larger product (q * lo when
 // lo == hi, a box center). Rows quantized with scales of their own can store lo above hi, so the
 // order is taken from the values. A NaN q gives NaN.
@@ -347,7 +367,7 @@ __global__ void __launch_bounds__(kThreads)
                       int32_t num_kv_heads, int32_t head_dim, int32_t boxes,
                       const std::byte* __restrict__ summaries, int64_t summary_bytes,
                       const int32_t* __restrict__ summary_ids,
-                      const int32_t* __restrict__ query_rows, int32_t count,
+                      const int32_t* __restrict__ query_rows, int32_t count, BoxCombiner combine,
                       float* __restrict__ bounds) {
   WaitForPriorGrids();
   extern __shared__ float tile_bounds[];  // [group][kScoreTile]
@@ -367,7 +387,7 @@ __global__ void __launch_bounds__(kThreads)
                                               int64_t{kv_head} * group * head_dim);
     summary = summaries + summary_ids[i] * summary_bytes;
   }
-  // A head's estimate is the largest of its boxes' bounds (fmaxf: NaN only when all are).
+  // A head's estimate merges its boxes' bounds (NaN only when all are).
   for (int32_t box = 0; box < boxes; ++box) {
     float4 values[kBoxRows][kVectors];  // the box's rows (lo, then hi) of this lane's channels
     if (active) {
@@ -409,7 +429,7 @@ __global__ void __launch_bounds__(kThreads)
         acc += __shfl_xor_sync(0xffffffffu, acc, offset);
       }
       float& bound = tile_bounds[h * kScoreTile + slot];
-      if (part == 0) bound = box == 0 ? acc : fmaxf(bound, acc);
+      if (part == 0) bound = box == 0 ? acc : combine.Merge(bound, acc);
     }
   }
   __syncthreads();
@@ -464,7 +484,7 @@ __global__ void __launch_bounds__(TokensWarps(kHeadDim) * kWarp, kHeadDim <= 128
                           int32_t boxes, const std::byte* __restrict__ summaries,
                           int64_t summary_bytes, const int32_t* __restrict__ summary_ids,
                           const int32_t* __restrict__ query_rows, int32_t count,
-                          float* __restrict__ bounds) {
+                          BoxCombiner combine, float* __restrict__ bounds) {
   WaitForPriorGrids();
   static_assert(kGroup >= 1 && kGroup <= 4);
   constexpr int kRowBytes = kHeadDim / 2;
@@ -596,14 +616,25 @@ __global__ void __launch_bounds__(TokensWarps(kHeadDim) * kWarp, kHeadDim <= 128
       c[2] = other[2];
       c[3] = other[3];
     }
-    // Column h plus column h + 4, times the row's scale, the largest of the group's 8 rows.
+    // Column h plus column h + 4, times the row's scale, the group's 8 rows merged: their
+    // largest, then (log-sum-exp) the shares of the others against it.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       c[i] = (c[i] + __shfl_xor_sync(0xffffffffu, c[i], 2)) * tile.scales[i / 2];
+      float top = c[i];
 #pragma unroll
       for (int offset = 4; offset < kWarp; offset *= 2) {
-        c[i] = fmaxf(c[i], __shfl_xor_sync(0xffffffffu, c[i], offset));
+        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
       }
+      if (combine.log_sum_exp) {
+        float share = isnan(c[i]) ? 0.0f : c[i] == top ? 1.0f : expf(combine.scale * (c[i] - top));
+#pragma unroll
+        for (int offset = 4; offset < kWarp; offset *= 2) {
+          share += __shfl_xor_sync(0xffffffffu, share, offset);
+        }
+        if (isfinite(top)) top += logf(share) / combine.scale;
+      }
+      c[i] = top;
     }
     // Lane t < 2 holds heads 2t and 2t + 1: row group 0 in c[0], c[1], row group 1 in c[2], c[3].
 #pragma unroll
@@ -611,7 +642,9 @@ __global__ void __launch_bounds__(TokensWarps(kHeadDim) * kWarp, kHeadDim <= 128
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) {
         const float bound = __shfl_sync(0xffffffffu, c[2 * half + h % 2], h / 2);
-        if (lane == candidates[half] && candidates[half] < run) kept[h] = fmaxf(kept[h], bound);
+        if (lane == candidates[half] && candidates[half] < run) {
+          kept[h] = combine.Merge(kept[h], bound);
+        }
       }
     }
   };
@@ -642,7 +675,8 @@ cudaError_t LaunchTokensInt4(const float* q, int64_t q_stride, const PagedKvLayo
                     static_cast<unsigned>(layout.num_kv_heads));
     return LaunchKernel(ScoreTokensInt4Kernel<kGroup, kHeadDim>, grid, kWarps * kWarp, 0, stream, q,
                         q_stride, layout.num_kv_heads, estimator.boxes, summaries, bytes,
-                        summary_ids, query_rows, count, bounds);
+                        summary_ids, query_rows, count, BoxCombiner::Of(estimator, layout.head_dim),
+                        bounds);
   };
   switch (layout.head_dim) {
     case 64:
@@ -663,7 +697,7 @@ __global__ void __launch_bounds__(kThreads)
                             const std::byte* __restrict__ summaries, int64_t summary_bytes,
                             const int32_t* __restrict__ summary_ids,
                             const int32_t* __restrict__ query_rows, int32_t count,
-                            float* __restrict__ bounds) {
+                            BoxCombiner combine, float* __restrict__ bounds) {
   WaitForPriorGrids();
   const int64_t task = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarp;
   if (task >= int64_t{count} * num_kv_heads) return;  // the whole warp
@@ -674,7 +708,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* q_heads = q + query_rows[i] * q_stride + int64_t{kv_head} * group * head_dim;
   for (int32_t h = 0; h < group; ++h) {
     const float* q_head = q_heads + int64_t{h} * head_dim;
-    float best = NaN();  // fmaxf keeps a box's number over NaN
+    float best = NaN();  // Merge keeps a box's number over NaN
     for (int32_t box = 0; box < boxes; ++box) {
       const int32_t lo_row = (kv_head * boxes + box) * box_rows;
       const int32_t hi_row = lo_row + box_rows - 1;
@@ -691,7 +725,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int32_t d = lane; d < head_dim; d += kWarp) {
         acc = AddBound(q_head[d], Read(lo, d, lo_scale), Read(hi, d, hi_scale), acc);
       }
-      best = fmaxf(best, WarpSum(acc));
+      best = combine.Merge(best, WarpSum(acc));
     }
     if (lane == 0) bounds[(int64_t{kv_head} * group + h) * count + i] = best;
   }
@@ -708,11 +742,11 @@ cudaError_t LaunchTiledScore(dim3 grid, size_t shared_bytes, cudaStream_t stream
              ? LaunchKernel(ScoreBlocksKernel<kVectors, Value, 1>, grid, kThreads, shared_bytes,
                             stream, q, q_stride, group, layout.num_kv_heads, layout.head_dim,
                             estimator.boxes, summaries, bytes, summary_ids, query_rows, count,
-                            bounds)
+                            BoxCombiner::Of(estimator, layout.head_dim), bounds)
              : LaunchKernel(ScoreBlocksKernel<kVectors, Value, 2>, grid, kThreads, shared_bytes,
                             stream, q, q_stride, group, layout.num_kv_heads, layout.head_dim,
                             estimator.boxes, summaries, bytes, summary_ids, query_rows, count,
-                            bounds);
+                            BoxCombiner::Of(estimator, layout.head_dim), bounds);
 }
 
 // Whether ScoreTokensInt4Kernel takes the call: int4 rows at radius 0, a head_dim of 64, 128 or
@@ -782,7 +816,7 @@ cudaError_t LaunchScore(const float* q, int64_t q_stride, int32_t group,
   return LaunchKernel(ScoreBlocksScalarKernel<Value>, static_cast<unsigned>(grid), kThreads, 0,
                       stream, q, q_stride, group, layout.num_kv_heads, dim, estimator.boxes,
                       SummaryBoxRows(estimator), summaries, SummaryBytes(layout, estimator),
-                      summary_ids, query_rows, count, bounds);
+                      summary_ids, query_rows, count, BoxCombiner::Of(estimator, dim), bounds);
 }
 
 }  // namespace

@@ -199,10 +199,25 @@ void BoxSums(const float* query, size_t head_dim, const float* values, size_t st
   std::copy(acc, acc + kBoxes, sums);
 }
 
+// A block's estimate from its boxes' bounds, as `combine` says (BoxCombine); `scale` is
+// kLogSumExp's.
+float CombineBoxes(BoxCombine combine, float scale, std::span<const float> box_bounds) {
+  // NaN unless some box's bound is a number (fmax keeps the number).
+  float best = std::numeric_limits<float>::quiet_NaN();
+  for (const float bound : box_bounds) best = std::fmax(best, bound);
+  if (combine == BoxCombine::kMax || !std::isfinite(best)) return best;
+  double total = 0;
+  for (const float bound : box_bounds) {
+    if (!std::isnan(bound)) total += std::exp(double{scale} * (double{bound} - double{best}));
+  }
+  return static_cast<float>(double{best} + std::log(total) / double{scale});
+}
+
 template <SummaryPrecision kPrecision>
 void HeadBounds(const float* queries, int32_t group, size_t head_dim,
                 std::span<const std::byte> summary, const RowLayout& rows, size_t first_row,
-                int32_t boxes, int32_t box_rows, float* bounds, int64_t bound_stride) {
+                int32_t boxes, int32_t box_rows, BoxCombine combine, float* bounds,
+                int64_t bound_stride) {
   const auto num_boxes = static_cast<size_t>(boxes);
   // The head's rows in fp32, box-minor: values[(r * head_dim + d) * boxes + box] is value d of
   // row r of the box.
@@ -227,10 +242,8 @@ void HeadBounds(const float* queries, int32_t group, size_t head_dim,
     for (; box < num_boxes; ++box) {
       BoxSums<1>(query, head_dim, values.data() + box, num_boxes, box_rows, &sums[box]);
     }
-    // NaN unless some box's bound is a number (fmax keeps the number).
-    float best = std::numeric_limits<float>::quiet_NaN();
-    for (const float sum : sums) best = std::fmax(best, sum);
-    bounds[h * bound_stride] = best;
+    bounds[h * bound_stride] =
+        CombineBoxes(combine, LogSumExpScale(static_cast<int32_t>(head_dim)), sums);
   }
 }
 
@@ -303,18 +316,22 @@ void GroupBounds(const PagedKvLayout& layout, const BlockEstimator& estimator, c
   switch (estimator.precision) {
     case SummaryPrecision::kBf16:
       return HeadBounds<SummaryPrecision::kBf16>(queries, group, head_dim, summary, rows, first_row,
-                                                 estimator.boxes, box_rows, bounds, bound_stride);
+                                                 estimator.boxes, box_rows, estimator.combine,
+                                                 bounds, bound_stride);
     case SummaryPrecision::kInt8:
       return HeadBounds<SummaryPrecision::kInt8>(queries, group, head_dim, summary, rows, first_row,
-                                                 estimator.boxes, box_rows, bounds, bound_stride);
+                                                 estimator.boxes, box_rows, estimator.combine,
+                                                 bounds, bound_stride);
     case SummaryPrecision::kInt4:
       return HeadBounds<SummaryPrecision::kInt4>(queries, group, head_dim, summary, rows, first_row,
-                                                 estimator.boxes, box_rows, bounds, bound_stride);
+                                                 estimator.boxes, box_rows, estimator.combine,
+                                                 bounds, bound_stride);
     case SummaryPrecision::kF32:
       break;
   }
   HeadBounds<SummaryPrecision::kF32>(queries, group, head_dim, summary, rows, first_row,
-                                     estimator.boxes, box_rows, bounds, bound_stride);
+                                     estimator.boxes, box_rows, estimator.combine, bounds,
+                                     bound_stride);
 }
 
 absl::Status ScoreBlocks(const PagedKvLayout& layout, const BlockEstimator& estimator,

@@ -42,7 +42,7 @@ constexpr BlockEstimator kQuest{.boxes = 1, .radius = 1.0f};
 
 // The estimators the kernels must reproduce on `layout`, besides Quest's: boxes shrunk to their
 // centers (one row a box) or part way, smaller boxes, every key, and rows stored in bf16, int8 and
-// int4 with one and two rows a box.
+// int4 with one and two rows a box, boxes merged by their largest and by log-sum-exp.
 std::vector<BlockEstimator> Estimators(const PagedKvLayout& layout) {
   return {{.radius = 0.0f},
           {.radius = 0.375f},
@@ -52,7 +52,15 @@ std::vector<BlockEstimator> Estimators(const PagedKvLayout& layout) {
           {.boxes = 4, .radius = 0.0f, .precision = SummaryPrecision::kInt8},
           {.radius = 1.0f, .precision = SummaryPrecision::kInt8},
           {.boxes = layout.block_tokens, .radius = 0.0f, .precision = SummaryPrecision::kInt4},
-          {.boxes = 2, .radius = 0.5f, .precision = SummaryPrecision::kInt4}};
+          {.boxes = 2, .radius = 0.5f, .precision = SummaryPrecision::kInt4},
+          {.boxes = layout.block_tokens,
+           .radius = 0.0f,
+           .precision = SummaryPrecision::kInt4,
+           .combine = BoxCombine::kLogSumExp},
+          {.boxes = 2,
+           .radius = 0.5f,
+           .precision = SummaryPrecision::kBf16,
+           .combine = BoxCombine::kLogSumExp}};
 }
 
 // Bounds may differ from the reference by fp32 rounding of another summation order (and FMA).

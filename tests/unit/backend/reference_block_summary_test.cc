@@ -680,15 +680,53 @@ TEST(BlockEstimatorTest, NanBoxesAtEveryPrecision) {
   }
 }
 
+// Log-sum-exp merges the boxes' bounds at the attention's scale: with a box a token the block's
+// estimate is the logit whose softmax weight is its keys' weights together. A NaN box counts for
+// nothing; one box a block is its bound.
+TEST(BlockEstimatorTest, LogSumExpMergesTheBoxesAtTheAttentionScale) {
+  const PagedKvLayout layout{.block_tokens = 4, .num_kv_heads = 1, .head_dim = 4};
+  std::vector<float> block(static_cast<size_t>(layout.block_elems()), 0.0f);
+  const float keys[4][4] = {{1, 0, 0, 0}, {0, 2, 0, 0}, {1, 1, 1, 1}, {-3, 0, 0, 0}};
+  for (int32_t t = 0; t < 4; ++t) {
+    for (int32_t d = 0; d < 4; ++d) Key(layout, block, 0, t, d) = keys[t][d];
+  }
+  const std::vector<float> query = {1, 1, 1, 1};  // dots 1, 2, 4, -3
+  const BlockEstimator tokens{.boxes = 4, .combine = BoxCombine::kLogSumExp};
+  const double scale = 0.5;  // 1 / sqrt(4)
+  const auto merged = [&](std::initializer_list<double> dots) {
+    double total = 0;
+    for (const double dot : dots) total += std::exp(scale * dot);
+    return std::log(total) / scale;
+  };
+  EXPECT_FLOAT_EQ(LogSumExpScale(4), 0.5f);
+  EXPECT_NEAR(BlockBound(layout, tokens, query, Summarize(layout, tokens, block, 4), 0),
+              merged({1, 2, 4, -3}), 1e-5);
+  Key(layout, block, 0, 1, 1) = kNan;
+  EXPECT_NEAR(BlockBound(layout, tokens, query, Summarize(layout, tokens, block, 4), 0),
+              merged({1, 4, -3}), 1e-5);
+  for (int32_t t = 0; t < 4; ++t) Key(layout, block, 0, t, 0) = kNan;
+  EXPECT_TRUE(
+      std::isnan(BlockBound(layout, tokens, query, Summarize(layout, tokens, block, 4), 0)));
+  const BlockEstimator quest{.radius = 1.0f};
+  BlockEstimator quest_lse = quest;
+  quest_lse.combine = BoxCombine::kLogSumExp;
+  std::mt19937 rng(5);
+  const std::vector<float> finite =
+      RandomFloats(rng, static_cast<size_t>(layout.block_elems()), 1.0f);
+  EXPECT_EQ(BlockBound(layout, quest_lse, query, Summarize(layout, quest_lse, finite, 4), 0),
+            BlockBound(layout, quest, query, Summarize(layout, quest, finite, 4), 0));
+}
+
 TEST(BlockEstimatorTest, NamesAndBytes) {
   const PagedKvLayout layout{.block_tokens = 32, .num_kv_heads = 2, .head_dim = 64};
-  for (const char* name :
-       {"box-r0", "box-r1", "boxes4-r0.5", "tokens-r0-int8", "boxes8-r0-bf16", "tokens-r0-int4"}) {
+  for (const char* name : {"box-r0", "box-r1", "boxes4-r0.5", "tokens-r0-int8", "boxes8-r0-bf16",
+                           "tokens-r0-int4", "tokens-r0-int4-lse", "boxes2-r1-lse"}) {
     const absl::StatusOr<BlockEstimator> estimator = ParseEstimator(name);
     ASSERT_TRUE(estimator.ok()) << name << ": " << estimator.status();
     EXPECT_EQ(EstimatorName(*estimator, 32), name);
   }
-  for (const char* bad : {"", "box", "box-0", "boxes-r0", "boxesx-r0", "box-r0-fp8", "box-rx"}) {
+  for (const char* bad : {"", "box", "box-0", "boxes-r0", "boxesx-r0", "box-r0-fp8", "box-rx",
+                          "box-lse", "box-r0-lse-int4", "box-r0-int4-lse-lse"}) {
     EXPECT_EQ(ParseEstimator(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   // Quest's box in fp32: 2 heads x 2 rows x 64 floats; the center alone at radius 0.
