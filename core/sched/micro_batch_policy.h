@@ -34,7 +34,10 @@ class MicroBatchPolicy {
   // eligible steps follow the way measured faster (Observe): two until a step run as two is
   // measured, then one until a step run as one is, then the faster a row, with every
   // kProbeInterval-th eligible step the other way to keep both measured (and compute, which
-  // StepCosts measures only on steps that run as one).
+  // StepCosts measures only on steps that run as one). While one is faster, each split probe
+  // that measures slower than one's average doubles the interval between split probes, up to
+  // kMaxProbeInterval, so that a load where splitting never pays stops paying for its probes;
+  // any other probe resets it.
   int32_t Choose(const MicroBatchView& view);
   // The wall time of the step just chosen, with its decode rows; not counted where the step
   // was the first of its shape or captured its graph (`first_of_shape`,
@@ -50,6 +53,7 @@ class MicroBatchPolicy {
   bool prefers_one() const;
 
   static constexpr int32_t kProbeInterval = 16;
+  static constexpr int32_t kMaxProbeInterval = 256;
   static constexpr double kEligibleRecallShare = 0.25;
 
  private:
@@ -61,7 +65,9 @@ class MicroBatchPolicy {
   };
 
   int32_t fixed_;
-  int32_t since_probe_ = 0;  // eligible steps since the last probe
+  int32_t since_probe_ = 0;                        // eligible steps since the last probe
+  int32_t split_probe_interval_ = kProbeInterval;  // between split probes while one is faster
+  bool last_probe_ = false;
   int64_t split_steps_ = 0;
   int64_t probe_steps_ = 0;
   int32_t last_ = 1;

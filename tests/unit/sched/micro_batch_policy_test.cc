@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace pulse {
@@ -69,7 +70,7 @@ TEST(MicroBatchPolicyTest, EverySixteenthSplitStepRunsAsOneToMeasureCompute) {
 
 // Where split steps measure slower a row than steps run as one (a backend that does not overlap
 // the copy, or whose extra weight pass costs more than the recall hidden), the eligible steps run
-// as one, every sixteenth as two to measure again; once two measure faster, two again.
+// as one, the sixteenth as two to measure again; once two measure faster, two again.
 TEST(MicroBatchPolicyTest, EligibleStepsFollowTheFasterMeasuredWay) {
   MicroBatchPolicy policy(0);
   const StepCosts slow_link = Costs(20, 10);
@@ -88,7 +89,7 @@ TEST(MicroBatchPolicyTest, EligibleStepsFollowTheFasterMeasuredWay) {
   EXPECT_TRUE(policy.prefers_one());
   int32_t twos = 0;
   for (int32_t i = 0; i < 2 * MicroBatchPolicy::kProbeInterval; ++i) twos += step() > 1 ? 1 : 0;
-  EXPECT_EQ(twos, 2);  // the probes
+  EXPECT_EQ(twos, 1);  // the probe (slower again: the next one comes twice as late)
   // Two gets faster than one: within a few probes (each moves its average a fifth of the way)
   // its average falls below one's, after which the eligible steps split again.
   split_ms = 10;
@@ -102,6 +103,47 @@ TEST(MicroBatchPolicyTest, EligibleStepsFollowTheFasterMeasuredWay) {
   policy.Observe(1.0, 4, false);
   EXPECT_FALSE(policy.prefers_one());
   EXPECT_EQ(policy.probe_steps(), probes);
+}
+
+// While one stays faster, each split probe that measures slower again comes twice as late as the
+// one before, up to kMaxProbeInterval eligible steps; a probe that measures faster brings them
+// back to every kProbeInterval-th.
+TEST(MicroBatchPolicyTest, SplitProbesThinOutWhileSplittingStaysSlower) {
+  MicroBatchPolicy policy(0);
+  const StepCosts slow_link = Costs(20, 10);
+  const MicroBatchView view{.decode_rows = 4, .offloaded_rows = 4, .costs = &slow_link};
+  double split_ms = 40;
+  const auto step = [&] {
+    const int32_t count = policy.Choose(view);
+    policy.Observe((count > 1 ? split_ms : 30.0) * 1e-3, view.decode_rows, false);
+    return count;
+  };
+  EXPECT_EQ(step(), 2);
+  EXPECT_EQ(step(), 1);  // one measured: faster
+  std::vector<int32_t> gaps;
+  int32_t since = 0;
+  for (int32_t i = 0; i < 2000; ++i) {
+    ++since;
+    if (step() > 1) {
+      gaps.push_back(since);
+      since = 0;
+    }
+  }
+  constexpr int32_t kFirst = MicroBatchPolicy::kProbeInterval;
+  constexpr int32_t kMax = MicroBatchPolicy::kMaxProbeInterval;
+  ASSERT_GE(gaps.size(), 6u);
+  EXPECT_THAT(std::vector<int32_t>(gaps.begin(), gaps.begin() + 6),
+              ::testing::ElementsAre(kFirst, 2 * kFirst, 4 * kFirst, 8 * kFirst, kMax, kMax));
+  // Splitting gets faster: the next probe says so, and the probes come every sixteenth again
+  // until the averages turn.
+  split_ms = 10;
+  int32_t to_probe = 0;
+  while (step() == 1) ++to_probe;
+  EXPECT_LE(to_probe, kMax);
+  EXPECT_TRUE(policy.prefers_one());  // one sample moves the split average a fifth of the way
+  int32_t next = 1;
+  while (step() == 1) ++next;
+  EXPECT_EQ(next, kFirst);
 }
 
 // A step that runs its shape for the first time, or captures its graph, takes what later steps
