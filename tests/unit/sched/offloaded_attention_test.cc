@@ -75,11 +75,11 @@ OffloadConfig Resident(const BlockEstimator& estimator) {
 }
 
 // Every kind of estimator: key boxes at either radius, finer boxes rounded to bf16, and every key
-// scored at int8 and at int4.
+// scored at int8 and at int4, a block by its best key and by all of them (log-sum-exp).
 std::vector<BlockEstimator> Estimators() {
   std::vector<BlockEstimator> estimators;
-  for (const char* name :
-       {"box-r0", "box-r1", "boxes2-r0.5-bf16", "tokens-r0-int8", "tokens-r0-int4"}) {
+  for (const char* name : {"box-r0", "box-r1", "boxes2-r0.5-bf16", "tokens-r0-int8",
+                           "tokens-r0-int4", "tokens-r0-int4-lse"}) {
     estimators.push_back(*ParseEstimator(name));
   }
   return estimators;
