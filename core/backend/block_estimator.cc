@@ -1,9 +1,7 @@
 #include "core/backend/block_estimator.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cstddef>
-#include <iterator>
+#include <span>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -95,16 +93,14 @@ absl::StatusOr<BlockEstimator> ParseEstimator(std::string_view name) {
         "or -int4, then optionally -lse (say box-r0, boxes4-r0, tokens-r0-int4-lse)",
         name));
   };
+  if (parts.size() < 2 || parts[1].empty() || parts[1][0] != 'r') return refuse();
   // What follows the radius: a precision, then "lse", each optional.
-  std::vector<std::string> rest(parts.begin() + std::min<std::ptrdiff_t>(std::ssize(parts), 2),
-                                parts.end());
+  std::span<const std::string> rest = std::span<const std::string>(parts).subspan(2);
   if (!rest.empty() && rest.back() == "lse") {
     estimator.combine = BoxCombine::kLogSumExp;
-    rest.pop_back();
+    rest = rest.first(rest.size() - 1);
   }
-  if (parts.size() < 2 || rest.size() > 1 || parts[1].empty() || parts[1][0] != 'r') {
-    return refuse();
-  }
+  if (rest.size() > 1) return refuse();
   if (parts[0] == "box") {
     estimator.boxes = 1;
   } else if (parts[0] == "tokens") {

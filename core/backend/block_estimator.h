@@ -1,13 +1,12 @@
 // How a block's summary estimates a query's attention to the block (sparse decode selection):
 // each KV head's keys of a block fall into `boxes` boxes of consecutive tokens, each box keeps
 // the per-channel [min, max] of its keys shrunk around their midpoint to `radius`, and a query
-// head's estimate for the block is the largest over its boxes of the box's bound of q.k (at
-// radius 1 Quest's upper bound, at radius 0 the box center's q.k; `combine` says how the boxes'
-// bounds make the block's estimate). One box a block is Quest's
-// page summary; as many boxes as tokens scores every key exactly and keeps the block's best:
-// the estimators between trade summary bytes for selection accuracy. Every backend stores a box's
-// rows at `precision` (fp32, bf16, or int8 or int4 with a scale a row), laid out as SummaryBytes
-// says.
+// head's estimate for the block merges its boxes' bounds of q.k (at radius 1 Quest's upper bound,
+// at radius 0 the box center's q.k) as `combine` says, by default the largest. One box a block is
+// Quest's page summary; as many boxes as tokens scores every key exactly and keeps the block's
+// best: the estimators between trade summary bytes for selection accuracy. Every backend stores a
+// box's rows at `precision` (fp32, bf16, or int8 or int4 with a scale a row), laid out as
+// SummaryBytes says.
 #pragma once
 
 #include <cstdint>

@@ -233,6 +233,7 @@ void HeadBounds(const float* queries, int32_t group, size_t head_dim,
     }
   }
   constexpr size_t kChunk = 8;
+  const float scale = LogSumExpScale(static_cast<int32_t>(head_dim));
   for (int32_t h = 0; h < group; ++h) {
     const float* query = queries + static_cast<size_t>(h) * head_dim;
     size_t box = 0;
@@ -242,8 +243,7 @@ void HeadBounds(const float* queries, int32_t group, size_t head_dim,
     for (; box < num_boxes; ++box) {
       BoxSums<1>(query, head_dim, values.data() + box, num_boxes, box_rows, &sums[box]);
     }
-    bounds[h * bound_stride] =
-        CombineBoxes(combine, LogSumExpScale(static_cast<int32_t>(head_dim)), sums);
+    bounds[h * bound_stride] = CombineBoxes(combine, scale, sums);
   }
 }
 
