@@ -240,8 +240,12 @@ class Backend {
 
   // --- ops --------------------------------------------------------------------------------
   // "act" buffers are of activation_type().
-  // out[i] = table row tokens[i], for i < count.
-  virtual void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) = 0;
+  // out[i] = row tokens[i] - first_row of `table` for i < count, where the table holds it, and
+  // -0.0 everywhere where it does not: the rows [first_row, first_row + table.rows) of a
+  // vocabulary split over ranks, whose sum over the ranks is then exactly the owner's row
+  // (x + -0.0 is x for every x).
+  virtual void Embed(const MatrixView& table, int64_t first_row, const int32_t* tokens,
+                     int64_t count, float* out) = 0;
   // y[m][w.rows] = x[m][w.cols] (act) * w^T (+ bias[w.rows] when bias is not null).
   virtual void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) = 0;
   // y (act) = x / rms(x) * weight, row-wise over rows x cols. `weight` (here and in AddRmsNorm)

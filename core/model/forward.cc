@@ -42,7 +42,8 @@ int64_t InputInts(int64_t tokens, int64_t seqs, int64_t blocks_per_seq, int64_t 
 }  // namespace
 
 absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> model, KvCache cache,
-                                                ModelRunnerOptions options) {
+                                                ModelRunnerOptions options,
+                                                std::unique_ptr<Communicator> ranks) {
   if (options.max_logit_rows == 0) options.max_logit_rows = options.max_seqs;
   if (model == nullptr) return absl::InvalidArgumentError("model runner: no model");
   if (options.max_step_tokens < 1 || options.max_step_tokens > kMaxStepTokens ||
@@ -56,22 +57,33 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
         options.max_blocks_per_seq, kMaxBlocksPerSeq, options.max_logit_rows, kMaxStepTokens));
   }
   const ModelConfig& config = model->config();
+  const ShardDims& dims = model->dims();
   const PagedKvLayout& layout = cache.layout();
-  if (cache.num_layers() != config.num_layers || layout.num_kv_heads != config.num_kv_heads ||
+  if (cache.num_layers() != config.num_layers || layout.num_kv_heads != dims.num_kv_heads ||
       layout.head_dim != config.head_dim) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model runner: the KV cache has %d layers x %d heads x %d dims, the model %d x %d x %d",
         cache.num_layers(), layout.num_kv_heads, layout.head_dim, config.num_layers,
-        config.num_kv_heads, config.head_dim));
+        dims.num_kv_heads, config.head_dim));
+  }
+  const TensorShard& shard = model->shard();
+  const bool split = shard.size > 1;
+  if (split != (ranks != nullptr) ||
+      (split && (ranks->size() != shard.size || ranks->rank() != shard.rank))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model runner: the model is rank %d of %d ranks, the communicator rank %d of %d",
+        shard.rank, shard.size, ranks == nullptr ? 0 : ranks->rank(),
+        ranks == nullptr ? 1 : ranks->size()));
   }
   Backend& backend = model->backend();
-  PULSE_RETURN_IF_ERROR(backend.CheckAttention(config.num_heads, layout));
+  PULSE_RETURN_IF_ERROR(backend.CheckAttention(dims.num_heads, layout));
   const int64_t seqs = options.max_seqs;
   const int64_t logit_rows = options.max_logit_rows;
   const int64_t hidden = config.hidden_size;
-  const int64_t q_dim = int64_t{config.num_heads} * config.head_dim;
-  const int64_t kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
-  const int64_t inter = config.intermediate_size;
+  const int64_t q_dim = int64_t{dims.num_heads} * config.head_dim;
+  const int64_t kv_dim = int64_t{dims.num_kv_heads} * config.head_dim;
+  const int64_t attn_dim = int64_t{config.num_heads} * config.head_dim;
+  const int64_t inter = dims.intermediate;
   if (options.max_micro_batches < 1 || options.max_micro_batches > kMaxMicroBatches) {
     return absl::InvalidArgumentError(
         absl::StrFormat("model runner: max_micro_batches %d (1 to %d)", options.max_micro_batches,
@@ -97,7 +109,8 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
                                 {.max_seqs = options.max_seqs,
                                  .max_blocks_per_seq = options.max_blocks_per_seq,
                                  .max_step_tokens = options.max_step_tokens,
-                                 .num_heads = config.num_heads}));
+                                 .num_heads = dims.num_heads,
+                                 .ranks = ranks.get()}));
   }
   // The first context holds a whole step; the others a decode micro-batch of a split step, at
   // most half of its sequences.
@@ -119,10 +132,17 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
     PULSE_ASSIGN_OR_RETURN(scratch.residual, AllocateArray(backend, tokens * hidden, f32));
     PULSE_ASSIGN_OR_RETURN(scratch.normed, AllocateArray(backend, tokens * hidden, act));
     PULSE_ASSIGN_OR_RETURN(scratch.qkv, AllocateArray(backend, tokens * (q_dim + 2 * kv_dim), f32));
-    PULSE_ASSIGN_OR_RETURN(scratch.attn, AllocateArray(backend, tokens * q_dim, act));
+    PULSE_ASSIGN_OR_RETURN(scratch.attn, AllocateArray(backend, tokens * attn_dim, act));
     PULSE_ASSIGN_OR_RETURN(scratch.delta, AllocateArray(backend, tokens * hidden, f32));
     PULSE_ASSIGN_OR_RETURN(scratch.gate_up, AllocateArray(backend, tokens * 2 * inter, f32));
-    PULSE_ASSIGN_OR_RETURN(scratch.act, AllocateArray(backend, tokens * inter, act));
+    PULSE_ASSIGN_OR_RETURN(scratch.act,
+                           AllocateArray(backend, tokens * config.intermediate_size, act));
+    if (split) {
+      PULSE_ASSIGN_OR_RETURN(scratch.attn_part, AllocateArray(backend, tokens * q_dim, act));
+      PULSE_ASSIGN_OR_RETURN(scratch.act_part, AllocateArray(backend, tokens * inter, act));
+      PULSE_ASSIGN_OR_RETURN(scratch.delta_part,
+                             AllocateArray(backend, tokens * dims.hidden_rows, f32));
+    }
     if (sparse != nullptr) {
       PULSE_ASSIGN_OR_RETURN(context.sparse,
                              sparse->NewStep(context.limits.seqs, context.limits.tokens));
@@ -132,6 +152,10 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
   PULSE_ASSIGN_OR_RETURN(outputs.gathered, AllocateArray(backend, logit_rows * hidden, act));
   PULSE_ASSIGN_OR_RETURN(outputs.logits,
                          AllocateArray(backend, logit_rows * config.vocab_size, f32));
+  if (split) {
+    PULSE_ASSIGN_OR_RETURN(outputs.logits_part,
+                           AllocateArray(backend, logit_rows * dims.vocab_rows, f32));
+  }
   PULSE_ASSIGN_OR_RETURN(outputs.sampling,
                          backend.Allocate(static_cast<size_t>(logit_rows) * sizeof(TokenSampling)));
   outputs.counters_offset = static_cast<size_t>((logit_rows + 1) / 2 * 2) * sizeof(int32_t);
@@ -140,25 +164,36 @@ absl::StatusOr<ModelRunner> ModelRunner::Create(std::shared_ptr<const Model> mod
       backend.Allocate(outputs.counters_offset +
                        static_cast<size_t>(seqs * kSparseCounters) * sizeof(int64_t)));
   return ModelRunner(std::move(model), std::move(cache), options, std::move(contexts),
-                     std::move(outputs), std::move(sparse));
+                     std::move(outputs), std::move(sparse), std::move(ranks));
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, KvCache cache,
                          const ModelRunnerOptions& options, std::vector<StepContext> contexts,
-                         StepOutputs outputs, std::unique_ptr<SparseAttention> sparse)
+                         StepOutputs outputs, std::unique_ptr<SparseAttention> sparse,
+                         std::unique_ptr<Communicator> ranks)
     : model_(std::move(model)),
       cache_(std::move(cache)),
       options_(options),
       contexts_(std::move(contexts)),
       outputs_(std::move(outputs)),
-      sparse_(std::move(sparse)) {
+      sparse_(std::move(sparse)),
+      ranks_(std::move(ranks)) {
   const ModelConfig& config = model_->config();
+  const ShardDims& dims = model_->dims();
   hidden_ = config.hidden_size;
-  q_dim_ = int64_t{config.num_heads} * config.head_dim;
-  kv_dim_ = int64_t{config.num_kv_heads} * config.head_dim;
+  num_heads_ = dims.num_heads;
+  q_dim_ = int64_t{dims.num_heads} * config.head_dim;
+  kv_dim_ = int64_t{dims.num_kv_heads} * config.head_dim;
   qkv_dim_ = q_dim_ + 2 * kv_dim_;
-  inter_ = config.intermediate_size;
+  attn_dim_ = int64_t{config.num_heads} * config.head_dim;
+  hidden_rows_ = dims.hidden_rows;
+  inter_ = dims.intermediate;
   vocab_ = config.vocab_size;
+}
+
+void ModelRunner::Gather(const DeviceBuffer& part, int64_t rows, size_t part_bytes,
+                         const DeviceBuffer& whole) {
+  if (ranks_ != nullptr) ranks_->AllGather(part.data(), rows, part_bytes, whole.data());
 }
 
 absl::Status ModelRunner::Forward(const StepBatch& batch, std::span<float> logits,
@@ -333,10 +368,13 @@ bool ModelRunner::AnySparseStepOpen() const {
                      [this](const StepContext& context) { return SparseStepOpen(context); });
 }
 
-absl::Status ModelRunner::EndStep(const absl::Status& read, int64_t output_reads) {
-  if (!step_open_) return read;
+absl::Status ModelRunner::EndStep(const absl::Status& outputs_read, int64_t output_reads) {
+  if (!step_open_) return outputs_read;
   step_open_ = false;
   step_host_waits_ = model_->backend().host_waits() - waits_before_ - output_reads;
+  // The outputs are the step's only if every collective of it ran.
+  absl::Status read = outputs_read;
+  if (ranks_ != nullptr) read.Update(ranks_->TakeStatus());
   absl::Status status = read;
   for (StepContext& context : step_contexts()) {
     if (std::exchange(context.staged, false) && !read.ok()) sparse_->staged()->Abandon();
@@ -446,6 +484,8 @@ absl::Status ModelRunner::Upload(const StepBatch& batch, int32_t micro_batches) 
                                                       micro_batches, options_.max_micro_batches));
   }
   PULSE_RETURN_IF_ERROR(Check(batch));
+  // A collective's failure in an earlier step was that step's.
+  if (ranks_ != nullptr) ranks_->TakeStatus().IgnoreError();
   // Only a decode step splits: a prompt chunk's rows are many tokens of one sequence.
   const bool decode = batch.num_tokens() == batch.num_seqs();
   micro_batches_ = decode ? std::min(micro_batches, batch.num_seqs()) : 1;
@@ -600,9 +640,16 @@ absl::Status ModelRunner::PlanSparse(const StepBatch& batch, StepContext& contex
   return absl::OkStatus();
 }
 
+// Each rank holds a part of the vocabulary: the sum of the ranks' rows is the owner's row.
 void ModelRunner::Embed(StepContext& context) {
-  model_->backend().Embed(model_->weights().embed.view(), context.step.tokens,
-                          context.step.num_tokens, context.scratch.residual.as<float>());
+  StepContext::Scratch& scratch = context.scratch;
+  const int64_t tokens = context.step.num_tokens;
+  model_->backend().Embed(model_->weights().embed.view(), model_->dims().first_vocab_row,
+                          context.step.tokens, tokens,
+                          static_cast<float*>(PartOf(scratch.delta, scratch.residual)));
+  if (ranks_ != nullptr) {
+    ranks_->AllReduceSum(scratch.delta.as<float>(), tokens * hidden_, scratch.residual.as<float>());
+  }
 }
 
 PagedKvBatch ModelRunner::KvBatch(const StepContext& context, int32_t layer) const {
@@ -639,7 +686,7 @@ absl::Status ModelRunner::PreAttention(StepContext& context, int32_t layer) {
                qkv);
   const float* inv_freq = model_->weights().rope_inv_freq.as<float>();
   if (context.staged) PULSE_RETURN_IF_ERROR(sparse_->staged()->BeforeAppend(layer));
-  backend.RopeAppendKv(qkv, rows, qkv_dim_, config.num_heads, context.step.positions, inv_freq,
+  backend.RopeAppendKv(qkv, rows, qkv_dim_, num_heads_, context.step.positions, inv_freq,
                        KvBatch(context, layer));
   if (context.staged) return sparse_->staged()->AfterAppend(layer);
   return context.sparse_planned ? sparse_->AfterAppend(layer, *context.sparse) : absl::OkStatus();
@@ -654,31 +701,42 @@ absl::Status ModelRunner::Attend(StepContext& context, int32_t layer) {
   const ModelConfig& config = model_->config();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   const float* q = context.scratch.qkv.as<float>();
+  StepContext::Scratch& scratch = context.scratch;
+  void* out = PartOf(scratch.attn_part, scratch.attn);
+  const auto row_bytes =
+      static_cast<size_t>(q_dim_) * DTypeBytes(model_->backend().activation_type());
   if (SparseStepOpen(context) && !sparse_->DenseLayer(layer)) {
-    const auto row_bytes =
-        static_cast<int64_t>(q_dim_ * DTypeBytes(model_->backend().activation_type()));
-    return sparse_->Attend(layer, *context.sparse, q, qkv_dim_, scale, context.scratch.attn.data(),
-                           row_bytes, KvBatch(context, layer));
+    PULSE_RETURN_IF_ERROR(sparse_->Attend(layer, *context.sparse, q, qkv_dim_, scale, out,
+                                          static_cast<int64_t>(row_bytes),
+                                          KvBatch(context, layer)));
+  } else {
+    model_->backend().Attention(q, qkv_dim_, num_heads_, KvBatch(context, layer), scale, out);
   }
-  model_->backend().Attention(q, qkv_dim_, config.num_heads, KvBatch(context, layer), scale,
-                              context.scratch.attn.data());
+  Gather(scratch.attn_part, context.step.num_tokens, row_bytes, scratch.attn);
   return absl::OkStatus();
 }
 
+// A rank computes its columns of the O projection and of the MLP's output from the gathered
+// inputs, so that every output sums its whole row in one rank's order (tensor-parallel.md).
 void ModelRunner::PostAttention(StepContext& context, int32_t layer) {
   Backend& backend = model_->backend();
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(layer)];
   const int64_t rows = context.step.num_tokens;
-  float* delta = context.scratch.delta.as<float>();
-  void* normed = context.scratch.normed.data();
-  float* gate_up = context.scratch.gate_up.as<float>();
-  void* act = context.scratch.act.data();
-  backend.Gemm(context.scratch.attn.data(), rows, w.o.view(), nullptr, delta);
-  backend.AddRmsNorm(context.scratch.residual.as<float>(), delta, w.mlp_norm.as<float>(), rows,
-                     hidden_, model_->config().rms_norm_eps, normed);
+  StepContext::Scratch& scratch = context.scratch;
+  auto* delta_part = static_cast<float*>(PartOf(scratch.delta_part, scratch.delta));
+  const size_t delta_bytes = static_cast<size_t>(hidden_rows_) * sizeof(float);
+  void* normed = scratch.normed.data();
+  float* gate_up = scratch.gate_up.as<float>();
+  backend.Gemm(scratch.attn.data(), rows, w.o.view(), nullptr, delta_part);
+  Gather(scratch.delta_part, rows, delta_bytes, scratch.delta);
+  backend.AddRmsNorm(scratch.residual.as<float>(), scratch.delta.as<float>(),
+                     w.mlp_norm.as<float>(), rows, hidden_, model_->config().rms_norm_eps, normed);
   backend.Gemm(normed, rows, w.gate_up.view(), nullptr, gate_up);
-  backend.SwiGlu(gate_up, rows, inter_, act);
-  backend.Gemm(act, rows, w.down.view(), nullptr, delta);
+  backend.SwiGlu(gate_up, rows, inter_, PartOf(scratch.act_part, scratch.act));
+  Gather(scratch.act_part, rows,
+         static_cast<size_t>(inter_) * DTypeBytes(backend.activation_type()), scratch.act);
+  backend.Gemm(scratch.act.data(), rows, w.down.view(), nullptr, delta_part);
+  Gather(scratch.delta_part, rows, delta_bytes, scratch.delta);
 }
 
 void ModelRunner::Logits() {
@@ -699,7 +757,9 @@ void ModelRunner::Logits() {
   }
   if (rows == 0) return;
   backend.Gemm(outputs_.gathered.data(), rows, weights.output(), nullptr,
-               outputs_.logits.as<float>());
+               static_cast<float*>(PartOf(outputs_.logits_part, outputs_.logits)));
+  Gather(outputs_.logits_part, rows, static_cast<size_t>(model_->dims().vocab_rows) * sizeof(float),
+         outputs_.logits);
 }
 
 absl::Status ModelRunner::CopyLogits(std::span<float> logits) {

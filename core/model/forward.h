@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/backend/backend.h"
+#include "core/backend/communicator.h"
 #include "core/base/status.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/model.h"
@@ -63,13 +64,20 @@ class ModelRunner {
  public:
   // Allocates the scratch activations for max_step_tokens tokens, max_seqs sequences and
   // max_logit_rows logit rows on the model's backend (ResourceExhausted when they do not fit).
-  // `cache` must match the model (its layers and KV heads).
+  // `cache` must match the model (its layers and its shard's KV heads). A shard of a model split
+  // over several ranks (Model::shard) runs with `ranks`, its rank's communicator, through which
+  // every step gathers the ranks' attention outputs, MLP activations, hidden columns and logit
+  // columns (docs/design/tensor-parallel.md): every rank's runner must then be given the same
+  // calls, each on a thread of its own, and each computes the whole step's logits.
   static absl::StatusOr<ModelRunner> Create(std::shared_ptr<const Model> model, KvCache cache,
-                                            ModelRunnerOptions options);
+                                            ModelRunnerOptions options,
+                                            std::unique_ptr<Communicator> ranks = nullptr);
 
   const Model& model() const { return *model_; }
   const KvCache& cache() const { return cache_; }
   const ModelRunnerOptions& options() const { return options_; }
+  // The rank's communicator (null at one rank).
+  Communicator* ranks() const { return ranks_.get(); }
   // Totals of the sparse selections so far (zeros without sparse attention), of every
   // sequence or of the one named `key` (SparseSelection::key).
   SparseAttentionStats sparse_stats() const;
@@ -83,6 +91,7 @@ class ModelRunner {
   int64_t step_host_waits() const { return step_host_waits_; }
   // The host tier, which the scheduler grows as it admits offloaded requests (null without).
   HostTier* host_tier() { return sparse_ == nullptr ? nullptr : sparse_->host_tier(); }
+  const HostTier* host_tier() const { return sparse_ == nullptr ? nullptr : sparse_->host_tier(); }
   // Forgets the statistics sparse attention keeps of sequence `key` (a finished request); the
   // slots of its host blocks are freed with FreeSlots. Between steps only.
   absl::Status ForgetSparse(uint64_t key);
@@ -133,7 +142,14 @@ class ModelRunner {
 
   ModelRunner(std::shared_ptr<const Model> model, KvCache cache, const ModelRunnerOptions& options,
               std::vector<StepContext> contexts, StepOutputs outputs,
-              std::unique_ptr<SparseAttention> sparse);
+              std::unique_ptr<SparseAttention> sparse, std::unique_ptr<Communicator> ranks);
+  // Where the rank writes its part of an activation that is gathered across the ranks: `part`,
+  // or the whole itself at one rank.
+  void* PartOf(const DeviceBuffer& part, const DeviceBuffer& whole) const {
+    return ranks_ == nullptr ? whole.data() : part.data();
+  }
+  // Gathers the ranks' parts ([rows][part_bytes] each) into `whole`; nothing at one rank.
+  void Gather(const DeviceBuffer& part, int64_t rows, size_t part_bytes, const DeviceBuffer& whole);
   absl::Status Check(const StepBatch& batch) const;
   // FailedPrecondition naming `call` while a step is open; OffloadBetweenSteps also without
   // offload, else the offload layer.
@@ -191,6 +207,7 @@ class ModelRunner {
   std::vector<StepContext> contexts_;  // [max_micro_batches]; the first holds a whole step
   StepOutputs outputs_;
   std::unique_ptr<SparseAttention> sparse_;  // with options.offload
+  std::unique_ptr<Communicator> ranks_;      // with a shard of several ranks
   const StepBatch* batch_ = nullptr;         // the step's batch, from its upload to its end
   int32_t micro_batches_ = 1;                // of the current (or last) step
   bool step_open_ = false;                   // from the step's upload to its end
@@ -202,11 +219,15 @@ class ModelRunner {
   std::map<StepShape, StepGraphEntry> graphs_;
   int64_t graph_clock_ = 0;  // for StepGraphEntry::last_used
   GraphStats graph_stats_;
-  // Dimensions of the model, cached.
+  // Dimensions of the model, cached: those of the rank's shard (Model::dims), but hidden_ and
+  // vocab_, and attn_dim_ (the query heads of all ranks).
   int64_t hidden_ = 0;
+  int32_t num_heads_ = 0;
   int64_t q_dim_ = 0;
   int64_t kv_dim_ = 0;
   int64_t qkv_dim_ = 0;
+  int64_t attn_dim_ = 0;
+  int64_t hidden_rows_ = 0;
   int64_t inter_ = 0;
   int64_t vocab_ = 0;
 };

@@ -35,11 +35,31 @@ struct ModelWeights {
   MatrixView output() const { return lm_head ? lm_head->view() : embed.view(); }
 };
 
+// One rank's part of a model split over `size` ranks (docs/design/tensor-parallel.md): whole GQA
+// groups of KV heads with their query heads, and the matching rows of every matrix, each split by
+// its output rows: Q/K/V, gate/up, O, down, and the embedding and output head by vocabulary.
+struct TensorShard {
+  int32_t rank = 0;
+  int32_t size = 1;
+};
+
+// The sizes of a shard's part (TensorShard): each the model's divided by the ranks.
+struct ShardDims {
+  int32_t num_heads = 0;     // query heads
+  int32_t num_kv_heads = 0;  // KV heads (its KV cache's)
+  int64_t hidden_rows = 0;   // rows of O and down: the hidden columns this rank computes
+  int64_t intermediate = 0;  // gate and up rows each
+  int64_t vocab_rows = 0;    // rows of the embedding and the output head
+  int64_t first_vocab_row = 0;
+};
+
 struct ModelLoadOptions {
   DType weight_type = DType::kBF16;
   // Matrices stored in a block type the backend computes on (Backend::UploadBlocks) stay in
   // their blocks; the others are uploaded as weight_type.
   bool keep_blocks = false;
+  // This rank's part of the model; the default is the whole model.
+  TensorShard shard = {};
 };
 
 class Model {
@@ -48,12 +68,17 @@ class Model {
   // every missing tensor and shape mismatch), then reads them one at a time through one reusable
   // host buffer (peak host memory: the largest fused tensor) and uploads the matrices as
   // options.weight_type (or in their blocks, options.keep_blocks), q/k/v and gate/up fused;
-  // norms and RoPE frequencies stay fp32.
+  // norms and RoPE frequencies stay fp32. Of a shard (options.shard), only its rows: then
+  // InvalidArgument unless the KV heads, hidden and intermediate sizes and the vocabulary divide
+  // by the ranks.
   static absl::StatusOr<std::shared_ptr<const Model>> Load(std::shared_ptr<Backend> backend,
                                                            const TensorSource& source,
                                                            const ModelLoadOptions& options);
 
+  // The whole model's config, whatever the shard.
   const ModelConfig& config() const { return config_; }
+  const TensorShard& shard() const { return shard_; }
+  const ShardDims& dims() const { return dims_; }
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() const { return *backend_; }
   const std::shared_ptr<Backend>& shared_backend() const { return backend_; }
@@ -71,6 +96,8 @@ class Model {
   // Declared first so that it is destroyed last: the weights are its memory.
   std::shared_ptr<Backend> backend_;
   ModelConfig config_;
+  TensorShard shard_;
+  ShardDims dims_;
   ModelWeights weights_;
   DType weight_type_ = DType::kF32;
   bool weights_in_blocks_ = false;

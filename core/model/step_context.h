@@ -21,11 +21,16 @@ struct StepContext {
     // fp32, or the backend's activation type (act) for the GEMM inputs.
     DeviceBuffer residual;  // [tokens][hidden]
     DeviceBuffer normed;    // act [tokens][hidden]
-    DeviceBuffer qkv;       // [tokens][q_dim + 2 * kv_dim]
+    DeviceBuffer qkv;       // [tokens][q_dim + 2 * kv_dim] of the rank's heads
     DeviceBuffer attn;      // act [tokens][q_dim]
     DeviceBuffer delta;     // [tokens][hidden]: o projection, then MLP output
     DeviceBuffer gate_up;   // [tokens][2 * intermediate]
     DeviceBuffer act;       // act [tokens][intermediate]
+    // A rank's parts of attn, act and delta before they are gathered (tensor parallelism; empty
+    // at one rank, whose parts are the wholes).
+    DeviceBuffer attn_part;   // act [tokens][q_dim of the rank's heads]
+    DeviceBuffer act_part;    // act [tokens][intermediate / ranks]
+    DeviceBuffer delta_part;  // [tokens][hidden / ranks]
   };
   // The largest micro-batch the scratch holds.
   struct Limits {
@@ -62,9 +67,10 @@ struct StepContext {
 };
 
 struct StepOutputs {
-  DeviceBuffer gathered;  // act [logit rows][hidden]
-  DeviceBuffer logits;    // [logit rows][vocab]
-  DeviceBuffer sampling;  // TokenSampling [logit rows]
+  DeviceBuffer gathered;     // act [logit rows][hidden]
+  DeviceBuffer logits;       // [logit rows][vocab]
+  DeviceBuffer logits_part;  // [logit rows][vocab / ranks] before the gather (empty at one rank)
+  DeviceBuffer sampling;     // TokenSampling [logit rows]
   // int32 tokens [logit rows] (padded to 8 bytes), then the sparse counters, int64
   // [sequences][kSparseCounters]: one read brings both back.
   DeviceBuffer outputs;

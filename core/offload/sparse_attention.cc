@@ -170,7 +170,13 @@ absl::StatusOr<std::unique_ptr<SparseStep>> SparseAttention::NewStep(int32_t max
                             filled * (2 + kIntsPerWriteBack) + runs_offsets + 1;
   const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
   PULSE_ASSIGN_OR_RETURN(step->plan, backend_.Allocate(ints(plan_ints)));
-  PULSE_ASSIGN_OR_RETURN(step->bounds, backend_.Allocate(ints(limits_.num_heads * candidates)));
+  const int64_t ranks = limits_.ranks == nullptr ? 1 : limits_.ranks->size();
+  PULSE_ASSIGN_OR_RETURN(step->bounds,
+                         backend_.Allocate(ints(ranks * limits_.num_heads * candidates)));
+  if (ranks > 1) {
+    PULSE_ASSIGN_OR_RETURN(step->rank_bounds,
+                           backend_.Allocate(ints(limits_.num_heads * candidates)));
+  }
   PULSE_ASSIGN_OR_RETURN(step->scores, backend_.Allocate(ints(sets * candidates)));
   PULSE_ASSIGN_OR_RETURN(step->picked, backend_.Allocate(ints(sets * candidates)));
   PULSE_ASSIGN_OR_RETURN(step->tables,
@@ -201,6 +207,7 @@ absl::Status SparseAttention::BeginStep() {
   ++step_stamp_;
   step_picks_ = 0;
   step_sets_ = 0;
+  step_mode_ = std::nullopt;
   return absl::OkStatus();
 }
 
@@ -229,6 +236,7 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
   std::vector<uint64_t> row_keys;
   std::vector<bool> sparse(sequences.size(), false);
   int32_t num_sets = step_sets_;
+  std::optional<SelectionMode> mode = step_mode_;
   int32_t offloaded_picks = 0;
   int32_t picks_before = 0;
   int32_t table_stride = 1;
@@ -275,11 +283,14 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
     PULSE_ASSIGN_OR_RETURN(const BlockSelector selector,
                            BlockSelector::Create(layout_, limits_.num_heads, *sequence.selection));
     PULSE_ASSIGN_OR_RETURN(const BlockPartition partition, selector.Partition(sequence.kv_len));
-    if (num_sets != 0 && selector.num_sets() != num_sets) {
+    // A rank of one KV head has one set in either mode, which its peers need not have.
+    if ((num_sets != 0 && selector.num_sets() != num_sets) ||
+        (mode.has_value() && *mode != sequence.selection->mode)) {
       return absl::InvalidArgumentError(
           "the sparse rows of one step must select in one mode (solohead or headwise)");
     }
     num_sets = selector.num_sets();
+    mode = sequence.selection->mode;
     const auto first_candidate = static_cast<int32_t>(summary_ids.size());
     for (int32_t logical = partition.sink_end; logical < partition.window_begin; ++logical) {
       const auto at = static_cast<size_t>(logical);
@@ -429,11 +440,13 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
   }
   step_picks_ += offloaded_picks;
   step_sets_ = num_sets;
+  step_mode_ = mode;
 
   step.counters = counters;
   step.row_keys = std::move(row_keys);
   step.num_candidates = static_cast<int32_t>(summary_ids.size());
   step.num_sets = std::max(num_sets, 1);
+  step.gathers_bounds = limits_.ranks != nullptr && mode == SelectionMode::kSoloHead;
   step.table_stride = table_stride;
   step.max_kv_len = max_kv_len;
   step.num_filled = static_cast<int32_t>(filled_blocks.size());
@@ -488,11 +501,22 @@ absl::Status SparseAttention::Select(int32_t layer, SparseStep& step, const floa
     float* scores = step.scores.as<float>();
     int32_t* picked = step.picked.as<int32_t>();
     if (step.num_candidates > 0) {
+      // One set over the heads of several ranks: each scores its heads, then all aggregate all.
+      const bool gather = step.gathers_bounds;
+      float* rank_bounds = gather ? step.rank_bounds.as<float>() : bounds;
       backend_.ScoreBlocks(q, q_stride, limits_.num_heads, layout_, summaries_.estimator(),
                            summaries_.layer(layer), plan + step.at.summary_ids,
-                           plan + step.at.query_rows, step.num_candidates, bounds);
-      backend_.AggregateScores(bounds, limits_.num_heads, step.num_candidates, segments,
-                               step.num_rows, step.num_sets, scores);
+                           plan + step.at.query_rows, step.num_candidates, rank_bounds);
+      int32_t heads = limits_.num_heads;
+      if (gather) {
+        limits_.ranks->AllGather(
+            rank_bounds, 1,
+            static_cast<size_t>(heads) * static_cast<size_t>(step.num_candidates) * sizeof(float),
+            bounds);
+        heads *= limits_.ranks->size();
+      }
+      backend_.AggregateScores(bounds, heads, step.num_candidates, segments, step.num_rows,
+                               step.num_sets, scores);
       if (config_.synthetic_picks) {
         backend_.DrawSyntheticScores(plan + step.at.summary_ids, segments, step.num_rows,
                                      step.num_sets, plan + step.at.stamp, *config_.synthetic_picks,

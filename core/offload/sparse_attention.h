@@ -29,6 +29,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/backend/backend.h"
+#include "core/backend/communicator.h"
 #include "core/base/status.h"
 #include "core/kv/kv_cache.h"
 #include "core/offload/block_summaries.h"
@@ -94,7 +95,10 @@ struct SparseLimits {
   int32_t max_seqs = 1;
   int32_t max_blocks_per_seq = 1;
   int32_t max_step_tokens = 1;
-  int32_t num_heads = 1;
+  int32_t num_heads = 1;  // the query heads of the cache's KV heads
+  // The tensor-parallel ranks (null at one): SoloHead's one block set is then picked from every
+  // rank's query heads, whose bounds each rank gathers, so all ranks pick the same blocks.
+  Communicator* ranks = nullptr;
 };
 
 // One micro-batch's step: its uploaded plan, the buffers its layers write and its copy events.
@@ -185,6 +189,7 @@ class SparseAttention {
 
   // The host tier (null without tiers): the scheduler grows it as it admits.
   HostTier* host_tier() { return tiers_ ? &tiers_->host : nullptr; }
+  const HostTier* host_tier() const { return tiers_ ? &tiers_->host : nullptr; }
   // Prompt chunks of offloaded sequences prefilled staged (null without tiers).
   StagedPrefill* staged() { return staged_.get(); }
   const OffloadConfig& config() const { return config_; }
@@ -229,6 +234,7 @@ class SparseAttention {
   int32_t step_stamp_ = 0;                 // the step's stamp (BuildSparseTables)
   int32_t step_picks_ = 0;  // offloaded picks the step's micro-batches planned so far
   int32_t step_sets_ = 0;   // the step's selection sets (0 until a sparse row is planned)
+  std::optional<SelectionMode> step_mode_;  // and their mode
   SparseAttentionStats stats_;
   absl::flat_hash_map<uint64_t, SparseAttentionStats> key_stats_;
   OffloadStats offload_stats_;

@@ -78,7 +78,8 @@ class SparseStep {
   int32_t max_seqs = 0;
   int32_t max_step_tokens = 0;
   DeviceBuffer plan;                // int32: the step's uploaded plan (Offsets)
-  DeviceBuffer bounds;              // [num_heads][max candidates]
+  DeviceBuffer bounds;              // [num_heads][max candidates], every rank's heads
+  DeviceBuffer rank_bounds;         // the rank's heads' part of bounds, before it is gathered
   DeviceBuffer scores;              // [max sets][max candidates]
   DeviceBuffer picked;              // [max sets][max candidates]
   DeviceBuffer tables;              // [max seqs][max sets][max blocks a sequence]
@@ -96,6 +97,8 @@ class SparseStep {
   int32_t num_candidates = 0;
   int32_t num_rows = 0;  // sparse decode rows
   int32_t num_sets = 1;
+  // SoloHead over the query heads of several ranks (SparseLimits::ranks): bounds are gathered.
+  bool gathers_bounds = false;
   int32_t table_stride = 1;
   int32_t max_kv_len = 0;  // of the sparse rows' tables
   int32_t num_filled = 0;

@@ -92,8 +92,9 @@ class PickCrossCheckBackend : public Backend {
   // The shadowed ops wait for the primary, which no capture can.
   bool SupportsGraphs() const override { return false; }
 
-  void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
-    primary_->Embed(table, tokens, count, out);
+  void Embed(const MatrixView& table, int64_t first_row, const int32_t* tokens, int64_t count,
+             float* out) override {
+    primary_->Embed(table, first_row, tokens, count, out);
   }
   void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {
     primary_->Gemm(x, m, w, bias, y);

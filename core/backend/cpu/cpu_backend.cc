@@ -249,8 +249,9 @@ class CpuBackend final : public Backend {
     return std::chrono::duration<double>(*to_time - *from_time).count();
   }
 
-  void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
-    kernels_.embed(pool_, table, tokens, count, out);
+  void Embed(const MatrixView& table, int64_t first_row, const int32_t* tokens, int64_t count,
+             float* out) override {
+    kernels_.embed(pool_, table, first_row, tokens, count, out);
   }
   // Activations are fp32 here: the void* of the interface are float*.
   void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {

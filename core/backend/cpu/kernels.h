@@ -13,8 +13,8 @@ namespace pulse::cpu {
 // Each entry is the function of the same name in gemm.h, norm.h, rope.h, pointwise.h or
 // attention.h, compiled for the table's level.
 struct CpuKernels {
-  void (*embed)(ThreadPool& pool, const MatrixView& table, const int32_t* tokens, int64_t count,
-                float* out);
+  void (*embed)(ThreadPool& pool, const MatrixView& table, int64_t first_row, const int32_t* tokens,
+                int64_t count, float* out);
   void (*gemm)(ThreadPool& pool, const float* x, int64_t m, const MatrixView& w, const float* bias,
                float* y);
   void (*rms_norm)(ThreadPool& pool, const float* x, const float* weight, int64_t rows,

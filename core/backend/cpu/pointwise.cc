@@ -13,44 +13,49 @@ namespace {
 
 int64_t RowGrain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)); }
 
-template <typename T>
-void EmbedRows(ThreadPool& pool, const MatrixView& table, const int32_t* tokens, int64_t count,
-               float* out) {
-  const T* data = static_cast<const T*>(table.data);
+// Calls write(i, table_row) for each token i the table holds; fills the others' rows with -0.0.
+template <typename WriteRow>
+void EmbedRows(ThreadPool& pool, const MatrixView& table, int64_t first_row, const int32_t* tokens,
+               int64_t count, float* out, WriteRow write) {
   const int64_t cols = table.cols;
   pool.ParallelFor(count, RowGrain(cols), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      assert(tokens[i] >= 0 && tokens[i] < table.rows);
-      const T* row = data + int64_t{tokens[i]} * cols;
-      for (int64_t c = 0; c < cols; ++c) out[i * cols + c] = ToF32(row[c]);
+      const int64_t row = tokens[i] - first_row;
+      if (row >= 0 && row < table.rows) {
+        write(i, row);
+      } else {
+        std::fill(out + i * cols, out + (i + 1) * cols, -0.0f);
+      }
     }
   });
 }
 
 }  // namespace
 
-void Embed(ThreadPool& pool, const MatrixView& table, const int32_t* tokens, int64_t count,
-           float* out) {
+void Embed(ThreadPool& pool, const MatrixView& table, int64_t first_row, const int32_t* tokens,
+           int64_t count, float* out) {
+  const int64_t cols = table.cols;
+  const auto values = [&]<typename T>(const T* data) {
+    EmbedRows(pool, table, first_row, tokens, count, out, [&](int64_t i, int64_t row) {
+      for (int64_t c = 0; c < cols; ++c) out[i * cols + c] = ToF32(data[row * cols + c]);
+    });
+  };
   switch (table.type) {
     case DType::kF32:
-      EmbedRows<float>(pool, table, tokens, count, out);
+      values(static_cast<const float*>(table.data));
       return;
     case DType::kBF16:
-      EmbedRows<uint16_t>(pool, table, tokens, count, out);
+      values(static_cast<const uint16_t*>(table.data));
       return;
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
     case DType::kQ4_K:
     case DType::kQ6_K: {
-      const int64_t row_bytes = BlockRowBytes(table.type, table.cols);
+      const int64_t row_bytes = BlockRowBytes(table.type, cols);
       const auto* rows = static_cast<const std::byte*>(table.data);
-      pool.ParallelFor(count, RowGrain(table.cols), [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          assert(tokens[i] >= 0 && tokens[i] < table.rows);
-          DecodeBlockRow(table.type, rows + int64_t{tokens[i]} * row_bytes, table.cols,
-                         out + i * table.cols);
-        }
+      EmbedRows(pool, table, first_row, tokens, count, out, [&](int64_t i, int64_t row) {
+        DecodeBlockRow(table.type, rows + row * row_bytes, cols, out + i * cols);
       });
       return;
     }

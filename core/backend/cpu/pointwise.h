@@ -9,9 +9,10 @@
 
 PULSE_CPU_KERNELS_BEGIN
 
-// out[i] = table row tokens[i] as fp32.
-void Embed(ThreadPool& pool, const MatrixView& table, const int32_t* tokens, int64_t count,
-           float* out);
+// out[i] = table row tokens[i] - first_row as fp32, or -0.0 where the table has no such row
+// (Backend::Embed).
+void Embed(ThreadPool& pool, const MatrixView& table, int64_t first_row, const int32_t* tokens,
+           int64_t count, float* out);
 
 // out[m][inter] = silu(gate_up[m][0:inter]) * gate_up[m][inter:2*inter], silu(g) = g / (1 + e^-g)
 // with e^x from exp.h.

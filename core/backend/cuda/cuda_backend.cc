@@ -353,10 +353,13 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  void Embed(const MatrixView& table, const int32_t* tokens, int64_t count, float* out) override {
+  void Embed(const MatrixView& table, int64_t first_row, const int32_t* tokens, int64_t count,
+             float* out) override {
     absl::MutexLock lock(&mu_);
     if (!CheckBf16(table, "Embed")) return;
-    Record(cuda::LaunchEmbed(table.data, table.cols, tokens, count, out, stream()), "Embed");
+    Record(cuda::LaunchEmbed(table.data, table.rows, table.cols, first_row, tokens, count, out,
+                             stream()),
+           "Embed");
   }
 
   void Gemm(const void* x, int64_t m, const MatrixView& w, const float* bias, float* y) override {

@@ -13,9 +13,10 @@
 
 namespace pulse::cuda {
 
-// out[i][:] = float(table[tokens[i]][:]); table bf16 [vocab][hidden].
-cudaError_t LaunchEmbed(const void* table, int64_t hidden, const int32_t* tokens, int64_t count,
-                        float* out, cudaStream_t stream);
+// out[i][:] = float(table[tokens[i] - first_row][:]), or -0.0 where the table has no such row;
+// table bf16 [rows][hidden].
+cudaError_t LaunchEmbed(const void* table, int64_t rows, int64_t hidden, int64_t first_row,
+                        const int32_t* tokens, int64_t count, float* out, cudaStream_t stream);
 // y = bf16(x / rms(x) * weight), row-wise.
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t rows, int64_t cols,
                           float eps, void* y, cudaStream_t stream);

@@ -16,15 +16,18 @@ dim3 RowGrid(int64_t rows, int64_t cols) {
   return dim3(static_cast<unsigned>(x < 1024 ? x : 1024), static_cast<unsigned>(rows));
 }
 
-__global__ void EmbedKernel(const bf16* __restrict__ table, int64_t hidden,
-                            const int32_t* __restrict__ tokens, float* __restrict__ out) {
+__global__ void EmbedKernel(const bf16* __restrict__ table, int64_t rows, int64_t hidden,
+                            int64_t first_row, const int32_t* __restrict__ tokens,
+                            float* __restrict__ out) {
   WaitForPriorGrids();
   const int64_t row = blockIdx.y;
-  const bf16* src = table + tokens[row] * hidden;
+  const int64_t table_row = tokens[row] - first_row;
+  const bool held = table_row >= 0 && table_row < rows;
+  const bf16* src = table + (held ? table_row : 0) * hidden;
   float* dst = out + row * hidden;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < hidden;
        c += int64_t{gridDim.x} * blockDim.x) {
-    dst[c] = __bfloat162float(src[c]);
+    dst[c] = held ? __bfloat162float(src[c]) : -0.0f;
   }
 }
 
@@ -77,11 +80,11 @@ __global__ void GatherRowsKernel(const bf16* __restrict__ x, int64_t cols,
 
 }  // namespace
 
-cudaError_t LaunchEmbed(const void* table, int64_t hidden, const int32_t* tokens, int64_t count,
-                        float* out, cudaStream_t stream) {
+cudaError_t LaunchEmbed(const void* table, int64_t rows, int64_t hidden, int64_t first_row,
+                        const int32_t* tokens, int64_t count, float* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   return LaunchKernel(EmbedKernel, RowGrid(count, hidden), kThreads, 0, stream,
-                      static_cast<const bf16*>(table), hidden, tokens, out);
+                      static_cast<const bf16*>(table), rows, hidden, first_row, tokens, out);
 }
 
 cudaError_t LaunchSwiGlu(const float* gate_up, int64_t m, int64_t inter, void* out,

@@ -54,7 +54,7 @@ std::vector<OpOutput> RunOps(Backend& backend) {
     }
     std::vector<float> embedded(3 * kK);
     const std::vector<int32_t> tokens = {4, 0, 36};
-    backend.Embed(weight->view(), tokens.data(), 3, embedded.data());
+    backend.Embed(weight->view(), 0, tokens.data(), 3, embedded.data());
     outputs.push_back({std::string("embed ") + std::string(DTypeName(type)), embedded, true});
   }
   for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {

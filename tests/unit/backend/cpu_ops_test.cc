@@ -161,11 +161,31 @@ TEST(EmbedTest, CopiesTableRows) {
     ASSERT_TRUE(weight.ok());
     const std::vector<float> expected_table = type == DType::kBF16 ? RoundToBf16(table) : table;
     std::vector<float> out = Poisoned(tokens.size() * kHidden);
-    backend->Embed(weight->view(), tokens.data(), static_cast<int64_t>(tokens.size()), out.data());
+    backend->Embed(weight->view(), 0, tokens.data(), static_cast<int64_t>(tokens.size()),
+                   out.data());
     for (size_t i = 0; i < tokens.size(); ++i) {
       ExpectBitwiseEqual(out.data() + i * kHidden, expected_table.data() + tokens[i] * kHidden,
                          kHidden);
     }
+  }
+}
+
+// A shard of the vocabulary (rows [17, 49) of it) writes the rows it holds and -0.0 elsewhere.
+TEST(EmbedTest, AVocabularyShardWritesNegativeZerosForRowsItLacks) {
+  auto backend = MakeCpuBackend(2);
+  constexpr int64_t kFirst = 17, kRows = 32, kHidden = 65;
+  const std::vector<float> table = RandomValues(kRows * kHidden, 8);
+  const std::vector<int32_t> tokens = {0, 49, 17, 48, 16, 30};
+  Weight weight = *backend->UploadWeight(table, kRows, kHidden, DType::kF32);
+  std::vector<float> out = Poisoned(tokens.size() * kHidden);
+  backend->Embed(weight.view(), kFirst, tokens.data(), static_cast<int64_t>(tokens.size()),
+                 out.data());
+  const std::vector<float> negative_zeros(kHidden, -0.0f);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const bool held = tokens[i] >= kFirst && tokens[i] < kFirst + kRows;
+    ExpectBitwiseEqual(out.data() + i * kHidden,
+                       held ? table.data() + (tokens[i] - kFirst) * kHidden : negative_zeros.data(),
+                       kHidden);
   }
 }
 

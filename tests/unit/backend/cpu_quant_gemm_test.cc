@@ -152,7 +152,7 @@ TEST_P(QuantGemmTest, EmbedDecodesRowsAsTheReaderDoes) {
   const Weight table = *backend->UploadBlocks(blocks, kRows, cols, type);
   const std::vector<int32_t> tokens = {4, 0, 8, 4};
   std::vector<float> out(tokens.size() * cols);
-  backend->Embed(table.view(), tokens.data(), static_cast<int64_t>(tokens.size()), out.data());
+  backend->Embed(table.view(), 0, tokens.data(), static_cast<int64_t>(tokens.size()), out.data());
   ASSERT_TRUE(backend->Synchronize().ok());
   for (size_t i = 0; i < tokens.size(); ++i) {
     EXPECT_EQ(std::memcmp(out.data() + i * cols, expected.data() + tokens[i] * cols,

@@ -117,10 +117,15 @@ TEST_F(CudaOpsTest, EmbedIsExact) {
   Weight cpu_table = *cpu_->UploadWeight(table, vocab, hidden, DType::kBF16);
   DeviceBuffer ids = UploadInts(tokens);
   DeviceBuffer out = PoisonedF32(tokens.size() * hidden);
-  cuda_->Embed(cuda_table.view(), ids.as<int32_t>(), tokens.size(), out.as<float>());
+  cuda_->Embed(cuda_table.view(), 0, ids.as<int32_t>(), tokens.size(), out.as<float>());
   std::vector<float> expected(tokens.size() * hidden);
-  cpu_->Embed(cpu_table.view(), tokens.data(), tokens.size(), expected.data());
+  cpu_->Embed(cpu_table.view(), 0, tokens.data(), tokens.size(), expected.data());
   EXPECT_EQ(DownloadF32(out, expected.size()), expected);
+  // As a shard of a vocabulary that starts at row 500: -0.0 for rows it lacks, bit for bit.
+  cuda_->Embed(cuda_table.view(), 500, ids.as<int32_t>(), tokens.size(), out.as<float>());
+  cpu_->Embed(cpu_table.view(), 500, tokens.data(), tokens.size(), expected.data());
+  const std::vector<float> shard = DownloadF32(out, expected.size());
+  EXPECT_EQ(std::memcmp(shard.data(), expected.data(), expected.size() * sizeof(float)), 0);
 }
 
 struct GemmShape {
