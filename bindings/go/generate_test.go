@@ -702,3 +702,47 @@ func TestSubmitsDuringAnIdleStep(t *testing.T) {
 	}
 	wait.Wait()
 }
+
+// The tiny model split over two ranks gives the one-rank model's ids, offloaded with a budget that
+// selects; a rank count the model cannot split is refused.
+func TestTwoRanksGiveTheIdsOfOne(t *testing.T) {
+	one := loadTinyModel(t)
+	defer one.Close()
+	split := pulseinfer.DefaultModelParams()
+	split.RandomWeights = true
+	split.RandomSeed = 7
+	split.Threads = 2
+	split.TensorParallelSize = 2
+	two, err := pulseinfer.LoadModel(tinyConfig, &split)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer two.Close()
+	run := func(model *pulseinfer.Model) []int32 {
+		params := offloadedParams()
+		params.OffloadBudgetTokens = 48
+		e, err := pulseinfer.NewEngine(model, &params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		sampling := greedy(12)
+		sampling.IgnoreEOS = true
+		request, err := e.Generate(context.Background(), prompt150(0), sampling)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := readAll(request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.result.Tokens
+	}
+	if ids, want := run(two), run(one); !equal(ids, want) {
+		t.Errorf("%v over two ranks, %v over one", ids, want)
+	}
+	split.TensorParallelSize = 3
+	if _, err := pulseinfer.LoadModel(tinyConfig, &split); !errors.Is(err, pulseinfer.ErrInvalidArgument) {
+		t.Errorf("three ranks of two KV heads: %v", err)
+	}
+}

@@ -22,6 +22,11 @@ type ModelParams struct {
 	RandomSeed    uint64
 	// MemoryLimitBytes caps the backend's memory (weights plus KV cache); 0: no cap.
 	MemoryLimitBytes uint64
+	// TensorParallelSize splits the model over that many ranks, each with its share of the KV
+	// heads and of every matrix and its own KV cache and offload tiers; engines over it give the
+	// one-rank tokens. On the CPU a rank is Threads/TensorParallelSize threads; CUDA ranks are
+	// not in this build. 0 or 1: one rank.
+	TensorParallelSize int32
 }
 
 // DefaultModelParams returns the library's defaults (pulse_model_params_init).
@@ -29,12 +34,13 @@ func DefaultModelParams() ModelParams {
 	var params C.pulse_model_params
 	C.pulse_model_params_init(&params, C.sizeof_pulse_model_params) // cannot fail: the header's own size
 	return ModelParams{
-		Threads:          int32(params.threads),
-		Backend:          C.GoString(params.backend),
-		WeightType:       C.GoString(params.weight_type),
-		RandomWeights:    params.random_weights != 0,
-		RandomSeed:       uint64(params.random_seed),
-		MemoryLimitBytes: uint64(params.memory_limit_bytes),
+		Threads:            int32(params.threads),
+		Backend:            C.GoString(params.backend),
+		WeightType:         C.GoString(params.weight_type),
+		RandomWeights:      params.random_weights != 0,
+		RandomSeed:         uint64(params.random_seed),
+		MemoryLimitBytes:   uint64(params.memory_limit_bytes),
+		TensorParallelSize: int32(params.tensor_parallel_size),
 	}
 }
 
@@ -48,6 +54,7 @@ func (p *ModelParams) toC(memory *cMemory) C.pulse_model_params {
 	params.random_weights = C.int32_t(boolInt(p.RandomWeights))
 	params.random_seed = C.uint64_t(p.RandomSeed)
 	params.memory_limit_bytes = C.uint64_t(p.MemoryLimitBytes)
+	params.tensor_parallel_size = C.int64_t(p.TensorParallelSize)
 	return params
 }
 

@@ -18,7 +18,7 @@
 #include "pulseinfer/pulseinfer.h"
 
 struct pulse_model {
-  std::shared_ptr<const pulse::Model> model;
+  pulse::ShardedModel model;  // one shard unless loaded with tensor_parallel_size > 1
   // NUL-terminated copies of what pulse_model_info points at.
   std::string architecture;
   std::string format;

@@ -36,11 +36,23 @@ pulse_status pulse_model_load(const char* path, const pulse_model_params* params
     return absl::OkStatus();
   });
   if (checked != PULSE_OK) return checked;
+  std::unique_ptr<pulse::TensorSource> source;
+  const pulse_status opened = Guard(
+      kFunction,
+      [&]() -> absl::Status {
+        PULSE_ASSIGN_OR_RETURN(source, pulse::capi::OpenModelSource(path, plan));
+        return absl::OkStatus();
+      },
+      ErrorSubject::kModelFile);
+  if (opened != PULSE_OK) return opened;
+  const pulse_status shards =
+      Guard(kFunction, [&] { return pulse::capi::CheckShards(source->config(), plan); });
+  if (shards != PULSE_OK) return shards;
   return Guard(
       kFunction,
       [&]() -> absl::Status {
         PULSE_ASSIGN_OR_RETURN(std::unique_ptr<pulse_model> model,
-                               pulse::capi::LoadModel(path, plan));
+                               pulse::capi::LoadModel(path, *source, plan));
         *out_model = model.release();
         return absl::OkStatus();
       },
@@ -63,7 +75,7 @@ pulse_status pulse_model_info_get(const pulse_model* model, pulse_model_info* in
   return Guard("pulse_model_info_get", [&]() -> absl::Status {
     if (model == nullptr) return absl::InvalidArgumentError("model is NULL");
     PULSE_RETURN_IF_ERROR(pulse::capi::CheckOutput(info));
-    const pulse::ModelConfig& config = model->model->config();
+    const pulse::ModelConfig& config = model->model.shards.front()->config();
     pulse_model_info value{};
     value.struct_size = sizeof(value);
     value.num_layers = config.num_layers;

@@ -1,13 +1,17 @@
 #include "capi/src/model_loading.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string_view>
 #include <system_error>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/cpu/thread_communicator.h"
 #include "core/backend/cuda/cuda_backend.h"
 #include "core/base/mapped_file.h"
 #include "core/format/gguf_reader.h"
@@ -18,6 +22,9 @@ namespace pulse::capi {
 namespace {
 
 enum class BackendKind { kCpu, kCuda };
+
+// The most ranks a model may be split over.
+constexpr int32_t kMaxRanks = 64;
 
 absl::string_view OrAuto(const char* text) { return text == nullptr ? "auto" : text; }
 
@@ -115,16 +122,31 @@ absl::StatusOr<ModelLoadPlan> PlanModelLoad(const pulse_model_params& params) {
     return absl::InvalidArgumentError(
         absl::StrCat("pulse_model_params.threads is ", params.threads, "; expected >= 0"));
   }
+  if (params.tensor_parallel_size < 0 || params.tensor_parallel_size > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("pulse_model_params.tensor_parallel_size is ",
+                                                   params.tensor_parallel_size, "; expected 0 to ",
+                                                   kMaxRanks));
+  }
+  const auto ranks = static_cast<int32_t>(std::max<int64_t>(params.tensor_parallel_size, 1));
   PULSE_ASSIGN_OR_RETURN(const BackendKind backend, ParseBackend(OrAuto(params.backend)));
   ModelLoadPlan plan;
   PULSE_RETURN_IF_ERROR(ParseWeightType(OrAuto(params.weight_type), backend, plan));
   if (backend == BackendKind::kCuda) {
+    if (ranks > 1) {
+      return absl::UnimplementedError(
+          "pulse_model_params.tensor_parallel_size > 1 on CUDA: this build has no communicator "
+          "between GPUs (tensor parallelism runs on the CPU backend)");
+    }
     CudaBackendOptions options;
     options.memory_limit_bytes = static_cast<size_t>(params.memory_limit_bytes);
-    PULSE_ASSIGN_OR_RETURN(plan.backend, CreateCudaBackend(options));
+    PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> cuda, CreateCudaBackend(options));
+    plan.backends.push_back(std::move(cuda));
   } else {
     CpuBackendOptions options;
-    options.threads = params.threads;
+    const int32_t threads = params.threads > 0
+                                ? params.threads
+                                : static_cast<int32_t>(std::thread::hardware_concurrency());
+    options.threads = std::max(1, threads / ranks);
     options.memory_limit_bytes = static_cast<size_t>(params.memory_limit_bytes);
     // The environment forces the kernels' instruction-set level (docs/design/cpu-backend.md).
     if (const char* name = std::getenv("PULSEINFER_CPU_LEVEL"); name != nullptr) {
@@ -135,26 +157,52 @@ absl::StatusOr<ModelLoadPlan> PlanModelLoad(const pulse_model_params& params) {
       }
       options.kernel_level = *level;
     }
-    PULSE_ASSIGN_OR_RETURN(plan.backend, CreateCpuBackend(options));
+    for (int32_t r = 0; r < ranks; ++r) {
+      PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> cpu, CreateCpuBackend(options));
+      plan.backends.push_back(std::move(cpu));
+    }
   }
   plan.random_weights = params.random_weights != 0;
   plan.random_seed = params.random_seed;
   return plan;
 }
 
-absl::StatusOr<std::unique_ptr<pulse_model>> LoadModel(const std::string& path,
-                                                       const ModelLoadPlan& plan) {
-  std::unique_ptr<TensorSource> source;
-  if (plan.random_weights) {
-    PULSE_ASSIGN_OR_RETURN(source, OpenRandom(path, plan.random_seed));
-  } else {
-    PULSE_ASSIGN_OR_RETURN(source, OpenTensorSource(path));
+absl::StatusOr<std::unique_ptr<TensorSource>> OpenModelSource(const std::string& path,
+                                                              const ModelLoadPlan& plan) {
+  if (plan.random_weights) return OpenRandom(path, plan.random_seed);
+  return OpenTensorSource(path);
+}
+
+absl::Status CheckShards(const ModelConfig& config, const ModelLoadPlan& plan) {
+  const auto ranks = static_cast<int32_t>(plan.backends.size());
+  if (config.num_kv_heads % ranks != 0 || config.hidden_size % ranks != 0 ||
+      config.intermediate_size % ranks != 0 || config.vocab_size % ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pulse_model_params.tensor_parallel_size is %d, which must divide the model's %d KV "
+        "heads, hidden size %d, intermediate size %d and vocabulary of %d",
+        ranks, config.num_kv_heads, config.hidden_size, config.intermediate_size,
+        config.vocab_size));
   }
-  ModelLoadOptions options;
-  options.weight_type = plan.weight_type;
-  options.keep_blocks = plan.keep_blocks;
-  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
-                         Model::Load(plan.backend, *source, options));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<pulse_model>> LoadModel(const std::string& path,
+                                                       const TensorSource& source,
+                                                       const ModelLoadPlan& plan) {
+  const auto ranks = static_cast<int32_t>(plan.backends.size());
+  ShardedModel sharded;
+  for (int32_t r = 0; r < ranks; ++r) {
+    ModelLoadOptions options;
+    options.weight_type = plan.weight_type;
+    options.keep_blocks = plan.keep_blocks;
+    options.shard = {.rank = r, .size = ranks};
+    PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> shard,
+                           Model::Load(plan.backends[static_cast<size_t>(r)], source, options));
+    sharded.shards.push_back(std::move(shard));
+  }
+  // Only the CPU backend has ranks past one (PlanModelLoad).
+  if (ranks > 1) sharded.connect = [ranks] { return CreateThreadCommunicators(ranks); };
+  const std::shared_ptr<const Model>& model = sharded.shards.front();
 
   auto handle = std::make_unique<pulse_model>();
   handle->architecture = std::string(ArchitectureName(model->config().architecture));
@@ -171,7 +219,7 @@ absl::StatusOr<std::unique_ptr<pulse_model>> LoadModel(const std::string& path,
                                                    model->config().vocab_size));
   }
   AttachTokenizer(std::move(tokenizer), *handle);
-  handle->model = std::move(model);
+  handle->model = std::move(sharded);
   return handle;
 }
 

@@ -39,6 +39,7 @@ pulse_model_params DefaultModelParams() {
   params.random_seed = 0;
   params.memory_limit_bytes = 0;
   params.random_weights = 0;
+  params.tensor_parallel_size = 0;
   return params;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/backend/backend.h"
+#include "core/backend/communicator.h"
 #include "core/format/config.h"
 #include "core/model/tensor_source.h"
 
@@ -104,6 +106,14 @@ class Model {
   std::string format_;
   std::string stored_type_;
   std::map<std::string, std::string> metadata_;
+};
+
+// A model over one or more ranks: shard r (Model::shard) on rank r's own backend, and how an
+// engine connects its ranks, each engine's runner with a group of communicators of its own.
+struct ShardedModel {
+  std::vector<std::shared_ptr<const Model>> shards;
+  // One communicator a rank for the shards' backends (rank r's at r); unused with one shard.
+  std::function<absl::StatusOr<std::vector<std::unique_ptr<Communicator>>>()> connect = nullptr;
 };
 
 }  // namespace pulse

@@ -56,8 +56,9 @@ class ParallelRunner {
   absl::StatusOr<double> CalibrateLink(int64_t bytes);
   bool has_host_tier() const { return leader().host_tier() != nullptr; }
 
-  // Rank 0's statistics: the ranks pick the same blocks (SoloHead) or blocks of the same
-  // counts (a set a KV head), each of its own heads, so each rank moves as much as rank 0.
+  // Rank 0's statistics, of its KV heads: with SoloHead every rank picks the same blocks, so the
+  // selection counts are the whole engine's and the bytes a rank's share; with a set a KV head
+  // the counts too are rank 0's sets'.
   SparseAttentionStats sparse_stats() const { return leader().sparse_stats(); }
   SparseAttentionStats sparse_stats(uint64_t key) const { return leader().sparse_stats(key); }
   OffloadStats offload_stats() const { return leader().offload_stats(); }

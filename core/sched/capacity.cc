@@ -4,6 +4,7 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "core/backend/block_estimator.h"
@@ -46,8 +47,27 @@ absl::Status SizeOffloadTiers(const PagedKvLayout& layout, int32_t num_heads, in
 
 }  // namespace
 
-absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> model,
+// Rank r's cache of `blocks` blocks of `layout` (as rank 0's, of the rank's KV heads) and its
+// runner, connected to its peers through `ranks` (null at one rank).
+absl::StatusOr<ModelRunner> CreateRank(std::shared_ptr<const Model> shard, PagedKvLayout layout,
+                                       int32_t blocks, const ModelRunnerOptions& options,
+                                       std::unique_ptr<Communicator> ranks) {
+  Backend& backend = shard->backend();
+  layout.num_kv_heads = shard->dims().num_kv_heads;
+  layout.type = backend.kv_type();
+  PULSE_ASSIGN_OR_RETURN(KvCache cache,
+                         KvCache::Create(backend, layout, shard->config().num_layers, blocks));
+  return ModelRunner::Create(std::move(shard), std::move(cache), options, std::move(ranks));
+}
+
+absl::StatusOr<EngineCapacity> AllocateCapacity(const ShardedModel& sharded,
                                                 const EngineOptions& options) {
+  if (sharded.shards.empty() || (sharded.shards.size() > 1 && !sharded.connect)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a model of %d shards and %s", sharded.shards.size(),
+                        sharded.connect ? "a way to connect them" : "none to connect them"));
+  }
+  const std::shared_ptr<const Model>& model = sharded.shards.front();
   const ModelConfig& config = model->config();
   EngineOptions resolved = options;
   if (resolved.max_context == 0) resolved.max_context = config.max_position;
@@ -58,7 +78,7 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
   }
   Backend& backend = model->backend();
   const PagedKvLayout layout{.block_tokens = resolved.block_tokens,
-                             .num_kv_heads = config.num_kv_heads,
+                             .num_kv_heads = model->dims().num_kv_heads,
                              .head_dim = config.head_dim,
                              .type = backend.kv_type()};
   // KV bytes of one token in every layer.
@@ -82,7 +102,7 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
                          .min_budget_tokens = resolved.min_budget_tokens};
   if (resolved.offload) {
     PULSE_RETURN_IF_ERROR(
-        SizeOffloadTiers(layout, config.num_heads, token_bytes, resolved, limits));
+        SizeOffloadTiers(layout, model->dims().num_heads, token_bytes, resolved, limits));
   }
   const int64_t block_bytes = limits.block_bytes;
   const int32_t max_blocks_per_seq =
@@ -135,9 +155,6 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
         resolved.kv_capacity_tokens, limits.host_blocks, limits.slot_blocks,
         resolved.block_tokens));
   }
-  PULSE_ASSIGN_OR_RETURN(KvCache cache,
-                         KvCache::Create(backend, layout, config.num_layers,
-                                         static_cast<int32_t>(num_blocks + limits.slot_blocks)));
   const ModelRunnerOptions runner_options{
       .max_step_tokens = resolved.max_step_tokens,
       .max_seqs = resolved.max_batch,
@@ -148,8 +165,23 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(std::shared_ptr<const Model> mod
       .max_micro_batches = resolved.micro_batches > 0 ? resolved.micro_batches
                            : resolved.offload         ? 2
                                                       : 1};
-  PULSE_ASSIGN_OR_RETURN(ModelRunner runner,
-                         ModelRunner::Create(std::move(model), std::move(cache), runner_options));
+  std::vector<std::unique_ptr<Communicator>> communicators(sharded.shards.size());
+  if (sharded.shards.size() > 1) {
+    PULSE_ASSIGN_OR_RETURN(communicators, sharded.connect());
+  }
+  if (communicators.size() != sharded.shards.size()) {
+    return absl::InternalError(absl::StrFormat("%d communicators for %d ranks",
+                                               communicators.size(), sharded.shards.size()));
+  }
+  std::vector<ModelRunner> ranks;
+  for (size_t r = 0; r < sharded.shards.size(); ++r) {
+    PULSE_ASSIGN_OR_RETURN(
+        ModelRunner rank,
+        CreateRank(sharded.shards[r], layout, static_cast<int32_t>(num_blocks + limits.slot_blocks),
+                   runner_options, std::move(communicators[r])));
+    ranks.push_back(std::move(rank));
+  }
+  PULSE_ASSIGN_OR_RETURN(ParallelRunner runner, ParallelRunner::Create(std::move(ranks)));
   return EngineCapacity{.options = resolved,
                         .limits = limits,
                         .dense_blocks = static_cast<int32_t>(num_blocks),

@@ -51,7 +51,10 @@ class EngineImpl final : public Engine {
         kv_memory_bytes_(capacity.kv_memory_bytes),
         runner_(std::move(capacity.runner)),
         step_builder_(options_.block_tokens, /*sample_on_backend=*/!options_.logits_to_host),
-        scheduler_(capacity.limits, capacity.dense_blocks, runner_.host_tier()),
+        scheduler_(capacity.limits, capacity.dense_blocks,
+                   runner_.has_host_tier()
+                       ? [this](int32_t blocks) { return runner_.ReserveHostBlocks(blocks); }
+                       : Scheduler::PinHostBlocksFn()),
         micro_batches_(options_.micro_batches) {
     // The link's rate from the start (engine stats); without it (no pinned memory to spare),
     // the first recalls measure it.
@@ -140,7 +143,7 @@ class EngineImpl final : public Engine {
   // caller), they do not wait: they would wait for themselves. The one cycle left, a sink that
   // waits for a thread that cancels or releases the sink's own request, is forbidden (engine.h).
   absl::Mutex step_mu_;  // one Step at a time; held through the forward pass and the sinks
-  ModelRunner runner_ ABSL_GUARDED_BY(step_mu_);
+  ParallelRunner runner_ ABSL_GUARDED_BY(step_mu_);
   StepBuilder step_builder_ ABSL_GUARDED_BY(step_mu_);
   std::vector<float> logits_ ABSL_GUARDED_BY(step_mu_);    // [logit rows][vocab], grown as needed
   std::vector<int32_t> tokens_ ABSL_GUARDED_BY(step_mu_);  // the backend's draws, one a logit row
@@ -480,15 +483,25 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
                                                        const EngineOptions& options,
                                                        std::shared_ptr<const Tokenizer> tokenizer) {
   if (model == nullptr) return absl::InvalidArgumentError("Engine::Create: no model");
+  return Create(ShardedModel{.shards = {std::move(model)}}, options, std::move(tokenizer));
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ShardedModel& model,
+                                                       const EngineOptions& options,
+                                                       std::shared_ptr<const Tokenizer> tokenizer) {
+  if (model.shards.empty() || model.shards.front() == nullptr) {
+    return absl::InvalidArgumentError("Engine::Create: no model");
+  }
   PULSE_RETURN_IF_ERROR(options.Validate());
   PULSE_ASSIGN_OR_RETURN(EngineCapacity capacity, AllocateCapacity(model, options));
-  const int32_t vocab_size = model->config().vocab_size;
+  const int32_t vocab_size = model.shards.front()->config().vocab_size;
   if (tokenizer != nullptr && tokenizer->vocab_size() > vocab_size) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the tokenizer has %d tokens, more than the model's vocabulary (%d)",
                         tokenizer->vocab_size(), vocab_size));
   }
-  return std::make_unique<EngineImpl>(std::move(model), std::move(tokenizer), std::move(capacity));
+  return std::make_unique<EngineImpl>(model.shards.front(), std::move(tokenizer),
+                                      std::move(capacity));
 }
 
 }  // namespace pulse

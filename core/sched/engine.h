@@ -265,6 +265,13 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
       std::shared_ptr<const Model> model, const EngineOptions& options,
       std::shared_ptr<const Tokenizer> tokenizer = nullptr);
+  // Over a model split over ranks (docs/design/tensor-parallel.md): one runner a shard, each
+  // with its own KV cache and offload tiers of its KV heads, the sizes of EngineOptions (and its
+  // memory figures) a rank's; the results are the one-rank engine's. InvalidArgument for no
+  // shard or several without ShardedModel::connect, and as ParallelRunner::Create says.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const ShardedModel& model, const EngineOptions& options,
+      std::shared_ptr<const Tokenizer> tokenizer = nullptr);
   virtual ~Engine() = default;
 
   // Queues a request. InvalidArgument for an empty prompt, a token outside the vocabulary, a

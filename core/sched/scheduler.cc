@@ -11,11 +11,12 @@
 
 namespace pulse {
 
-Scheduler::Scheduler(const SchedulerLimits& limits, int32_t num_blocks, HostTier* host_tier)
+Scheduler::Scheduler(const SchedulerLimits& limits, int32_t num_blocks,
+                     PinHostBlocksFn pin_host_blocks)
     : limits_(limits),
       pool_(num_blocks),
       host_pool_(limits.host_blocks, /*track_released=*/true),
-      host_tier_(host_tier),
+      pin_host_blocks_(std::move(pin_host_blocks)),
       policy_(limits.admission, limits.min_budget_tokens) {}
 
 int32_t Scheduler::BlocksNeeded(const Request& request) const {
@@ -73,8 +74,8 @@ bool Scheduler::FitsResident(const Request& request, int32_t held) const {
 
 absl::Status Scheduler::PinHostBlocks(int32_t more) {
   // The host tier is pinned as far as the pool may hand out blocks.
-  if (host_tier_ == nullptr) return absl::OkStatus();
-  return host_tier_->Reserve(host_pool_.IdsToHold(more));
+  if (!pin_host_blocks_) return absl::OkStatus();
+  return pin_host_blocks_(host_pool_.IdsToHold(more));
 }
 
 bool Scheduler::DemoteOne(Admitted& admitted) {

@@ -4,11 +4,11 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "core/kv/block_pool.h"
-#include "core/offload/host_tier.h"
 #include "core/sched/admission.h"
 #include "core/sched/request.h"
 
@@ -51,9 +51,12 @@ struct ScheduledSequence {
 
 class Scheduler {
  public:
-  // `num_blocks`: the dense pool of device KV blocks. `host_tier` (null without offloading) grows
-  // as offloaded requests are admitted; it must outlive the scheduler.
-  Scheduler(const SchedulerLimits& limits, int32_t num_blocks, HostTier* host_tier);
+  // Makes host-tier blocks [0, blocks) addressable (HostTier::Reserve, of every rank's tier).
+  using PinHostBlocksFn = std::function<absl::Status(int32_t blocks)>;
+
+  // `num_blocks`: the dense pool of device KV blocks. `pin_host_blocks` (empty without
+  // offloading) grows the host tier as offloaded requests are admitted.
+  Scheduler(const SchedulerLimits& limits, int32_t num_blocks, PinHostBlocksFn pin_host_blocks);
 
   const BlockPool& pool() const { return pool_; }
   const BlockPool& host_pool() const { return host_pool_; }
@@ -156,7 +159,7 @@ class Scheduler {
   const SchedulerLimits limits_;
   BlockPool pool_;
   BlockPool host_pool_;
-  HostTier* const host_tier_;
+  const PinHostBlocksFn pin_host_blocks_;
   int32_t slots_reserved_ = 0;
   const AdmissionPolicy policy_;
   StepCosts costs_;

@@ -11,6 +11,7 @@ void model_flags_init(model_flags* flags, flag_spec* specs) {
   flags->threads = 0;
   flags->random_weights = 0;
   flags->weight_seed = 0;
+  flags->tensor_parallel = 0;
   const flag_spec model_specs[kModelFlagCount] = {
       {"--model", kFlagString, &flags->path, 0, 0},
       {"--random-weights", kFlagSwitch, &flags->random_weights, 0, 0},
@@ -18,6 +19,7 @@ void model_flags_init(model_flags* flags, flag_spec* specs) {
       {"--weight-type", kFlagString, &flags->weight_type, 0, 0},
       {"--backend", kFlagString, &flags->backend, 0, 0},
       {"--threads", kFlagInt32, &flags->threads, 0, 4096},
+      {"--tensor-parallel", kFlagInt32, &flags->tensor_parallel, 0, 64},
   };
   for (int i = 0; i < kModelFlagCount; ++i) specs[i] = model_specs[i];
 }
@@ -30,6 +32,7 @@ pulse_model* model_flags_load(const model_flags* flags, int quiet) {
   params.threads = flags->threads;
   params.random_weights = flags->random_weights;
   params.random_seed = flags->weight_seed;
+  params.tensor_parallel_size = flags->tensor_parallel;
 
   if (!quiet) fprintf(stderr, "loading %s ...\n", flags->path);
   const double start = clock_seconds();

@@ -158,6 +158,20 @@ def test_sampling_is_seeded(cli, tiny_config):
     assert sample(1) != sample(2)
 
 
+def test_a_model_over_two_ranks_samples_the_one_rank_ids(cli, tiny_config):
+    def sample(*flags) -> str:
+        proc = run(cli, "generate", "--model", tiny_config, "--random-weights", "--prompt-ids",
+                   "5,6,7,8,9", "--max-tokens", 12, "--ignore-eos", "--temperature", 0.9,
+                   "--seed", 3, "--threads", 2, "--quiet", *flags)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert sample("--tensor-parallel", 2) == sample()
+    proc = run(cli, "generate", "--model", tiny_config, "--random-weights", "--prompt-ids", "5",
+               "--tensor-parallel", 3)
+    assert proc.returncode != 0 and "tensor_parallel_size" in proc.stderr
+
+
 def test_text_format_without_a_tokenizer_prints_ids(cli, tiny_config):
     proc = run(cli, "generate", "--model", tiny_config, "--random-weights", "--prompt-ids",
                "5,6,7", "--max-tokens", 4, "--ignore-eos", "--quiet")

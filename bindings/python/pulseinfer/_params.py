@@ -26,6 +26,7 @@ class ModelParams:
     random_seed: int = _MODEL.random_seed
     memory_limit_bytes: int = _MODEL.memory_limit_bytes
     random_weights: bool = bool(_MODEL.random_weights)
+    tensor_parallel_size: int = _MODEL.tensor_parallel_size
 
     def _struct(self) -> capi.pulse_model_params:
         return to_struct(self, capi.pulse_model_params())

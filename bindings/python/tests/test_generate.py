@@ -358,3 +358,16 @@ def test_every_summary_estimator_generates_the_dense_tokens_at_a_covering_budget
             generation = offloaded.generate(TINY_PROMPT, greedy(12, ignore_eos=True))
             assert generation.token_ids() == expected, (boxes, precision)
             assert offloaded.stats().sparse_selections > 0
+
+
+def test_a_model_over_two_ranks_generates_the_one_rank_tokens(tiny_config, tiny_model):
+    params = pulseinfer.ModelParams(random_weights=True, random_seed=7, threads=2,
+                                    tensor_parallel_size=2)
+    prompt = list(range(3, 40))
+    with pulseinfer.Model(tiny_config, params) as split, \
+            pulseinfer.Engine(tiny_model) as one_engine, pulseinfer.Engine(split) as two_engine:
+        expected = [t.id for t in one_engine.generate(prompt, greedy(8, ignore_eos=True))]
+        assert [t.id for t in two_engine.generate(prompt, greedy(8, ignore_eos=True))] == expected
+    bad = pulseinfer.ModelParams(random_weights=True, threads=1, tensor_parallel_size=3)
+    with pytest.raises(pulseinfer.InvalidArgumentError, match="tensor_parallel_size"):
+        pulseinfer.Model(tiny_config, bad)

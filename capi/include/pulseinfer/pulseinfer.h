@@ -131,6 +131,15 @@ typedef struct pulse_model_params {
   /* Nonzero: the load path names a Hugging Face config.json (or its directory), and the
    * weights are seeded random values at that config's real shapes. Default 0. */
   int32_t random_weights;
+  /* Tensor parallelism: the model split over this many ranks, each with its KV heads' share of
+   * every layer (whole groups of query heads) and the matching rows of each matrix, its own KV
+   * cache and offload tiers, and engines over it give the one-rank model's tokens. On the CPU a
+   * rank is a group of threads/ranks threads (at least one) with memory_limit_bytes each; CUDA
+   * ranks (a GPU each) are not in this build (PULSE_UNSUPPORTED). The KV heads, the hidden and
+   * intermediate sizes and the vocabulary must divide by it (else PULSE_INVALID_ARGUMENT).
+   * 0 (default) or 1: one rank. 64 bits wide so that it lies past the version-0 struct's tail
+   * padding, which its callers' struct_size covers with bytes they never set. */
+  int64_t tensor_parallel_size;
 } pulse_model_params;
 
 /* Fills `params` with the defaults and sets params->struct_size = struct_size (pass

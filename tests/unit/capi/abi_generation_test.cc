@@ -311,6 +311,7 @@ namespace {
 
 using pulse::capi_test::GreedySampling;
 using pulse::capi_test::LoadTinyModel;
+using pulse::capi_test::TinyConfigPath;
 using pulse::capi_test::TinyPrompt;
 
 // Whether pulse_engine_create refuses `params` as an invalid argument whose message names
@@ -727,6 +728,60 @@ TEST(AbiOffload, BadSettingsAreRefused) {
     EXPECT_TRUE(RefusedNaming(model, params, "offload_summary_precision")) << precision;
   }
   pulse_model_free(model);
+}
+
+// The tiny model over two ranks (threads of the CPU backend, a KV head each) generates the tokens
+// it generates over one, dense and offloaded in both modes with a budget that selects, each rank
+// writing back and recalling its KV head's half of every block. The engine's statistics are rank
+// 0's: SoloHead's picks are every rank's, a set a KV head's rank 0's half.
+TEST(AbiTensorParallel, TwoRanksGiveTheOneRankTokens) {
+  pulse_model* one = LoadTinyModel();
+  pulse_model* two = LoadTinyModel(2);
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  for (const int32_t mode : {PULSE_OFFLOAD_OFF, PULSE_OFFLOAD_SOLOHEAD, PULSE_OFFLOAD_HEADWISE}) {
+    SCOPED_TRACE(mode);
+    pulse_engine_stats one_stats;
+    pulse_engine_stats two_stats;
+    const std::vector<int32_t> expected = GenerateWith(one, mode, 48, &one_stats);
+    EXPECT_EQ(GenerateWith(two, mode, 48, &two_stats), expected);
+    if (mode != PULSE_OFFLOAD_OFF) {
+      EXPECT_GT(one_stats.recall_bytes, 0);
+      EXPECT_EQ(two_stats.writeback_bytes * 2, one_stats.writeback_bytes);
+      EXPECT_EQ(two_stats.sparse_picked_blocks * (mode == PULSE_OFFLOAD_SOLOHEAD ? 1 : 2),
+                one_stats.sparse_picked_blocks);
+    }
+  }
+  pulse_model_info info;
+  info.struct_size = sizeof(info);
+  ASSERT_EQ(pulse_model_info_get(two, &info), PULSE_OK);
+  EXPECT_EQ(info.num_kv_heads, 2);  // the whole model's
+  pulse_model_free(two);
+  pulse_model_free(one);
+}
+
+TEST(AbiTensorParallel, RankCountsTheModelCannotTakeAreRefused) {
+  const std::string config = TinyConfigPath();
+  const auto load = [&config](int32_t ranks, const char* backend) {
+    pulse_model_params params;
+    EXPECT_EQ(pulse_model_params_init(&params, sizeof(params)), PULSE_OK);
+    params.random_weights = 1;
+    params.threads = 1;
+    params.backend = backend;
+    params.tensor_parallel_size = ranks;
+    pulse_model* model = nullptr;
+    const pulse_status status = pulse_model_load(config.c_str(), &params, &model);
+    EXPECT_EQ(model == nullptr, status != PULSE_OK);
+    pulse_model_free(model);
+    return status;
+  };
+  // 2 KV heads: 3 and 4 ranks cannot split them.
+  for (const int32_t ranks : {-1, 3, 4, 1000}) {
+    EXPECT_EQ(load(ranks, "cpu"), PULSE_INVALID_ARGUMENT) << ranks;
+    EXPECT_NE(LastError().find("tensor_parallel_size"), std::string::npos) << LastError();
+  }
+  EXPECT_EQ(load(2, "cuda"), PULSE_UNSUPPORTED);
+  EXPECT_EQ(load(1, "cpu"), PULSE_OK);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ TEST(AbiStructs, Version0LayoutsAreFrozen) {
   EXPECT_OFFSET(pulse_model_params, random_seed, 24);
   EXPECT_OFFSET(pulse_model_params, memory_limit_bytes, 32);
   EXPECT_OFFSET(pulse_model_params, random_weights, 40);
-  EXPECT_EQ(sizeof(pulse_model_params), 48u);
+  // Version 0's struct was 48 bytes, its last 4 padding.
 
   EXPECT_OFFSET(pulse_model_info, num_layers, 4);
   EXPECT_OFFSET(pulse_model_info, num_heads, 8);
@@ -103,6 +103,8 @@ TEST(AbiStructs, Version0LayoutsAreFrozen) {
 // Fields appended after version 0, in the order they were added: they only ever extend a
 // struct, so the version-0 offsets above never move.
 TEST(AbiStructs, FieldsAppendedAfterVersion0) {
+  EXPECT_OFFSET(pulse_model_params, tensor_parallel_size, 48);
+  EXPECT_EQ(sizeof(pulse_model_params), 56u);
   EXPECT_OFFSET(pulse_model_info, bos_token, 88);
   EXPECT_OFFSET(pulse_model_info, eos_token, 92);
   EXPECT_OFFSET(pulse_model_info, tokenizer, 96);
@@ -231,6 +233,7 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   EXPECT_STREQ(model.backend, "auto");
   EXPECT_STREQ(model.weight_type, "auto");
   EXPECT_EQ(model.random_weights, 0);
+  EXPECT_EQ(model.tensor_parallel_size, 0);
 }
 
 TEST(AbiStructs, InitRejectsASizeBelowVersion0AndWritesNothing) {

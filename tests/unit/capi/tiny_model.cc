@@ -34,12 +34,13 @@ std::string TinyConfigPath() {
   return std::string(root == nullptr ? "." : root) + "/tests/data/tiny-llama.json";
 }
 
-pulse_model* LoadTinyModel() {
+pulse_model* LoadTinyModel(int32_t tensor_parallel_size) {
   pulse_model_params params;
   EXPECT_EQ(pulse_model_params_init(&params, sizeof(params)), PULSE_OK);
   params.random_weights = 1;
   params.random_seed = 7;
-  params.threads = 1;
+  params.threads = tensor_parallel_size > 1 ? tensor_parallel_size : 1;
+  params.tensor_parallel_size = tensor_parallel_size;
   pulse_model* model = nullptr;
   const std::string config = TinyConfigPath();
   EXPECT_EQ(pulse_model_load(config.c_str(), &params, &model), PULSE_OK) << pulse_last_error();

@@ -19,8 +19,9 @@ std::string TinyConfigPath();
 // A file path under the test temp dir holding `content`.
 std::string WriteTempFile(const std::string& name, const std::string& content);
 
-// Loads the tiny model with random weights (seed 7); fails the test on error.
-pulse_model* LoadTinyModel();
+// Loads the tiny model with random weights (seed 7), split over `tensor_parallel_size` ranks;
+// fails the test on error.
+pulse_model* LoadTinyModel(int32_t tensor_parallel_size = 0);
 
 // An engine over `model` with a small KV cache; fails the test on error.
 pulse_engine* CreateTinyEngine(pulse_model* model);

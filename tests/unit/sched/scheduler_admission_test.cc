@@ -41,7 +41,7 @@ Scheduler MakeScheduler(int32_t min_budget_tokens) {
                        .slot_blocks = 16 * 50,
                        .admission = AdmissionKind::kIoAdaptive,
                        .min_budget_tokens = min_budget_tokens},
-                      /*num_blocks=*/60, /*host_tier=*/nullptr);
+                      /*num_blocks=*/60, /*pin_host_blocks=*/nullptr);
   scheduler.costs().Record(
       {.seconds = 0.0105, .offloaded_rows = 2, .recall_bytes = 2'000'000, .recall_seconds = 0.002});
   return scheduler;

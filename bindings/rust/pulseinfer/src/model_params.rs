@@ -69,6 +69,15 @@ impl ModelParams {
         self
     }
 
+    /// Tensor parallelism: the model split over `ranks` ranks, each with its share of the KV
+    /// heads and of every matrix, its own KV cache and offload tiers; engines over it give the
+    /// one-rank tokens. On the CPU a rank is threads/ranks threads; CUDA ranks are not in this
+    /// build. 0 (the default) or 1 is one rank.
+    pub fn tensor_parallel_size(mut self, ranks: i32) -> Self {
+        self.raw.tensor_parallel_size = ranks.into();
+        self
+    }
+
     /// The C struct, with its strings.
     pub(crate) fn to_c(&self) -> Result<CModelParams> {
         let backend = self.backend.as_deref().map(|s| c_string(s, "backend")).transpose()?;

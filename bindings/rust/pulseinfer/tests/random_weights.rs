@@ -302,3 +302,18 @@ fn every_summary_estimator_generates_the_dense_ids_at_a_covering_budget() {
         assert!(stats.sparse_selections > 0, "{stats:?}");
     }
 }
+
+#[test]
+fn a_model_over_two_ranks_generates_the_one_rank_tokens() {
+    let two = ModelParams::default()
+        .random_weights(7)
+        .threads(2)
+        .backend("cpu")
+        .tensor_parallel_size(2);
+    let split = Model::load(CONFIG_PATH, &two).expect("two ranks of one KV head each");
+    let sampling = SamplingParams::default().temperature(0.0).max_tokens(8).ignore_eos(true);
+    assert_eq!(generate(&split, &sampling), generate(&load(7), &sampling));
+    let three = ModelParams::default().random_weights(7).threads(1).tensor_parallel_size(3);
+    let error = Model::load(CONFIG_PATH, &three).unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+}
