@@ -32,6 +32,9 @@ class ParallelRunner {
   // Rank 0's runner, which answers for all where they agree: the options, the model's config,
   // the cache's layout and block counts (its KV heads are rank 0's).
   const ModelRunner& leader() const { return ranks_.front(); }
+  // Rank 0's runner to change between steps (a tool's edit of its cache, say), which only a
+  // runner of one rank may do without leaving its peers behind.
+  ModelRunner& leader() { return ranks_.front(); }
 
   // ModelRunner::Forward and ForwardAndSample on every rank at once; every rank computes the
   // same logits and tokens, and rank 0's come back. A rank that fails aborts the others'

@@ -66,6 +66,11 @@ struct OffloadConfig {
   // host tier so far, since an offloaded request's blocks of those layers would have to stay
   // resident.
   int32_t dense_layers = 0;
+  // With a model split over tensor-parallel ranks (docs/design/tensor-parallel.md), SoloHead's
+  // one block set a layer: false (the default) picks it from every rank's query heads, whose
+  // bounds each rank gathers, so that the ranks pick what one rank would; true lets each rank pick
+  // a set of its own from its own heads, with no collective. Nothing changes at one rank.
+  bool rank_sets = false;
 
   // InvalidArgument naming the first field that is out of range.
   absl::Status Validate() const;

@@ -446,7 +446,8 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
   step.row_keys = std::move(row_keys);
   step.num_candidates = static_cast<int32_t>(summary_ids.size());
   step.num_sets = std::max(num_sets, 1);
-  step.gathers_bounds = limits_.ranks != nullptr && mode == SelectionMode::kSoloHead;
+  step.gathers_bounds =
+      limits_.ranks != nullptr && mode == SelectionMode::kSoloHead && !config_.rank_sets;
   step.table_stride = table_stride;
   step.max_kv_len = max_kv_len;
   step.num_filled = static_cast<int32_t>(filled_blocks.size());

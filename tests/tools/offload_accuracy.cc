@@ -5,7 +5,7 @@
 //   pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192]
 //       [--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink S] [--window W]
 //       [--block B] [--estimator E] [--dense-layers 0] [--sequential 0] [--backend cpu]
-//       [--crosscheck-picks 0] [--host-codec raw] [--out FILE.jsonl]
+//       [--crosscheck-picks 0] [--host-codec raw] [--ranks 1] [--rank-sets 0] [--out FILE.jsonl]
 //
 // Sink, window, block size and estimator default to the library's (tests/tools/offload_defaults.h);
 // records made with all four (and no dense layers) carry "default": true. --dense-layers N: the
@@ -40,6 +40,12 @@
 // recall from the fp8 tier gives every configuration (dense included: its perplexity is then
 // dense attention over the fp8 context, which the records' "host_codec" says).
 //
+// --ranks N splits the model over N tensor-parallel ranks, each a CPU backend of its own
+// (docs/design/tensor-parallel.md); with --rank-sets 0 SoloHead picks one set from every rank's
+// heads (the one-rank picks and results, bit for bit), with --rank-sets 1 each rank picks its own
+// set from its own heads, and the reuse and attended fraction are rank 0's. CPU only, without
+// --crosscheck-picks or --host-codec fp8.
+//
 // --crosscheck-picks 1 runs the backend under PickCrossCheckBackend
 // (tests/tools/pick_crosscheck.h): every layer's selection is run again on the CPU backend over
 // host copies of the backend's inputs (its queries and stored summaries), and each configuration's
@@ -59,6 +65,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -67,11 +74,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/backend/cpu/cpu_backend.h"
+#include "core/backend/cpu/thread_communicator.h"
 #include "core/backend/cuda/cuda_backend.h"
 #include "core/format/gguf_reader.h"
 #include "core/kv/kv_cache.h"
 #include "core/model/forward.h"
 #include "core/model/model.h"
+#include "core/model/parallel_runner.h"
 #include "core/model/tensor_source.h"
 #include "core/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -87,7 +96,8 @@ constexpr std::string_view kUsage =
     "usage: pulse-offload-accuracy --model MODEL.gguf --text FILE [--windows 2048,4096,8192] "
     "[--per-window 4] [--eval 128] [--budgets 256,512,1024,2048] [--sink S] [--window W] "
     "[--block B] [--estimator E] [--dense-layers 0] [--sequential 0] [--backend cpu|cuda] "
-    "[--crosscheck-picks 0|1 (needs --sequential 1)] [--out FILE.jsonl]";
+    "[--crosscheck-picks 0|1 (needs --sequential 1)] [--host-codec raw|fp8] [--ranks N] "
+    "[--rank-sets 0|1] [--out FILE.jsonl]";
 
 struct Args {
   std::string model;
@@ -105,6 +115,8 @@ struct Args {
   bool cuda = false;  // else the CPU backend
   bool crosscheck_picks = false;
   bool fp8 = false;  // --host-codec fp8
+  int32_t ranks = 1;
+  bool rank_sets = false;
   std::string out;
   std::string command;  // the command line, for the records
 };
@@ -163,6 +175,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--host-codec") {
       ok = value == "raw" || value == "fp8";
       args.fp8 = value == "fp8";
+    } else if (flag == "--ranks") {
+      ok = absl::SimpleAtoi(value, &args.ranks) && args.ranks >= 1;
+    } else if (flag == "--rank-sets") {
+      ok = value == "0" || value == "1";
+      args.rank_sets = value == "1";
     } else if (flag == "--out") {
       args.out = std::string(value);
     } else {
@@ -176,6 +193,10 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   if (args.crosscheck_picks && !args.sequential) {
     return absl::InvalidArgumentError(
         "--crosscheck-picks 1 needs --sequential 1 (a step's picks are one configuration's)");
+  }
+  if (args.ranks > 1 && (args.cuda || args.crosscheck_picks || args.fp8)) {
+    return absl::InvalidArgumentError(
+        "--ranks above 1 runs on the CPU backend, without --crosscheck-picks or --host-codec fp8");
   }
   PULSE_RETURN_IF_ERROR(ParseEstimator(args.estimator).status());
   return args;
@@ -237,11 +258,11 @@ int32_t PrefillUnit(int32_t block_tokens) { return std::lcm(block_tokens, 32); }
 // Evaluates one window (tokens[0, size)) for every config, adding to their totals; returns the
 // runner's per-config statistics through `runner`. `crosscheck`, when not null, is the runner's
 // backend (then `sequential` holds), and each step's cross-check goes to the step's one config.
-absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window, int32_t eval,
+absl::Status EvaluateWindow(ParallelRunner& runner, std::span<const int32_t> window, int32_t eval,
                             bool sequential, PickCrossCheckBackend* crosscheck, int32_t fp8_from,
                             std::vector<Config>& configs) {
   const int32_t size = static_cast<int32_t>(window.size());
-  const int32_t block_tokens = runner.cache().layout().block_tokens;
+  const int32_t block_tokens = runner.leader().cache().layout().block_tokens;
   const int32_t unit = PrefillUnit(block_tokens);
   if (unit <= 0) return absl::InvalidArgumentError("blocks of no tokens");
   const int32_t context = (size - eval - 1) / unit * unit;
@@ -261,9 +282,11 @@ absl::Status EvaluateWindow(ModelRunner& runner, std::span<const int32_t> window
   batch.AddSequence(window.first(context), 0, tables[0], LogitRows::kNone, configs[1].sparse);
   std::vector<float> none;
   PULSE_RETURN_IF_ERROR(runner.Forward(batch, none));
-  if (fp8_from >= 0) PULSE_RETURN_IF_ERROR(RoundTripFp8(runner, fp8_from, shared_blocks));
+  if (fp8_from >= 0) {
+    PULSE_RETURN_IF_ERROR(RoundTripFp8(runner.leader(), fp8_from, shared_blocks));
+  }
 
-  const size_t vocab = static_cast<size_t>(runner.model().config().vocab_size);
+  const size_t vocab = static_cast<size_t>(runner.leader().model().config().vocab_size);
   // The configurations in steps: sequentially one a step (each picks alone, so its reuse is its
   // own), or batched by selection mode (a step's sparse rows select in one mode: dense with the
   // SoloHead ones, then the HeadWise ones), much faster but with the reuse of configurations
@@ -339,16 +362,29 @@ absl::Status Run(const Args& args) {
   text << file.rdbuf();
   const std::vector<int32_t> tokens = tokenizer->Encode(text.str(), {});
   PULSE_ASSIGN_OR_RETURN(const std::unique_ptr<TensorSource> source, OpenTensorSource(args.model));
-  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend,
-                         args.cuda ? CreateCudaBackend({}) : CreateCpuBackend({}));
   std::shared_ptr<PickCrossCheckBackend> crosscheck;
-  if (args.crosscheck_picks) {
-    PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> reference, CreateCpuBackend({}));
-    crosscheck = std::make_shared<PickCrossCheckBackend>(std::move(backend), std::move(reference));
-    backend = crosscheck;
+  std::vector<std::shared_ptr<const Model>> shards;
+  for (int32_t r = 0; r < args.ranks; ++r) {
+    CpuBackendOptions cpu;
+    cpu.threads =
+        args.ranks > 1
+            ? std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()) / args.ranks)
+            : 0;
+    PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend,
+                           args.cuda ? CreateCudaBackend({}) : CreateCpuBackend(cpu));
+    if (args.crosscheck_picks) {
+      PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> reference, CreateCpuBackend({}));
+      crosscheck =
+          std::make_shared<PickCrossCheckBackend>(std::move(backend), std::move(reference));
+      backend = crosscheck;
+    }
+    PULSE_ASSIGN_OR_RETURN(
+        std::shared_ptr<const Model> shard,
+        Model::Load(std::move(backend), *source,
+                    {.weight_type = DType::kBF16, .shard = {.rank = r, .size = args.ranks}}));
+    shards.push_back(std::move(shard));
   }
-  PULSE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
-                         Model::Load(std::move(backend), *source, {DType::kBF16}));
+  const std::shared_ptr<const Model>& model = shards.front();
   const ModelConfig& config = model->config();
   FILE* out = args.out.empty() ? nullptr : std::fopen(args.out.c_str(), "w");
   std::printf("%-9s %-11s %7s %7s %9s %9s %10s %7s %8s\n", "mode", "aggregate", "window", "budget",
@@ -364,25 +400,37 @@ absl::Status Run(const Args& args) {
     const int32_t own_blocks = (args.eval + 1 + PrefillUnit(block_tokens)) / block_tokens + 1;
     const int32_t num_blocks =
         size / block_tokens + static_cast<int32_t>(configs.size()) * (own_blocks + 1);
+    // Rank 0's KV heads: what a rank summarizes and scores.
     const PagedKvLayout layout{.block_tokens = block_tokens,
-                               .num_kv_heads = config.num_kv_heads,
+                               .num_kv_heads = model->dims().num_kv_heads,
                                .head_dim = config.head_dim,
                                .type = model->backend().kv_type()};
-    PULSE_ASSIGN_OR_RETURN(
-        KvCache cache, KvCache::Create(model->backend(), layout, config.num_layers, num_blocks));
     // Sparse attention over resident blocks only (no host tier): each sequence's own selection.
     PULSE_ASSIGN_OR_RETURN(const BlockEstimator estimator, ParseEstimator(args.estimator));
     OffloadConfig offload;
     offload.estimator = estimator;
     offload.dense_layers = args.dense_layers;
-    PULSE_ASSIGN_OR_RETURN(
-        ModelRunner runner,
-        ModelRunner::Create(model, std::move(cache),
-                            {.max_step_tokens = size,
-                             .max_seqs = static_cast<int32_t>(configs.size()),
-                             .max_blocks_per_seq = size / block_tokens + 2,
-                             .max_logit_rows = static_cast<int32_t>(configs.size()),
-                             .offload = offload}));
+    offload.rank_sets = args.rank_sets;
+    std::vector<std::unique_ptr<Communicator>> communicators(shards.size());
+    if (args.ranks > 1) {
+      PULSE_ASSIGN_OR_RETURN(communicators, CreateThreadCommunicators(args.ranks));
+    }
+    std::vector<ModelRunner> ranks;
+    for (size_t r = 0; r < shards.size(); ++r) {
+      PULSE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(shards[r]->backend(), layout,
+                                                            config.num_layers, num_blocks));
+      PULSE_ASSIGN_OR_RETURN(
+          ModelRunner rank,
+          ModelRunner::Create(shards[r], std::move(cache),
+                              {.max_step_tokens = size,
+                               .max_seqs = static_cast<int32_t>(configs.size()),
+                               .max_blocks_per_seq = size / block_tokens + 2,
+                               .max_logit_rows = static_cast<int32_t>(configs.size()),
+                               .offload = offload},
+                              std::move(communicators[r])));
+      ranks.push_back(std::move(rank));
+    }
+    PULSE_ASSIGN_OR_RETURN(ParallelRunner runner, ParallelRunner::Create(std::move(ranks)));
     const int64_t stride = (static_cast<int64_t>(tokens.size()) - size) / args.per_window;
     for (int32_t w = 0; w < args.per_window; ++w) {
       PULSE_RETURN_IF_ERROR(
@@ -467,6 +515,8 @@ absl::Status Run(const Args& args) {
              args.dense_layers == 0 && !args.fp8 &&
                  SelectionDefaults{}.Match(args.block, args.sink, args.window, estimator)},
             {"backend", args.cuda ? "cuda" : "cpu"},
+            {"ranks", args.ranks},
+            {"rank_sets", args.rank_sets},
             {"command", args.command}};
         if (crosscheck != nullptr) {
           record["picks_compared"] = picks_compared;

@@ -103,9 +103,9 @@ OffloadConfig Offloaded(SelectionMode mode, int32_t slots) {
           .slot_tokens = int64_t{slots} * kBlockTokens};
 }
 
-SparseSelection Selection(SelectionMode mode, uint64_t key) {
+SparseSelection Selection(SelectionMode mode, uint64_t key, int32_t budget = 8 * kBlockTokens) {
   return {.options = {.mode = mode,
-                      .budget_tokens = 8 * kBlockTokens,
+                      .budget_tokens = budget,
                       .sink_tokens = kBlockTokens,
                       .window_tokens = 2 * kBlockTokens},
           .key = key};
@@ -122,7 +122,7 @@ struct Outputs {
 // select sparsely; offloaded (`host`), their blocks outside the sinks and window leave the device
 // table as the engine frees them.
 Outputs Decode(ParallelRunner& runner, std::optional<SelectionMode> mode, bool host,
-               int32_t micro_batches) {
+               int32_t micro_batches, int32_t budget = 8 * kBlockTokens) {
   const int32_t vocab = SplitConfig(false).vocab_size;
   std::vector<std::vector<int32_t>> prompts = {Prompt(kPrompt + kDecode, vocab, 31),
                                                Prompt(kPrompt + kDecode, vocab, 32)};
@@ -136,7 +136,7 @@ Outputs Decode(ParallelRunner& runner, std::optional<SelectionMode> mode, bool h
       std::iota(host_blocks[s].begin(), host_blocks[s].end(),
                 static_cast<int32_t>(s) * kBlocksPerSeq);
     }
-    if (mode) sparse[s] = Selection(*mode, s + 1);
+    if (mode) sparse[s] = Selection(*mode, s + 1, budget);
   }
   StepBatch batch;
   std::vector<float> none;
@@ -235,6 +235,28 @@ TEST(TensorParallelTest, OffloadedDecodeIsTheOneRankDecodeBitwise) {
       }
     }
   }
+}
+
+// OffloadConfig::rank_sets: each rank picks SoloHead's set from its own heads. A budget covering
+// the context picks every block, as dense attention attends to them; a small one picks as many
+// blocks on each rank as one rank picks, and its own.
+TEST(TensorParallelTest, RankSetsPickOnEachRankAlone) {
+  OffloadConfig offload = Offloaded(SelectionMode::kSoloHead, 24);
+  offload.rank_sets = true;
+  ParallelRunner dense = MakeRunner({});
+  const Outputs expected = Decode(dense, std::nullopt, false, 1);
+  // Slots for both sequences' every block.
+  OffloadConfig every = Offloaded(SelectionMode::kSoloHead, 2 * kBlocksPerSeq);
+  every.rank_sets = true;
+  ParallelRunner covering = MakeRunner({.ranks = 2, .offload = every});
+  ExpectSameRun(Decode(covering, SelectionMode::kSoloHead, true, 1, 1 << 20), expected);
+
+  ParallelRunner one = MakeRunner({.offload = offload});
+  const Outputs one_rank = Decode(one, SelectionMode::kSoloHead, true, 1);
+  ParallelRunner split = MakeRunner({.ranks = 2, .offload = offload});
+  const Outputs split_sets = Decode(split, SelectionMode::kSoloHead, true, 1);
+  EXPECT_EQ(split.sparse_stats().picked_blocks, one.sparse_stats().picked_blocks);
+  EXPECT_NE(split_sets.logits, one_rank.logits);
 }
 
 TEST(TensorParallelTest, AShardTheModelCannotTakeIsRefused) {
