@@ -30,17 +30,20 @@ type options struct {
 	model         string
 	addr          string
 	maxConcurrent int
+	modelParams   pulseinfer.ModelParams
 	engine        pulseinfer.EngineParams
 }
 
 func parseOptions(args []string) (options, error) {
 	flags := flag.NewFlagSet("pulseinfer-server", flag.ContinueOnError)
 	defaults := pulseinfer.DefaultEngineParams()
-	o := options{engine: defaults}
+	o := options{modelParams: pulseinfer.DefaultModelParams(), engine: defaults}
 	flags.StringVar(&o.model, "model", "", "the model: a GGUF file or a Hugging Face directory")
 	flags.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on")
 	flags.IntVar(&o.maxConcurrent, "max-concurrent", 64,
 		"requests in progress at once; past it, 429")
+	tensorParallel := flags.Int("tensor-parallel", int(o.modelParams.TensorParallelSize),
+		"split the model over this many ranks (CPU: the cores shared between them); 0 or 1: one")
 	maxBatch := flags.Int("max-batch", int(defaults.MaxBatch), "sequences in one engine step")
 	maxContext := flags.Int("max-context", int(defaults.MaxContext),
 		"prompt plus generated tokens a request may reach (0: the model's)")
@@ -71,6 +74,7 @@ func parseOptions(args []string) (options, error) {
 	if o.maxConcurrent < 1 {
 		return o, fmt.Errorf("--max-concurrent must be at least 1")
 	}
+	o.modelParams.TensorParallelSize = int32(*tensorParallel)
 	o.engine.MaxBatch = int32(*maxBatch)
 	o.engine.MaxContext = int32(*maxContext)
 	o.engine.KVMemoryBytes = *kvMiB << 20
@@ -119,7 +123,7 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
-	model, err := pulseinfer.LoadModel(o.model, nil)
+	model, err := pulseinfer.LoadModel(o.model, &o.modelParams)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ func TestOptionsMapToTheEngineParams(t *testing.T) {
 	o, err := parseOptions([]string{"--model", "m.gguf", "--addr", "127.0.0.1:9", "--max-concurrent", "3",
 		"--max-batch", "4", "--max-context", "1024", "--kv-memory-mib", "2", "--offload", "headwise",
 		"--budget", "512", "--admission", "every", "--host-tokens", "4096", "--slot-tokens", "2048",
-		"--micro-batches", "2", "--host-codec", "fp8", "--prefix-cache"})
+		"--micro-batches", "2", "--host-codec", "fp8", "--prefix-cache", "--tensor-parallel", "2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,11 +20,13 @@ func TestOptionsMapToTheEngineParams(t *testing.T) {
 		e.MaxContext != 1024 || e.KVMemoryBytes != 2<<20 || e.OffloadMode != pulseinfer.OffloadHeadWise ||
 		e.OffloadBudgetTokens != 512 || e.OffloadAdmission != pulseinfer.AdmissionOffloadEvery ||
 		e.OffloadHostTokens != 4096 || e.OffloadSlotTokens != 2048 || e.MicroBatches != 2 ||
-		e.OffloadHostCodec != pulseinfer.HostCodecFP8 || !e.OffloadPrefixCache {
+		e.OffloadHostCodec != pulseinfer.HostCodecFP8 || !e.OffloadPrefixCache ||
+		o.modelParams.TensorParallelSize != 2 {
 		t.Errorf("options %+v", o)
 	}
 	defaults, err := parseOptions([]string{"--model", "m.gguf"})
-	if err != nil || defaults.engine != pulseinfer.DefaultEngineParams() {
+	if err != nil || defaults.engine != pulseinfer.DefaultEngineParams() ||
+		defaults.modelParams != pulseinfer.DefaultModelParams() {
 		t.Errorf("the defaults: %+v, %v; want the library's", defaults.engine, err)
 	}
 }

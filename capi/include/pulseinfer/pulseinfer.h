@@ -136,7 +136,9 @@ typedef struct pulse_model_params {
    * cache and offload tiers, and engines over it give the one-rank model's tokens. On the CPU a
    * rank is a group of threads/ranks threads (at least one) with memory_limit_bytes each; CUDA
    * ranks (a GPU each) are not in this build (PULSE_UNSUPPORTED). The KV heads, the hidden and
-   * intermediate sizes and the vocabulary must divide by it (else PULSE_INVALID_ARGUMENT).
+   * intermediate sizes and the vocabulary must divide by it (else PULSE_INVALID_ARGUMENT). An
+   * engine's sizes (KV capacity, offload tiers, memory) are each rank's, and its transfer and
+   * selection statistics rank 0's, of rank 0's KV heads.
    * 0 (default) or 1: one rank. 64 bits wide so that it lies past the version-0 struct's tail
    * padding, which its callers' struct_size covers with bytes they never set. */
   int64_t tensor_parallel_size;
