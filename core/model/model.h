@@ -111,7 +111,7 @@ class Model {
 // A model over one or more ranks: shard r (Model::shard) on rank r's own backend, and how an
 // engine connects its ranks, each engine's runner with a group of communicators of its own.
 struct ShardedModel {
-  std::vector<std::shared_ptr<const Model>> shards;
+  std::vector<std::shared_ptr<const Model>> shards = {};
   // One communicator a rank for the shards' backends (rank r's at r); unused with one shard.
   std::function<absl::StatusOr<std::vector<std::unique_ptr<Communicator>>>()> connect = nullptr;
 };

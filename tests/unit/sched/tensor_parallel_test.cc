@@ -1,8 +1,9 @@
 // A model split over 2 and 4 ranks, each a thread with its own CPU backend, shard of the weights,
 // KV cache and offload tiers, gives the one-rank runner's logits and tokens bit for bit: dense,
 // sparse over resident blocks and offloaded, SoloHead (one block set picked from every rank's
-// heads) and a set a KV head, in one and two micro-batches. A rank that fails mid-step fails the
-// step on every rank without a hang, and the next step runs.
+// heads) and a set a KV head, in one and two micro-batches; whole engines under memory pressure
+// (admission, staged prompts, a cancellation) give the one-rank engine's tokens. A rank that fails
+// mid-step fails the step on every rank without a hang, and the next step runs.
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -17,6 +18,7 @@
 #include "core/model/forward.h"
 #include "core/model/parallel_runner.h"
 #include "core/offload/selection.h"
+#include "core/sched/engine.h"
 #include "gtest/gtest.h"
 #include "tests/unit/bitwise_logits.h"
 #include "tests/unit/sched/tiny_model.h"
@@ -257,6 +259,83 @@ TEST(TensorParallelTest, RankSetsPickOnEachRankAlone) {
   const Outputs split_sets = Decode(split, SelectionMode::kSoloHead, true, 1);
   EXPECT_EQ(split.sparse_stats().picked_blocks, one.sparse_stats().picked_blocks);
   EXPECT_NE(split_sets.logits, one_rank.logits);
+}
+
+// The tiny model over `ranks` ranks, each shard on a CPU backend of one thread, as the engine
+// takes it.
+ShardedModel Shards(int32_t ranks) {
+  absl::StatusOr<std::unique_ptr<TensorSource>> source =
+      OpenRandomSource(SplitConfig(false), /*seed=*/11);
+  EXPECT_TRUE(source.ok()) << source.status();
+  ShardedModel model{.connect = [ranks] { return CreateThreadCommunicators(ranks); }};
+  for (int32_t r = 0; r < ranks; ++r) {
+    CpuBackendOptions backend_options;
+    backend_options.threads = 1;
+    absl::StatusOr<std::shared_ptr<const Model>> shard =
+        Model::Load(*CreateCpuBackend(backend_options), **source,
+                    {.weight_type = DType::kF32, .shard = {.rank = r, .size = ranks}});
+    EXPECT_TRUE(shard.ok()) << shard.status();
+    model.shards.push_back(*std::move(shard));
+  }
+  return model;
+}
+
+// Whole engines over 1, 2 and 4 ranks, under memory pressure: adaptive admission runs some
+// requests resident and offloads others, a prompt longer than the KV cache is prefilled staged,
+// the host tier grows on every rank as requests come, one request is cancelled in the middle.
+// Every request's tokens, and the scheduler's decisions, are the one-rank engine's.
+TEST(TensorParallelTest, AnEngineOverRanksGivesTheOneRankTokens) {
+  const int32_t vocab = SplitConfig(false).vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(90, vocab, 51), Prompt(20, vocab, 52),
+                                                     Prompt(61, vocab, 53), Prompt(33, vocab, 54)};
+  const EngineOptions options{
+      .max_batch = 3,
+      .prefill_chunk = 16,
+      .max_step_tokens = 48,
+      .block_tokens = kBlockTokens,
+      .kv_capacity_tokens = 80,
+      .offload = OffloadConfig{.selection = {.mode = SelectionMode::kSoloHead,
+                                             .budget_tokens = 8 * kBlockTokens,
+                                             .sink_tokens = kBlockTokens,
+                                             .window_tokens = 2 * kBlockTokens},
+                               .host_tokens = 4 * 160,
+                               .slot_tokens = 2 * 160,
+                               .host_chunk_bytes = 16 << 10}};
+  struct Run {
+    std::vector<std::vector<int32_t>> tokens;
+    EngineStats stats;
+  };
+  const auto run = [&](int32_t ranks) {
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(Shards(ranks), options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    std::vector<RequestId> ids;
+    for (const std::vector<int32_t>& prompt : prompts) {
+      ids.push_back(*(*engine)->Submit(prompt, testing::Greedy(24, true), nullptr));
+    }
+    for (int32_t step = 0; step < 12; ++step) EXPECT_TRUE((*engine)->Step().ok());
+    EXPECT_TRUE((*engine)->Cancel(ids[1]).ok());
+    testing::RunToIdle(**engine);
+    Run result;
+    result.stats = (*engine)->stats();
+    for (const RequestId id : ids) {
+      const RequestSnapshot snapshot = testing::SnapshotOf(**engine, id);
+      EXPECT_TRUE(snapshot.error.ok()) << snapshot.error;
+      result.tokens.push_back(snapshot.tokens);
+    }
+    return result;
+  };
+  const Run one = run(1);
+  EXPECT_GT(one.stats.admission.offloaded, 0);
+  EXPECT_GT(one.stats.admission.staged, 0);
+  for (const int32_t ranks : {2, 4}) {
+    SCOPED_TRACE(ranks);
+    const Run split = run(ranks);
+    EXPECT_EQ(split.tokens, one.tokens);
+    EXPECT_EQ(split.stats.admission.resident, one.stats.admission.resident);
+    EXPECT_EQ(split.stats.admission.offloaded, one.stats.admission.offloaded);
+    EXPECT_EQ(split.stats.admission.staged, one.stats.admission.staged);
+    EXPECT_EQ(split.stats.offload.recall_bytes * ranks, one.stats.offload.recall_bytes);
+  }
 }
 
 TEST(TensorParallelTest, AShardTheModelCannotTakeIsRefused) {
