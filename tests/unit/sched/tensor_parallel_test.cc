@@ -298,9 +298,9 @@ TEST(TensorParallelTest, AnEngineOverRanksGivesTheOneRankTokens) {
                                              .budget_tokens = 8 * kBlockTokens,
                                              .sink_tokens = kBlockTokens,
                                              .window_tokens = 2 * kBlockTokens},
-                               .host_tokens = 4 * 160,
-                               .slot_tokens = 2 * 160,
-                               .host_chunk_bytes = 16 << 10}};
+                               .host_tokens = int64_t{4} * 160,
+                               .slot_tokens = int64_t{2} * 160,
+                               .host_chunk_bytes = int64_t{16} << 10}};
   struct Run {
     std::vector<std::vector<int32_t>> tokens;
     EngineStats stats;
@@ -309,6 +309,7 @@ TEST(TensorParallelTest, AnEngineOverRanksGivesTheOneRankTokens) {
     absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(Shards(ranks), options);
     EXPECT_TRUE(engine.ok()) << engine.status();
     std::vector<RequestId> ids;
+    ids.reserve(prompts.size());
     for (const std::vector<int32_t>& prompt : prompts) {
       ids.push_back(*(*engine)->Submit(prompt, testing::Greedy(24, true), nullptr));
     }
