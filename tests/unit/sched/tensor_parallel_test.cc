@@ -3,8 +3,11 @@
 // sparse over resident blocks and offloaded, SoloHead (one block set picked from every rank's
 // heads) and a set a KV head, in one and two micro-batches; whole engines under memory pressure
 // (admission, staged prompts, a cancellation) give the one-rank engine's tokens. A rank that fails
-// mid-step fails the step on every rank without a hang, and the next step runs.
+// mid-step fails the step on every rank without a hang, and the next step runs; in an engine, a
+// copy fault on one rank is retried, or fails only the requests of the steps it hits.
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -262,8 +265,8 @@ TEST(TensorParallelTest, RankSetsPickOnEachRankAlone) {
 }
 
 // The tiny model over `ranks` ranks, each shard on a CPU backend of one thread, as the engine
-// takes it.
-ShardedModel Shards(int32_t ranks) {
+// takes it; the last rank's copy plans fail where `copy_fault` says.
+ShardedModel Shards(int32_t ranks, const std::function<bool(int64_t)>& copy_fault = nullptr) {
   absl::StatusOr<std::unique_ptr<TensorSource>> source =
       OpenRandomSource(SplitConfig(false), /*seed=*/11);
   EXPECT_TRUE(source.ok()) << source.status();
@@ -271,6 +274,7 @@ ShardedModel Shards(int32_t ranks) {
   for (int32_t r = 0; r < ranks; ++r) {
     CpuBackendOptions backend_options;
     backend_options.threads = 1;
+    if (r == ranks - 1) backend_options.copy_fault = copy_fault;
     absl::StatusOr<std::shared_ptr<const Model>> shard =
         Model::Load(*CreateCpuBackend(backend_options), **source,
                     {.weight_type = DType::kF32, .shard = {.rank = r, .size = ranks}});
@@ -337,6 +341,80 @@ TEST(TensorParallelTest, AnEngineOverRanksGivesTheOneRankTokens) {
     EXPECT_EQ(split.stats.admission.staged, one.stats.admission.staged);
     EXPECT_EQ(split.stats.offload.recall_bytes * ranks, one.stats.offload.recall_bytes);
   }
+}
+
+// An engine over 2 ranks whose second rank's copy engine fails: once, the step is run again and
+// no token changes; persisting, the requests of the steps it hits fail with its status, nothing
+// stays allocated, and repaired, the engine serves new requests the one-rank engine's tokens.
+TEST(TensorParallelTest, ACopyFaultOnOneRankFailsOnlyItsStepsRequests) {
+  const int32_t vocab = SplitConfig(false).vocab_size;
+  const EngineOptions options{
+      .max_batch = 4,
+      .prefill_chunk = 16,
+      .max_step_tokens = 64,
+      .block_tokens = kBlockTokens,
+      .kv_capacity_tokens = 96,
+      .offload = OffloadConfig{.selection = {.budget_tokens = 8 * kBlockTokens,
+                                             .sink_tokens = kBlockTokens,
+                                             .window_tokens = 2 * kBlockTokens},
+                               .host_tokens = int64_t{4} * 160,
+                               .slot_tokens = int64_t{4} * 160,
+                               .fill_free_slots = false},
+      .admission = AdmissionKind::kOffloadEvery};
+  const auto generate = [&](Engine& engine, uint32_t seed) {
+    std::vector<RequestId> ids;
+    ids.reserve(3);
+    for (uint32_t i = 0; i < 3; ++i) {
+      ids.push_back(*engine.Submit(Prompt(40 + 3 * static_cast<int32_t>(i), vocab, seed + i),
+                                   testing::Greedy(12, true), nullptr));
+    }
+    testing::RunToIdle(engine);
+    std::vector<std::vector<int32_t>> tokens;
+    for (const RequestId id : ids) {
+      const RequestSnapshot snapshot = testing::SnapshotOf(engine, id);
+      EXPECT_TRUE(snapshot.error.ok()) << snapshot.error;
+      tokens.push_back(snapshot.tokens);
+    }
+    return tokens;
+  };
+  const auto expected = generate(**Engine::Create(Shards(1), options), 61);
+
+  std::atomic<int64_t> failed{0};
+  std::unique_ptr<Engine> once = *Engine::Create(Shards(2,
+                                                        [&failed](int64_t plan) {
+                                                          if (plan != 9) return false;
+                                                          ++failed;
+                                                          return true;
+                                                        }),
+                                                 options);
+  EXPECT_EQ(generate(*once, 61), expected);
+  EXPECT_EQ(failed, 1);
+  EXPECT_GE(once->stats().retried_steps, 1);
+
+  std::atomic<bool> broken{false};
+  std::unique_ptr<Engine> engine =
+      *Engine::Create(Shards(2, [&broken](int64_t) { return broken.load(); }), options);
+  std::vector<RequestId> ids;
+  ids.reserve(3);
+  for (uint32_t i = 0; i < 3; ++i) {
+    ids.push_back(*engine->Submit(Prompt(40, vocab, 70 + i), testing::Greedy(12, true), nullptr));
+  }
+  for (int32_t step = 0; step < 8; ++step) ASSERT_TRUE(engine->Step().ok());
+  broken = true;
+  testing::RunToIdle(*engine);
+  int32_t errors = 0;
+  for (const RequestId id : ids) {
+    const RequestSnapshot snapshot = testing::SnapshotOf(*engine, id);
+    EXPECT_EQ(snapshot.state, RequestState::kFinished);
+    if (snapshot.reason != FinishReason::kError) continue;
+    ++errors;
+    EXPECT_EQ(snapshot.error.code(), absl::StatusCode::kInternal) << snapshot.error;
+  }
+  EXPECT_GT(errors, 0);
+  EXPECT_EQ(engine->stats().kv_blocks_in_use, 0);
+  EXPECT_EQ(engine->stats().host_blocks_in_use, 0);
+  broken = false;
+  EXPECT_EQ(generate(*engine, 61), expected);
 }
 
 TEST(TensorParallelTest, AShardTheModelCannotTakeIsRefused) {
