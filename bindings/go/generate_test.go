@@ -718,6 +718,9 @@ func TestTwoRanksGiveTheIdsOfOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer two.Close()
+	if two.Info().TensorParallelSize != 2 || one.Info().TensorParallelSize != 1 {
+		t.Errorf("ranks: %d and %d", two.Info().TensorParallelSize, one.Info().TensorParallelSize)
+	}
 	run := func(model *pulseinfer.Model) []int32 {
 		params := offloadedParams()
 		params.OffloadBudgetTokens = 48

@@ -32,6 +32,9 @@ type ModelInfo struct {
 	// ChatTemplate is the family of the model's chat template ("chatml", "llama3"...), or ""
 	// when it has none or one ApplyChatTemplate does not render.
 	ChatTemplate string
+	// TensorParallelSize is the ranks the model is split over (1 for one); the sizes above are
+	// the whole model's.
+	TensorParallelSize int32
 }
 
 func (m *Model) readInfo() (ModelInfo, error) {
@@ -41,24 +44,25 @@ func (m *Model) readInfo() (ModelInfo, error) {
 		return ModelInfo{}, err
 	}
 	return ModelInfo{
-		Architecture:      C.GoString(info.architecture),
-		Format:            C.GoString(info.format),
-		StoredType:        C.GoString(info.stored_type),
-		WeightType:        C.GoString(info.weight_type),
-		Backend:           C.GoString(info.backend),
-		NumLayers:         int32(info.num_layers),
-		NumHeads:          int32(info.num_heads),
-		NumKVHeads:        int32(info.num_kv_heads),
-		HeadDim:           int32(info.head_dim),
-		HiddenSize:        int32(info.hidden_size),
-		IntermediateSize:  int32(info.intermediate_size),
-		VocabSize:         int32(info.vocab_size),
-		ContextLength:     int32(info.context_length),
-		TieWordEmbeddings: info.tie_word_embeddings != 0,
-		ParameterCount:    int64(info.parameter_count),
-		Tokenizer:         C.GoString(info.tokenizer),
-		BOSToken:          int32(info.bos_token),
-		EOSToken:          int32(info.eos_token),
-		ChatTemplate:      C.GoString(info.chat_template),
+		Architecture:       C.GoString(info.architecture),
+		Format:             C.GoString(info.format),
+		StoredType:         C.GoString(info.stored_type),
+		WeightType:         C.GoString(info.weight_type),
+		Backend:            C.GoString(info.backend),
+		NumLayers:          int32(info.num_layers),
+		NumHeads:           int32(info.num_heads),
+		NumKVHeads:         int32(info.num_kv_heads),
+		HeadDim:            int32(info.head_dim),
+		HiddenSize:         int32(info.hidden_size),
+		IntermediateSize:   int32(info.intermediate_size),
+		VocabSize:          int32(info.vocab_size),
+		ContextLength:      int32(info.context_length),
+		TieWordEmbeddings:  info.tie_word_embeddings != 0,
+		ParameterCount:     int64(info.parameter_count),
+		Tokenizer:          C.GoString(info.tokenizer),
+		BOSToken:           int32(info.bos_token),
+		EOSToken:           int32(info.eos_token),
+		ChatTemplate:       C.GoString(info.chat_template),
+		TensorParallelSize: int32(info.tensor_parallel_size),
 	}, nil
 }

@@ -17,7 +17,7 @@ func TestModelInfo(t *testing.T) {
 		Architecture: "llama", Format: "gguf", StoredType: "Q4_1", WeightType: "quantized", Backend: "cpu",
 		NumLayers: 30, NumHeads: 9, NumKVHeads: 3, HeadDim: 64, HiddenSize: 576, IntermediateSize: 1536,
 		VocabSize: 49152, ContextLength: 8192, TieWordEmbeddings: true, ParameterCount: 134515008,
-		Tokenizer: "gpt2", BOSToken: 1, EOSToken: 2, ChatTemplate: "chatml",
+		Tokenizer: "gpt2", BOSToken: 1, EOSToken: 2, ChatTemplate: "chatml", TensorParallelSize: 1,
 	}
 	if info != want {
 		t.Errorf("Info() = %+v\nwant %+v", info, want)

@@ -97,6 +97,7 @@ pulse_status pulse_model_info_get(const pulse_model* model, pulse_model_info* in
     value.eos_token = model->tokenizer != nullptr ? model->tokenizer->eos_id() : -1;
     value.tokenizer = model->tokenizer_name.c_str();
     value.chat_template = model->chat_template_family.c_str();
+    value.tensor_parallel_size = static_cast<int32_t>(model->model.shards.size());
     pulse::capi::WriteVersioned(value, info);
     return absl::OkStatus();
   });

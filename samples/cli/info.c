@@ -59,6 +59,7 @@ int command_info(int argc, char** argv) {
   printf("parameters: %lld\n", (long long)info.parameter_count);
   printf("weight type: %s\n", info.weight_type);
   printf("backend: %s\n", info.backend);
+  printf("ranks: %d\n", (int)info.tensor_parallel_size);
   printf("tokenizer: %s\n", info.tokenizer[0] != '\0' ? info.tokenizer : "none");
   printf("chat template: %s\n", info.chat_template[0] != '\0' ? info.chat_template : "none");
   pulse_model_free(model);

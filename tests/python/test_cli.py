@@ -88,6 +88,10 @@ def test_info_reports_progress_unless_quiet(cli, tiny_config):
     assert proc.returncode == 0, proc.stderr
     assert "loading" in proc.stderr and "loaded in" in proc.stderr
     assert info_fields(proc.stdout)["format"] == "random"
+    assert info_fields(proc.stdout)["ranks"] == "1"
+    split = run(cli, "info", "--model", tiny_config, "--random-weights", "--tensor-parallel", 2)
+    assert split.returncode == 0, split.stderr
+    assert info_fields(split.stdout)["ranks"] == "2"
 
 
 def test_generate_greedy_ids_match_the_reference_tool(smollm2_greedy_ids, build_dir, smollm2_path,

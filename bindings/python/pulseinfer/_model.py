@@ -39,6 +39,7 @@ class ModelInfo:
     eos_token: int
     tokenizer: str
     chat_template: str
+    tensor_parallel_size: int
 
 
 class Model:

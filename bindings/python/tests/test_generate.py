@@ -368,6 +368,7 @@ def test_a_model_over_two_ranks_generates_the_one_rank_tokens(tiny_config, tiny_
             pulseinfer.Engine(tiny_model) as one_engine, pulseinfer.Engine(split) as two_engine:
         expected = [t.id for t in one_engine.generate(prompt, greedy(8, ignore_eos=True))]
         assert [t.id for t in two_engine.generate(prompt, greedy(8, ignore_eos=True))] == expected
+        assert (split.info.tensor_parallel_size, tiny_model.info.tensor_parallel_size) == (2, 1)
     bad = pulseinfer.ModelParams(random_weights=True, threads=1, tensor_parallel_size=3)
     with pytest.raises(pulseinfer.InvalidArgumentError, match="tensor_parallel_size"):
         pulseinfer.Model(tiny_config, bad)

@@ -201,6 +201,9 @@ typedef struct pulse_model_info {
    * "mistral", "mistral-v3"), or "" when the model has none or it is not one this library renders
    * (pulse_chat_apply_template says which). */
   const char* chat_template;
+  /* The ranks the model is split over (pulse_model_params.tensor_parallel_size; 1 for one); the
+   * sizes above are the whole model's. */
+  int32_t tensor_parallel_size;
 } pulse_model_info;
 
 /* Describes `model`. The caller sets info->struct_size; the library writes at most that many

@@ -756,6 +756,7 @@ TEST(AbiTensorParallel, TwoRanksGiveTheOneRankTokens) {
   info.struct_size = sizeof(info);
   ASSERT_EQ(pulse_model_info_get(two, &info), PULSE_OK);
   EXPECT_EQ(info.num_kv_heads, 2);  // the whole model's
+  EXPECT_EQ(info.tensor_parallel_size, 2);
   pulse_model_free(two);
   pulse_model_free(one);
 }

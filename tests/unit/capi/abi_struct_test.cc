@@ -109,7 +109,8 @@ TEST(AbiStructs, FieldsAppendedAfterVersion0) {
   EXPECT_OFFSET(pulse_model_info, eos_token, 92);
   EXPECT_OFFSET(pulse_model_info, tokenizer, 96);
   EXPECT_OFFSET(pulse_model_info, chat_template, 104);
-  EXPECT_EQ(sizeof(pulse_model_info), 112u);
+  EXPECT_OFFSET(pulse_model_info, tensor_parallel_size, 112);
+  EXPECT_EQ(sizeof(pulse_model_info), 120u);
 
   EXPECT_OFFSET(pulse_sampling_params, stop_strings, 56);
   EXPECT_OFFSET(pulse_sampling_params, stop_string_count, 64);

@@ -40,6 +40,8 @@ pub struct ModelInfo {
     /// The chat template's family as recognised ("chatml", "llama3"...); None when the model
     /// has none or not one the library renders.
     pub chat_template: Option<String>,
+    /// The ranks the model is split over (1 for one); the sizes above are the whole model's.
+    pub tensor_parallel_size: i32,
 }
 
 impl ModelInfo {
@@ -69,6 +71,7 @@ impl ModelInfo {
             eos_token: token(info.eos_token),
             tokenizer: non_empty(info.tokenizer),
             chat_template: non_empty(info.chat_template),
+            tensor_parallel_size: info.tensor_parallel_size,
         }
     }
 }

@@ -311,6 +311,7 @@ fn a_model_over_two_ranks_generates_the_one_rank_tokens() {
         .backend("cpu")
         .tensor_parallel_size(2);
     let split = Model::load(CONFIG_PATH, &two).expect("two ranks of one KV head each");
+    assert_eq!(split.info().unwrap().tensor_parallel_size, 2);
     let sampling = SamplingParams::default().temperature(0.0).max_tokens(8).ignore_eos(true);
     assert_eq!(generate(&split, &sampling), generate(&load(7), &sampling));
     let three = ModelParams::default().random_weights(7).threads(1).tensor_parallel_size(3);
