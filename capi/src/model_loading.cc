@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/backend/cpu/thread_communicator.h"
@@ -174,14 +173,11 @@ absl::StatusOr<std::unique_ptr<TensorSource>> OpenModelSource(const std::string&
 }
 
 absl::Status CheckShards(const ModelConfig& config, const ModelLoadPlan& plan) {
-  const auto ranks = static_cast<int32_t>(plan.backends.size());
-  if (config.num_kv_heads % ranks != 0 || config.hidden_size % ranks != 0 ||
-      config.intermediate_size % ranks != 0 || config.vocab_size % ranks != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "pulse_model_params.tensor_parallel_size is %d, which must divide the model's %d KV "
-        "heads, hidden size %d, intermediate size %d and vocabulary of %d",
-        ranks, config.num_kv_heads, config.hidden_size, config.intermediate_size,
-        config.vocab_size));
+  const absl::StatusOr<ShardDims> dims =
+      ShardDimsOf(config, {.rank = 0, .size = static_cast<int32_t>(plan.backends.size())});
+  if (!dims.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pulse_model_params.tensor_parallel_size: ", dims.status().message()));
   }
   return absl::OkStatus();
 }

@@ -132,28 +132,6 @@ class WeightUploader {
   std::vector<std::byte> block_scratch_;  // a matrix's blocks, its parts one after another
 };
 
-absl::StatusOr<ShardDims> ShardOf(const ModelConfig& config, const TensorShard& shard) {
-  const int32_t n = shard.size;
-  if (n < 1 || shard.rank < 0 || shard.rank >= n) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("tensor shard: rank %d of %d ranks", shard.rank, n));
-  }
-  if (config.num_kv_heads % n != 0 || config.hidden_size % n != 0 ||
-      config.intermediate_size % n != 0 || config.vocab_size % n != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "tensor shard: %d ranks must divide the %d KV heads, the hidden size %d, the "
-        "intermediate size %d and the vocabulary of %d",
-        n, config.num_kv_heads, config.hidden_size, config.intermediate_size, config.vocab_size));
-  }
-  ShardDims dims{.num_heads = config.num_heads / n,
-                 .num_kv_heads = config.num_kv_heads / n,
-                 .hidden_rows = config.hidden_size / n,
-                 .intermediate = config.intermediate_size / n,
-                 .vocab_rows = config.vocab_size / n};
-  dims.first_vocab_row = dims.vocab_rows * shard.rank;
-  return dims;
-}
-
 // Rank `rank`'s `rows` rows of tensor `name`: [rows * rank, rows * (rank + 1)).
 TensorRows Part(std::string name, int64_t rows, int32_t rank) {
   return {.name = std::move(name), .first = rows * rank, .count = rows};
@@ -213,6 +191,28 @@ std::string DominantStoredType(const TensorSource& source) {
 
 }  // namespace
 
+absl::StatusOr<ShardDims> ShardDimsOf(const ModelConfig& config, const TensorShard& shard) {
+  const int32_t n = shard.size;
+  if (n < 1 || shard.rank < 0 || shard.rank >= n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tensor shard: rank %d of %d ranks", shard.rank, n));
+  }
+  if (config.num_kv_heads % n != 0 || config.hidden_size % n != 0 ||
+      config.intermediate_size % n != 0 || config.vocab_size % n != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor shard: %d ranks must divide the %d KV heads, the hidden size %d, the "
+        "intermediate size %d and the vocabulary of %d",
+        n, config.num_kv_heads, config.hidden_size, config.intermediate_size, config.vocab_size));
+  }
+  ShardDims dims{.num_heads = config.num_heads / n,
+                 .num_kv_heads = config.num_kv_heads / n,
+                 .hidden_rows = config.hidden_size / n,
+                 .intermediate = config.intermediate_size / n,
+                 .vocab_rows = config.vocab_size / n};
+  dims.first_vocab_row = dims.vocab_rows * shard.rank;
+  return dims;
+}
+
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(std::shared_ptr<Backend> backend,
                                                          const TensorSource& source,
                                                          const ModelLoadOptions& options) {
@@ -220,7 +220,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(std::shared_ptr<Backend
   const ModelConfig& config = source.config();
   PULSE_RETURN_IF_ERROR(config.Validate());
   PULSE_RETURN_IF_ERROR(CheckTensors(source));
-  PULSE_ASSIGN_OR_RETURN(const ShardDims dims, ShardOf(config, options.shard));
+  PULSE_ASSIGN_OR_RETURN(const ShardDims dims, ShardDimsOf(config, options.shard));
 
   Model model;
   model.backend_ = std::move(backend);

@@ -55,6 +55,11 @@ struct ShardDims {
   int64_t first_vocab_row = 0;
 };
 
+// The sizes of `shard` of a model of `config`: InvalidArgument for a rank outside the shard's
+// ranks, or ranks that do not divide the KV heads, the hidden and intermediate sizes and the
+// vocabulary.
+absl::StatusOr<ShardDims> ShardDimsOf(const ModelConfig& config, const TensorShard& shard);
+
 struct ModelLoadOptions {
   DType weight_type = DType::kBF16;
   // Matrices stored in a block type the backend computes on (Backend::UploadBlocks) stay in

@@ -111,7 +111,8 @@ ParallelRunner::ParallelRunner(std::vector<ModelRunner> ranks, std::unique_ptr<R
     : ranks_(std::move(ranks)),
       threads_(std::move(threads)),
       logits_(ranks_.size()),
-      tokens_(ranks_.size()) {}
+      tokens_(ranks_.size()),
+      statuses_(ranks_.size()) {}
 
 ParallelRunner::ParallelRunner(ParallelRunner&&) noexcept = default;
 ParallelRunner& ParallelRunner::operator=(ParallelRunner&&) noexcept = default;
@@ -122,19 +123,18 @@ absl::Status ParallelRunner::OnEveryRank(
   if (threads_ == nullptr) return step(ranks_.front(), 0);
   // Every rank is between steps: a collective aborted in the last step works again.
   ranks_.front().ranks()->Reset();
-  std::vector<absl::Status> statuses(ranks_.size());
   threads_->Run([&](int32_t r) {
     ModelRunner& rank = ranks_[static_cast<size_t>(r)];
-    absl::Status& status = statuses[static_cast<size_t>(r)];
+    absl::Status& status = statuses_[static_cast<size_t>(r)];
     status = step(rank, r);
     // Its peers must not wait for collectives it will not join.
     if (!status.ok()) rank.ranks()->Abort();
   });
-  const auto cause = std::find_if(statuses.begin(), statuses.end(), [](const absl::Status& s) {
+  const auto cause = std::find_if(statuses_.begin(), statuses_.end(), [](const absl::Status& s) {
     return !s.ok() && !absl::IsAborted(s);
   });
-  if (cause != statuses.end()) return *cause;
-  for (absl::Status& status : statuses) PULSE_RETURN_IF_ERROR(status);
+  if (cause != statuses_.end()) return *cause;
+  for (const absl::Status& status : statuses_) PULSE_RETURN_IF_ERROR(status);
   return absl::OkStatus();
 }
 

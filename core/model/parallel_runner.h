@@ -82,6 +82,7 @@ class ParallelRunner {
   std::unique_ptr<RankThreads> threads_;      // ranks 1.. (null at one rank)
   std::vector<std::vector<float>> logits_;    // ranks 1..'s logits, which nobody reads
   std::vector<std::vector<int32_t>> tokens_;  // ranks 1..'s tokens, likewise
+  std::vector<absl::Status> statuses_;        // each rank's in the last step
 };
 
 }  // namespace pulse

@@ -91,9 +91,11 @@ absl::StatusOr<BlockPartition> BlockSelector::Partition(int32_t num_tokens) cons
   return PartitionBlocks(num_tokens, layout_.block_tokens, options_);
 }
 
-int32_t BlockSelector::num_sets() const {
-  return options_.mode == SelectionMode::kSoloHead ? 1 : layout_.num_kv_heads;
+int32_t SelectionSets(SelectionMode mode, const PagedKvLayout& layout) {
+  return mode == SelectionMode::kSoloHead ? 1 : layout.num_kv_heads;
 }
+
+int32_t BlockSelector::num_sets() const { return SelectionSets(options_.mode, layout_); }
 
 ScoreSegment BlockSelector::Segment(int32_t first, int32_t count, int32_t scores_first,
                                     int32_t picks, int32_t picks_first) const {

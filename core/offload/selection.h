@@ -51,6 +51,10 @@ struct BlockPartition {
   int32_t blocks_per_set() const { return sink_end + picks + (num_blocks - window_begin); }
 };
 
+// The block sets a layer picks in `mode` over a cache of `layout`: 1 (solohead) or one a KV head
+// (headwise).
+int32_t SelectionSets(SelectionMode mode, const PagedKvLayout& layout);
+
 // BlockSelector::Partition for blocks of `block_tokens` tokens and `options`, which must be
 // valid (as BlockSelector::Create checks), and num_tokens >= 0. The engine keeps a sequence's
 // sinks and window resident by it.

@@ -55,7 +55,7 @@ absl::StatusOr<std::unique_ptr<SparseAttention>> SparseAttention::Create(
     const SparseLimits& limits) {
   PULSE_RETURN_IF_ERROR(config.Validate());
   const PagedKvLayout& layout = cache.layout();
-  const int32_t sets = config.selection.mode == SelectionMode::kSoloHead ? 1 : layout.num_kv_heads;
+  const int32_t sets = SelectionSets(config.selection.mode, layout);
   const bool tiered = config.host_tokens > 0 && config.slot_tokens > 0;
   if (tiered && config.dense_layers > 0) {
     return absl::UnimplementedError(
@@ -206,7 +206,6 @@ absl::Status SparseAttention::BeginStep() {
   }
   ++step_stamp_;
   step_picks_ = 0;
-  step_sets_ = 0;
   step_mode_ = std::nullopt;
   return absl::OkStatus();
 }
@@ -235,8 +234,8 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
   std::vector<SparseAttentionStats> row_stats;
   std::vector<uint64_t> row_keys;
   std::vector<bool> sparse(sequences.size(), false);
-  int32_t num_sets = step_sets_;
   std::optional<SelectionMode> mode = step_mode_;
+  int32_t num_sets = mode.has_value() ? SelectionSets(*mode, layout_) : 0;
   int32_t offloaded_picks = 0;
   int32_t picks_before = 0;
   int32_t table_stride = 1;
@@ -283,9 +282,8 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
     PULSE_ASSIGN_OR_RETURN(const BlockSelector selector,
                            BlockSelector::Create(layout_, limits_.num_heads, *sequence.selection));
     PULSE_ASSIGN_OR_RETURN(const BlockPartition partition, selector.Partition(sequence.kv_len));
-    // A rank of one KV head has one set in either mode, which its peers need not have.
-    if ((num_sets != 0 && selector.num_sets() != num_sets) ||
-        (mode.has_value() && *mode != sequence.selection->mode)) {
+    // Compared by mode, not by set count: a rank of one KV head has one set in either mode.
+    if (mode.has_value() && *mode != sequence.selection->mode) {
       return absl::InvalidArgumentError(
           "the sparse rows of one step must select in one mode (solohead or headwise)");
     }
@@ -439,7 +437,6 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
                             static_cast<int32_t>(departed.size()), layout_);
   }
   step_picks_ += offloaded_picks;
-  step_sets_ = num_sets;
   step_mode_ = mode;
 
   step.counters = counters;

@@ -233,8 +233,8 @@ class SparseAttention {
   std::unique_ptr<StagedPrefill> staged_;  // with tiers
   int32_t step_stamp_ = 0;                 // the step's stamp (BuildSparseTables)
   int32_t step_picks_ = 0;  // offloaded picks the step's micro-batches planned so far
-  int32_t step_sets_ = 0;   // the step's selection sets (0 until a sparse row is planned)
-  std::optional<SelectionMode> step_mode_;  // and their mode
+  // The mode of the step's sparse rows (none until one is planned).
+  std::optional<SelectionMode> step_mode_;
   SparseAttentionStats stats_;
   absl::flat_hash_map<uint64_t, SparseAttentionStats> key_stats_;
   OffloadStats offload_stats_;

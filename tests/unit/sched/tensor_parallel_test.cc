@@ -284,6 +284,18 @@ ShardedModel Shards(int32_t ranks, const std::function<bool(int64_t)>& copy_faul
   return model;
 }
 
+// The tokens of the requests `ids` of `engine`, each finished without an error.
+std::vector<std::vector<int32_t>> FinishedTokens(const Engine& engine,
+                                                 std::span<const RequestId> ids) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (const RequestId id : ids) {
+    const RequestSnapshot snapshot = testing::SnapshotOf(engine, id);
+    EXPECT_TRUE(snapshot.error.ok()) << snapshot.error;
+    tokens.push_back(snapshot.tokens);
+  }
+  return tokens;
+}
+
 // Whole engines over 1, 2 and 4 ranks, under memory pressure: adaptive admission runs some
 // requests resident and offloads others, a prompt longer than the KV cache is prefilled staged,
 // the host tier grows on every rank as requests come, one request is cancelled in the middle.
@@ -298,10 +310,7 @@ TEST(TensorParallelTest, AnEngineOverRanksGivesTheOneRankTokens) {
       .max_step_tokens = 48,
       .block_tokens = kBlockTokens,
       .kv_capacity_tokens = 80,
-      .offload = OffloadConfig{.selection = {.mode = SelectionMode::kSoloHead,
-                                             .budget_tokens = 8 * kBlockTokens,
-                                             .sink_tokens = kBlockTokens,
-                                             .window_tokens = 2 * kBlockTokens},
+      .offload = OffloadConfig{.selection = Selection(SelectionMode::kSoloHead, 0).options,
                                .host_tokens = int64_t{4} * 160,
                                .slot_tokens = int64_t{2} * 160,
                                .host_chunk_bytes = int64_t{16} << 10}};
@@ -320,14 +329,7 @@ TEST(TensorParallelTest, AnEngineOverRanksGivesTheOneRankTokens) {
     for (int32_t step = 0; step < 12; ++step) EXPECT_TRUE((*engine)->Step().ok());
     EXPECT_TRUE((*engine)->Cancel(ids[1]).ok());
     testing::RunToIdle(**engine);
-    Run result;
-    result.stats = (*engine)->stats();
-    for (const RequestId id : ids) {
-      const RequestSnapshot snapshot = testing::SnapshotOf(**engine, id);
-      EXPECT_TRUE(snapshot.error.ok()) << snapshot.error;
-      result.tokens.push_back(snapshot.tokens);
-    }
-    return result;
+    return Run{.tokens = FinishedTokens(**engine, ids), .stats = (*engine)->stats()};
   };
   const Run one = run(1);
   EXPECT_GT(one.stats.admission.offloaded, 0);
@@ -354,9 +356,7 @@ TEST(TensorParallelTest, ACopyFaultOnOneRankFailsOnlyItsStepsRequests) {
       .max_step_tokens = 64,
       .block_tokens = kBlockTokens,
       .kv_capacity_tokens = 96,
-      .offload = OffloadConfig{.selection = {.budget_tokens = 8 * kBlockTokens,
-                                             .sink_tokens = kBlockTokens,
-                                             .window_tokens = 2 * kBlockTokens},
+      .offload = OffloadConfig{.selection = Selection(SelectionMode::kSoloHead, 0).options,
                                .host_tokens = int64_t{4} * 160,
                                .slot_tokens = int64_t{4} * 160,
                                .fill_free_slots = false},
@@ -369,13 +369,7 @@ TEST(TensorParallelTest, ACopyFaultOnOneRankFailsOnlyItsStepsRequests) {
                                    testing::Greedy(12, true), nullptr));
     }
     testing::RunToIdle(engine);
-    std::vector<std::vector<int32_t>> tokens;
-    for (const RequestId id : ids) {
-      const RequestSnapshot snapshot = testing::SnapshotOf(engine, id);
-      EXPECT_TRUE(snapshot.error.ok()) << snapshot.error;
-      tokens.push_back(snapshot.tokens);
-    }
-    return tokens;
+    return FinishedTokens(engine, ids);
   };
   const auto expected = generate(**Engine::Create(Shards(1), options), 61);
 
