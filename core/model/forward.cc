@@ -212,6 +212,13 @@ absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
   return SampleLogits(sampling, penalised_ids, tokens);
 }
 
+absl::Status ModelRunner::ForwardAsPeer(const StepBatch& batch, int32_t micro_batches) {
+  PULSE_RETURN_IF_ERROR(Upload(batch, micro_batches));
+  if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, 0);
+  if (!AnySparseStepOpen()) return EndStep(absl::OkStatus(), 0);
+  return EndStep(ReadOutputs(0), 1);
+}
+
 absl::Status ModelRunner::RunStep() {
   step_first_of_shape_ = false;
   if (IsGraphableDecode(contexts_[0].step.max_q_len, *batch_) && options_.decode_graphs &&

@@ -120,6 +120,9 @@ class ModelRunner {
   absl::Status ForwardAndSample(const StepBatch& batch, std::span<const TokenSampling> sampling,
                                 std::span<const int32_t> penalised_ids, std::span<int32_t> tokens,
                                 int32_t micro_batches = 1);
+  // As Forward for a tensor-parallel rank past the first, whose logits nobody reads: runs the
+  // step and its collectives and reads back only what ends the step (the offload counters).
+  absl::Status ForwardAsPeer(const StepBatch& batch, int32_t micro_batches = 1);
   // The micro-batches the last step ran as.
   int32_t step_micro_batches() const { return micro_batches_; }
   // Whether the last step ran its shape for the first time or captured its graph: set-up that

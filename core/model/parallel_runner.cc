@@ -108,11 +108,7 @@ absl::StatusOr<ParallelRunner> ParallelRunner::Create(std::vector<ModelRunner> r
 }
 
 ParallelRunner::ParallelRunner(std::vector<ModelRunner> ranks, std::unique_ptr<RankThreads> threads)
-    : ranks_(std::move(ranks)),
-      threads_(std::move(threads)),
-      logits_(ranks_.size()),
-      tokens_(ranks_.size()),
-      statuses_(ranks_.size()) {}
+    : ranks_(std::move(ranks)), threads_(std::move(threads)), statuses_(ranks_.size()) {}
 
 ParallelRunner::ParallelRunner(ParallelRunner&&) noexcept = default;
 ParallelRunner& ParallelRunner::operator=(ParallelRunner&&) noexcept = default;
@@ -142,9 +138,7 @@ absl::Status ParallelRunner::Forward(const StepBatch& batch, std::span<float> lo
                                      int32_t micro_batches) {
   return OnEveryRank([&](ModelRunner& rank, int32_t r) {
     if (r == 0) return rank.Forward(batch, logits, micro_batches);
-    std::vector<float>& own = logits_[static_cast<size_t>(r)];
-    own.resize(logits.size());
-    return rank.Forward(batch, own, micro_batches);
+    return rank.ForwardAsPeer(batch, micro_batches);
   });
 }
 
@@ -154,9 +148,7 @@ absl::Status ParallelRunner::ForwardAndSample(const StepBatch& batch,
                                               std::span<int32_t> tokens, int32_t micro_batches) {
   return OnEveryRank([&](ModelRunner& rank, int32_t r) {
     if (r == 0) return rank.ForwardAndSample(batch, sampling, penalised_ids, tokens, micro_batches);
-    std::vector<int32_t>& own = tokens_[static_cast<size_t>(r)];
-    own.resize(tokens.size());
-    return rank.ForwardAndSample(batch, sampling, penalised_ids, own, micro_batches);
+    return rank.ForwardAsPeer(batch, micro_batches);
   });
 }
 

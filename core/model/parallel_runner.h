@@ -36,9 +36,10 @@ class ParallelRunner {
   // runner of one rank may do without leaving its peers behind.
   ModelRunner& leader() { return ranks_.front(); }
 
-  // ModelRunner::Forward and ForwardAndSample on every rank at once; every rank computes the
-  // same logits and tokens, and rank 0's come back. A rank that fails aborts the others'
-  // collectives: the step fails with the first failure that is not the abort itself.
+  // ModelRunner::Forward and ForwardAndSample on rank 0 and ForwardAsPeer on the others, at
+  // once; rank 0's logits or tokens come back (every rank holds the gathered logits). A rank that
+  // fails aborts the others' collectives: the step fails with the first failure that is not the
+  // abort itself.
   absl::Status Forward(const StepBatch& batch, std::span<float> logits, int32_t micro_batches = 1);
   absl::Status ForwardAndSample(const StepBatch& batch, std::span<const TokenSampling> sampling,
                                 std::span<const int32_t> penalised_ids, std::span<int32_t> tokens,
@@ -79,10 +80,8 @@ class ParallelRunner {
   absl::Status EachRank(absl::FunctionRef<absl::Status(ModelRunner&)> call);
 
   std::vector<ModelRunner> ranks_;
-  std::unique_ptr<RankThreads> threads_;      // ranks 1.. (null at one rank)
-  std::vector<std::vector<float>> logits_;    // ranks 1..'s logits, which nobody reads
-  std::vector<std::vector<int32_t>> tokens_;  // ranks 1..'s tokens, likewise
-  std::vector<absl::Status> statuses_;        // each rank's in the last step
+  std::unique_ptr<RankThreads> threads_;  // ranks 1.. (null at one rank)
+  std::vector<absl::Status> statuses_;    // each rank's in the last step
 };
 
 }  // namespace pulse
