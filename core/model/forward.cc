@@ -198,8 +198,7 @@ void ModelRunner::Gather(const DeviceBuffer& part, int64_t rows, size_t part_byt
 
 absl::Status ModelRunner::Forward(const StepBatch& batch, std::span<float> logits,
                                   int32_t micro_batches) {
-  PULSE_RETURN_IF_ERROR(Upload(batch, micro_batches));
-  if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, 0);
+  PULSE_RETURN_IF_ERROR(UploadAndRun(batch, micro_batches));
   return CopyLogits(logits);
 }
 
@@ -207,16 +206,19 @@ absl::Status ModelRunner::ForwardAndSample(const StepBatch& batch,
                                            std::span<const TokenSampling> sampling,
                                            std::span<const int32_t> penalised_ids,
                                            std::span<int32_t> tokens, int32_t micro_batches) {
-  PULSE_RETURN_IF_ERROR(Upload(batch, micro_batches));
-  if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, 0);
+  PULSE_RETURN_IF_ERROR(UploadAndRun(batch, micro_batches));
   return SampleLogits(sampling, penalised_ids, tokens);
 }
 
 absl::Status ModelRunner::ForwardAsPeer(const StepBatch& batch, int32_t micro_batches) {
+  PULSE_RETURN_IF_ERROR(UploadAndRun(batch, micro_batches));
+  return EndStepAfterCounters(absl::OkStatus(), 0);
+}
+
+absl::Status ModelRunner::UploadAndRun(const StepBatch& batch, int32_t micro_batches) {
   PULSE_RETURN_IF_ERROR(Upload(batch, micro_batches));
   if (const absl::Status ran = RunStep(); !ran.ok()) return EndStep(ran, 0);
-  if (!AnySparseStepOpen()) return EndStep(absl::OkStatus(), 0);
-  return EndStep(ReadOutputs(0), 1);
+  return absl::OkStatus();
 }
 
 absl::Status ModelRunner::RunStep() {
@@ -775,14 +777,16 @@ absl::Status ModelRunner::CopyLogits(std::span<float> logits) {
     return absl::InvalidArgumentError(
         absl::StrFormat("logits: %d values given for %d rows of %d", logits.size(), rows, vocab_));
   }
-  absl::Status read =
-      model_->backend().CopyToHost(logits.data(), outputs_.logits.data(), logits.size_bytes());
-  int64_t reads = 1;
+  return EndStepAfterCounters(
+      model_->backend().CopyToHost(logits.data(), outputs_.logits.data(), logits.size_bytes()), 1);
+}
+
+absl::Status ModelRunner::EndStepAfterCounters(absl::Status read, int64_t output_reads) {
   if (read.ok() && AnySparseStepOpen()) {
     read = ReadOutputs(0);
-    ++reads;
+    ++output_reads;
   }
-  return EndStep(read, reads);
+  return EndStep(read, output_reads);
 }
 
 absl::Status ModelRunner::SampleLogits(std::span<const TokenSampling> sampling,

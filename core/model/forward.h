@@ -160,6 +160,8 @@ class ModelRunner {
   absl::StatusOr<SparseAttention*> OffloadBetweenSteps(const char* call);
   // Checks the step, splits it into micro-batches and uploads each.
   absl::Status Upload(const StepBatch& batch, int32_t micro_batches);
+  // Upload, then RunStep; a step that fails to run is ended here.
+  absl::Status UploadAndRun(const StepBatch& batch, int32_t micro_batches);
   // Uploads sequences [first_seq, end_seq) of the batch into `context`.
   absl::Status UploadMicroBatch(const StepBatch& batch, int32_t first_seq, int32_t end_seq,
                                 StepContext& context);
@@ -194,6 +196,9 @@ class ModelRunner {
   // waits): collects the sparse counters ReadOutputs brought back, or abandons the sparse steps
   // when something failed.
   absl::Status EndStep(const absl::Status& read, int64_t output_reads);
+  // EndStep after reading the sparse counters, when a micro-batch's sparse attention ran and
+  // `read` (the step's other outputs, in `output_reads` host waits) succeeded.
+  absl::Status EndStepAfterCounters(absl::Status read, int64_t output_reads);
   // Whether a micro-batch's sparse attention ran (its counters must be read).
   bool SparseStepOpen(const StepContext& context) const;
   bool AnySparseStepOpen() const;
