@@ -6,8 +6,8 @@
 //       [--modes dense,offload-headwise,pulse,pulse-offload-every,pulse-headwise,pulse-per-chunk,
 //        pulse-no-interrupt]
 //       [--picks scores,synthetic:0.85] [--budget 2048] [--decode-steps 16] [--micro-batches 0,2]
-//       [--host-codecs raw,fp8] [--prefill-chunk 8192] [--device NAME] [--commit SHA]
-//       [--out FILE.jsonl]
+//       [--host-codecs raw,fp8] [--prefill-chunk 8192] [--block-tokens 8] [--sink 8]
+//       [--window 32] [--device NAME] [--commit SHA] [--out FILE.jsonl]
 //
 // For each KV cap, context, concurrency N and mode, one engine whose KV may use the cap in all
 // (pulse_engine_params.kv_memory_bytes: the KV cache, the offload slots and the summaries) takes
@@ -94,6 +94,9 @@ struct Args {
   std::vector<int32_t> micro_batches = {0};  // 0: the adaptive choice
   std::vector<int32_t> host_codecs = {PULSE_HOST_CODEC_RAW};
   int32_t prefill_chunk = 8192;
+  int32_t block_tokens = 0;  // 0 (as parsed): the library's default, as sink and window below 0
+  int32_t sink = -1;
+  int32_t window = -1;
   std::string device = "unknown";
   std::string commit = "unknown";
   std::string out;
@@ -141,6 +144,12 @@ Args ParseArgs(int argc, char** argv) {
       args.host_codecs = pulse_bench::ParseHostCodecs(flag, value);
     } else if (flag == "--prefill-chunk") {
       args.prefill_chunk = pulse_bench::ParsePositiveList(flag, value).at(0);
+    } else if (flag == "--block-tokens") {
+      args.block_tokens = pulse_bench::ParsePositiveList(flag, value).at(0);
+    } else if (flag == "--sink") {
+      args.sink = std::atoi(value.c_str());
+    } else if (flag == "--window") {
+      args.window = std::atoi(value.c_str());
     } else if (flag == "--device") {
       args.device = value;
     } else if (flag == "--commit") {
@@ -152,6 +161,11 @@ Args ParseArgs(int argc, char** argv) {
     }
   }
   if (args.model.empty()) Fail("--model is required");
+  pulse_engine_params defaults;
+  Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
+  if (args.block_tokens == 0) args.block_tokens = defaults.block_tokens;
+  if (args.sink < 0) args.sink = defaults.offload_sink_tokens;
+  if (args.window < 0) args.window = defaults.offload_window_tokens;
   return args;
 }
 
@@ -181,7 +195,10 @@ pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& po
   params.max_step_tokens = args.prefill_chunk + point.concurrency;
   params.max_context = point.context + max_tokens;
   params.kv_memory_bytes = point.kv_bytes;
+  params.block_tokens = args.block_tokens;
   if (point.mode != "dense") {
+    params.offload_sink_tokens = args.sink;
+    params.offload_window_tokens = args.window;
     const bool headwise = point.mode == "offload-headwise" || point.mode == "pulse-headwise";
     params.offload_mode = headwise ? PULSE_OFFLOAD_HEADWISE : PULSE_OFFLOAD_SOLOHEAD;
     params.offload_budget_tokens = args.budget;
@@ -226,6 +243,8 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
       ", \"context\": " + std::to_string(point.context) +
       ", \"concurrency\": " + std::to_string(point.concurrency) +
       ", \"budget\": " + (point.mode == "dense" ? "null" : std::to_string(args.budget)) +
+      ", \"block_tokens\": " + std::to_string(args.block_tokens) +
+      ", \"sink\": " + std::to_string(args.sink) + ", \"window\": " + std::to_string(args.window) +
       ", \"codec\": " + JsonString(codec) + ", \"picks\": " + JsonString(point.picks) +
       ", \"micro_batch_setting\": " +
       (ChoosesMicroBatches(point.mode) ? std::to_string(point.micro_batches) : "null");
