@@ -48,20 +48,33 @@ float LogSumExpScale(int32_t head_dim) { return 1.0f / std::sqrt(static_cast<flo
 
 int32_t SummaryBoxRows(const BlockEstimator& estimator) { return estimator.radius == 0.0f ? 1 : 2; }
 
-int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& given) {
+SummaryRowLayout SummaryRows(const PagedKvLayout& layout, const BlockEstimator& given) {
   const BlockEstimator estimator = ForBlocks(given, layout.block_tokens);
-  const int64_t rows = int64_t{layout.num_kv_heads} * estimator.boxes * SummaryBoxRows(estimator);
+  const auto head_dim = static_cast<size_t>(layout.head_dim);
+  size_t row_bytes = head_dim * sizeof(float);
   switch (estimator.precision) {
     case SummaryPrecision::kBf16:
-      return rows * layout.head_dim * 2;
+      row_bytes = head_dim * sizeof(uint16_t);
+      break;
     case SummaryPrecision::kInt8:
-      return rows * (layout.head_dim + 4);
+      row_bytes = head_dim;
+      break;
     case SummaryPrecision::kInt4:
-      return rows * (layout.head_dim / 2 + 4);
+      row_bytes = head_dim / 2;
+      break;
     case SummaryPrecision::kF32:
       break;
   }
-  return rows * layout.head_dim * 4;
+  return {.rows = static_cast<size_t>(layout.num_kv_heads) * static_cast<size_t>(estimator.boxes) *
+                  static_cast<size_t>(SummaryBoxRows(estimator)),
+          .row_bytes = row_bytes};
+}
+
+int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimator) {
+  const SummaryRowLayout rows = SummaryRows(layout, estimator);
+  const bool scaled = estimator.precision == SummaryPrecision::kInt8 ||
+                      estimator.precision == SummaryPrecision::kInt4;
+  return static_cast<int64_t>(scaled ? rows.scale_offset(rows.rows) : rows.row_offset(rows.rows));
 }
 
 int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& given,

@@ -9,6 +9,7 @@
 // SummaryBytes says.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -62,6 +63,17 @@ int32_t SummaryBoxRows(const BlockEstimator& estimator);
 // (core/backend/summary_int.h says how rows are quantized and packed). Summaries lie back to
 // back, summary i at i * SummaryBytes.
 int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimator);
+
+// Where one summary's rows lie (SummaryBytes): `rows` rows of row_bytes each from its first byte,
+// then, at int8 and int4, a 4-byte scale a row in the same order.
+struct SummaryRowLayout {
+  size_t rows;
+  size_t row_bytes;
+
+  size_t row_offset(size_t row) const { return row * row_bytes; }
+  size_t scale_offset(size_t row) const { return rows * row_bytes + row * sizeof(float); }
+};
+SummaryRowLayout SummaryRows(const PagedKvLayout& layout, const BlockEstimator& estimator);
 
 // Multiply-adds that scoring one block against one token's `num_heads` query heads takes from
 // its stored summary: a product per channel of each box's row, two at a radius above 0.

@@ -302,21 +302,9 @@ class CpuBackend final : public Backend {
                    const BlockEstimator& estimator, const void* summaries,
                    const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
                    float* bounds) override {
-    const auto bytes = static_cast<size_t>(SummaryBytes(layout, estimator));
-    const int32_t dim = layout.head_dim;
-    const int32_t group = num_heads / layout.num_kv_heads;
-    const auto* stored = static_cast<const std::byte*>(summaries);
-    pool_.ParallelFor(count, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float* row = q + query_rows[i] * q_stride;
-        const std::span<const std::byte> summary(stored + summary_ids[i] * bytes, bytes);
-        for (int32_t kv_head = 0; kv_head < layout.num_kv_heads; ++kv_head) {
-          const int64_t first = int64_t{kv_head} * group;
-          reference::GroupBounds(layout, estimator, row + first * dim, group, summary, kv_head,
-                                 bounds + first * count + i, count);
-        }
-      }
-    });
+    kernels_.score_blocks(pool_, q, q_stride, num_heads, layout, estimator,
+                          static_cast<const std::byte*>(summaries), summary_ids, query_rows, count,
+                          bounds);
   }
   void AggregateScores(const float* bounds, int32_t num_heads, int64_t bound_stride,
                        const ScoreSegment* segments, int32_t num_segments, int32_t max_sets,

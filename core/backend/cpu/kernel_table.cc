@@ -1,5 +1,6 @@
 // Compiled once a level (kernel_target.h): the table of that level's kernels.
 #include "core/backend/cpu/attention.h"
+#include "core/backend/cpu/block_bounds.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/kernel_target.h"
 #include "core/backend/cpu/kernels.h"
@@ -28,6 +29,7 @@ const CpuKernels& PULSE_CPU_LEVEL_KERNELS() {
       .gather_rows = &GatherRows,
       .append_kv = &AppendKv,
       .attention = &Attention,
+      .score_blocks = &ScoreBlocks,
   };
   return kKernels;
 }

@@ -2,16 +2,18 @@
 // takes one table when it is made and calls every op through it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/backend/backend.h"
+#include "core/backend/block_estimator.h"
 #include "core/backend/cpu/cpu_level.h"
 #include "core/base/thread_pool.h"
 
 namespace pulse::cpu {
 
-// Each entry is the function of the same name in gemm.h, norm.h, rope.h, pointwise.h or
-// attention.h, compiled for the table's level.
+// Each entry is the function of the same name in gemm.h, norm.h, rope.h, pointwise.h,
+// attention.h or block_bounds.h, compiled for the table's level.
 struct CpuKernels {
   void (*embed)(ThreadPool& pool, const MatrixView& table, int64_t first_row, const int32_t* tokens,
                 int64_t count, float* out);
@@ -28,6 +30,10 @@ struct CpuKernels {
   void (*append_kv)(const float* k, const float* v, int64_t row_stride, const PagedKvBatch& kv);
   void (*attention)(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_heads,
                     const PagedKvBatch& kv, float scale, float* out);
+  void (*score_blocks)(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num_heads,
+                       const PagedKvLayout& layout, const BlockEstimator& estimator,
+                       const std::byte* summaries, const int32_t* summary_ids,
+                       const int32_t* query_rows, int32_t count, float* bounds);
 };
 
 // The kernels of `level` (kBest: ResolveCpuLevel's); `level` must be supported.

@@ -33,37 +33,6 @@ absl::Status CheckSize(const char* what, size_t size, int64_t expected, const ch
   return absl::OkStatus();
 }
 
-// Where the rows of one block's summary lie (SummaryBytes): `rows` rows of row_bytes each, then,
-// at int8 and int4, a scale a row.
-struct RowLayout {
-  size_t rows;
-  size_t row_bytes;
-
-  size_t row_offset(size_t row) const { return row * row_bytes; }
-  size_t scale_offset(size_t row) const { return rows * row_bytes + row * sizeof(float); }
-};
-
-RowLayout RowsOf(const PagedKvLayout& layout, const BlockEstimator& estimator) {
-  const auto head_dim = static_cast<size_t>(layout.head_dim);
-  size_t row_bytes = head_dim * sizeof(float);
-  switch (estimator.precision) {
-    case SummaryPrecision::kBf16:
-      row_bytes = head_dim * sizeof(uint16_t);
-      break;
-    case SummaryPrecision::kInt8:
-      row_bytes = head_dim;
-      break;
-    case SummaryPrecision::kInt4:
-      row_bytes = head_dim / 2;
-      break;
-    case SummaryPrecision::kF32:
-      break;
-  }
-  return {.rows = static_cast<size_t>(layout.num_kv_heads) * static_cast<size_t>(estimator.boxes) *
-                  static_cast<size_t>(SummaryBoxRows(estimator)),
-          .row_bytes = row_bytes};
-}
-
 template <typename T>
 T Load(const std::byte* at) {
   T value;
@@ -89,7 +58,7 @@ float RowScale(std::span<const float> values) {
 }
 
 // Stores `values` as row `row` of `summary` at `precision`.
-void StoreRow(std::span<const float> values, const RowLayout& rows, size_t row,
+void StoreRow(std::span<const float> values, const SummaryRowLayout& rows, size_t row,
               SummaryPrecision precision, std::span<std::byte> summary) {
   std::byte* out = summary.data() + rows.row_offset(row);
   switch (precision) {
@@ -125,7 +94,7 @@ void StoreRow(std::span<const float> values, const RowLayout& rows, size_t row,
 template <SummaryPrecision kPrecision>
 class RowReader {
  public:
-  RowReader(std::span<const std::byte> summary, const RowLayout& rows, size_t row)
+  RowReader(std::span<const std::byte> summary, const SummaryRowLayout& rows, size_t row)
       : values_(summary.data() + rows.row_offset(row)) {
     if constexpr (kPrecision == SummaryPrecision::kInt8 || kPrecision == SummaryPrecision::kInt4) {
       scale_ = Load<float>(summary.data() + rows.scale_offset(row));
@@ -153,8 +122,8 @@ class RowReader {
 // Row `row` of a summary stored at kPrecision, read in fp32 into out[d * stride] for d <
 // head_dim.
 template <SummaryPrecision kPrecision>
-void ReadRow(std::span<const std::byte> summary, const RowLayout& rows, size_t row, size_t head_dim,
-             float* out, size_t stride) {
+void ReadRow(std::span<const std::byte> summary, const SummaryRowLayout& rows, size_t row,
+             size_t head_dim, float* out, size_t stride) {
   if constexpr (kPrecision == SummaryPrecision::kInt4) {
     // The row's sixteen values, each as DequantizeInt makes it, looked up by nibble.
     const std::byte* packed = summary.data() + rows.row_offset(row);
@@ -199,23 +168,9 @@ void BoxSums(const float* query, size_t head_dim, const float* values, size_t st
   std::copy(acc, acc + kBoxes, sums);
 }
 
-// A block's estimate from its boxes' bounds, as `combine` says (BoxCombine); `scale` is
-// kLogSumExp's.
-float CombineBoxes(BoxCombine combine, float scale, std::span<const float> box_bounds) {
-  // NaN unless some box's bound is a number (fmax keeps the number).
-  float best = std::numeric_limits<float>::quiet_NaN();
-  for (const float bound : box_bounds) best = std::fmax(best, bound);
-  if (combine == BoxCombine::kMax || !std::isfinite(best)) return best;
-  double total = 0;
-  for (const float bound : box_bounds) {
-    if (!std::isnan(bound)) total += std::exp(double{scale} * (double{bound} - double{best}));
-  }
-  return static_cast<float>(double{best} + std::log(total) / double{scale});
-}
-
 template <SummaryPrecision kPrecision>
 void HeadBounds(const float* queries, int32_t group, size_t head_dim,
-                std::span<const std::byte> summary, const RowLayout& rows, size_t first_row,
+                std::span<const std::byte> summary, const SummaryRowLayout& rows, size_t first_row,
                 int32_t boxes, int32_t box_rows, BoxCombine combine, float* bounds,
                 int64_t bound_stride) {
   const auto num_boxes = static_cast<size_t>(boxes);
@@ -243,11 +198,23 @@ void HeadBounds(const float* queries, int32_t group, size_t head_dim,
     for (; box < num_boxes; ++box) {
       BoxSums<1>(query, head_dim, values.data() + box, num_boxes, box_rows, &sums[box]);
     }
-    bounds[h * bound_stride] = CombineBoxes(combine, scale, sums);
+    bounds[h * bound_stride] = CombineBoxBounds(combine, scale, sums);
   }
 }
 
 }  // namespace
+
+float CombineBoxBounds(BoxCombine combine, float scale, std::span<const float> box_bounds) {
+  // NaN unless some box's bound is a number (fmax keeps the number).
+  float best = std::numeric_limits<float>::quiet_NaN();
+  for (const float bound : box_bounds) best = std::fmax(best, bound);
+  if (combine == BoxCombine::kMax || !std::isfinite(best)) return best;
+  double total = 0;
+  for (const float bound : box_bounds) {
+    if (!std::isnan(bound)) total += std::exp(double{scale} * (double{bound} - double{best}));
+  }
+  return static_cast<float>(double{best} + std::log(total) / double{scale});
+}
 
 absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& estimator,
                             std::span<const float> block, int32_t tokens,
@@ -264,7 +231,7 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& e
   const auto head_dim = static_cast<size_t>(layout.head_dim);
   const int32_t box_tokens = layout.block_tokens / estimator.boxes;
   const int32_t box_rows = SummaryBoxRows(estimator);
-  const RowLayout rows = RowsOf(layout, estimator);
+  const SummaryRowLayout rows = SummaryRows(layout, estimator);
   std::vector<float> min(head_dim);
   std::vector<float> max(head_dim);
   for (int32_t head = 0; head < layout.num_kv_heads; ++head) {
@@ -309,7 +276,7 @@ void GroupBounds(const PagedKvLayout& layout, const BlockEstimator& estimator, c
                  int64_t bound_stride) {
   assert(static_cast<int64_t>(summary.size()) == SummaryBytes(layout, estimator) && kv_head >= 0 &&
          kv_head < layout.num_kv_heads && group >= 1);
-  const RowLayout rows = RowsOf(layout, estimator);
+  const SummaryRowLayout rows = SummaryRows(layout, estimator);
   const int32_t box_rows = SummaryBoxRows(estimator);
   const size_t first_row = static_cast<size_t>(kv_head) * estimator.boxes * box_rows;
   const auto head_dim = static_cast<size_t>(layout.head_dim);

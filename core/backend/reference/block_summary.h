@@ -33,6 +33,11 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& e
                             std::span<const float> block, int32_t tokens,
                             std::span<std::byte> summary);
 
+// A block's estimate for one query head from its boxes' bounds, as `combine` says (BoxCombine,
+// in double at kLogSumExp); `scale` is LogSumExpScale's. NaN when every bound is. The CPU
+// kernels combine through it too, so that they give the reference's bits.
+float CombineBoxBounds(BoxCombine combine, float scale, std::span<const float> box_bounds);
+
 // The estimate of q.k (`query`: head_dim floats) over the keys that KV head `kv_head` of one
 // block's `summary` (as SummarizeBlock writes it) covers: the largest over the head's boxes of
 // the box's bound, the sum over d of query[d] * center[d] at radius 0, else of max(query[d] *

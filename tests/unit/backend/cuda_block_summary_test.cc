@@ -16,7 +16,6 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
-#include <ostream>
 #include <random>
 #include <span>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "core/backend/summary_int.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backend/op_test_util.h"
+#include "tests/unit/backend/summary_shape.h"
 
 namespace pulse {
 namespace {
@@ -66,17 +66,7 @@ std::vector<BlockEstimator> Estimators(const PagedKvLayout& layout) {
 // Bounds may differ from the reference by fp32 rounding of another summation order (and FMA).
 constexpr double kBoundTolerance = 1e-5;
 
-struct Shape {
-  int32_t head_dim;
-  int32_t num_kv_heads;
-  int32_t block_tokens;
-  int32_t group;  // query heads a KV head
-};
-
-void PrintTo(const Shape& shape, std::ostream* os) {
-  *os << "d" << shape.head_dim << "_kv" << shape.num_kv_heads << "_block" << shape.block_tokens
-      << "_group" << shape.group;
-}
+using Shape = ::pulse::testing::SummaryShape;
 
 PagedKvLayout Layout(const Shape& shape, DType type) {
   return {.block_tokens = shape.block_tokens,
