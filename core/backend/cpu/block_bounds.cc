@@ -186,18 +186,29 @@ void ReferenceBounds(const Call& call, int64_t first, int64_t n, int32_t kv_head
 bool ChunkRows(const Call& call, int64_t first, int32_t kv_head, int64_t lanes,
                std::span<LaneRows> rows, std::span<LaneRows> scales) {
   const int32_t boxes = call.estimator.boxes;
-  const int32_t box_rows = SummaryBoxRows(call.estimator);
+  const auto box_rows = static_cast<size_t>(SummaryBoxRows(call.estimator));
+  const size_t head_row = static_cast<size_t>(kv_head) * static_cast<size_t>(boxes) * box_rows;
   for (size_t chunk = 0; chunk < rows.size(); ++chunk) {
     int64_t row_at[kLanes];
     int64_t scale_at[kLanes];
+    const auto lane0 = static_cast<int64_t>(chunk) * kLanes;
+    int64_t k = lane0 / boxes;  // the lane's candidate and box, counted on from lane0
+    int64_t box = lane0 % boxes;
     for (int l = 0; l < kLanes; ++l) {
-      const int64_t lane = static_cast<int64_t>(chunk) * kLanes + l;
-      const int64_t t = lane < lanes ? lane : 0;  // lanes past the end read lane 0's rows
+      if (lane0 + l >= lanes) {  // lanes past the end read the chunk's first lane's rows
+        row_at[l] = row_at[0];
+        scale_at[l] = scale_at[0];
+        continue;
+      }
       const auto summary_at =
-          static_cast<int64_t>(call.summary_ids[first + t / boxes] * call.summary_bytes);
-      const auto row = static_cast<size_t>((int64_t{kv_head} * boxes + t % boxes) * box_rows);
+          static_cast<int64_t>(call.summary_ids[first + k] * call.summary_bytes);
+      const size_t row = head_row + static_cast<size_t>(box) * box_rows;
       row_at[l] = summary_at + static_cast<int64_t>(call.rows.row_offset(row));
       scale_at[l] = summary_at + static_cast<int64_t>(call.rows.scale_offset(row));
+      if (++box == boxes) {
+        box = 0;
+        ++k;
+      }
     }
     for (auto [at, out] : {std::pair{row_at, &rows[chunk]}, std::pair{scale_at, &scales[chunk]}}) {
       const auto [low, high] = std::minmax_element(at, at + kLanes);
