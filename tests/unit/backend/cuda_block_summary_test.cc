@@ -6,9 +6,9 @@
 // rounding and the int8 and int4 quantization are the same fp32 operations. ScoreBlocks must give
 // the reference's bounds within fp32 rounding of another summation order, over query rows whose
 // stride padding is NaN (a read outside a row's heads shows). The shapes cover head_dim 64 and
-// 128, 1, 2 and 8 KV heads, 16- and 32-token blocks and GQA groups 1, 4 and 8, plus head_dim 256,
-// 96, 80 and 20 for the kernels' other paths; query strides a multiple of 4 (vector loads) and
-// not (scalar loads). Skipped without a CUDA device.
+// 128, 1, 2 and 8 KV heads, 4-, 8-, 16- and 32-token blocks and GQA groups 1, 3, 4 and 8, plus
+// head_dim 256, 96, 80 and 20 for the kernels' other paths; query strides a multiple of 4 (vector
+// loads) and not (scalar loads). Skipped without a CUDA device.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -460,14 +460,13 @@ TEST_P(CudaBlockSummaryTest, ScoreBlocksMatchesTheReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, CudaBlockSummaryTest,
-                         ::testing::Values(Shape{64, 1, 16, 1}, Shape{64, 2, 32, 4},
-                                           Shape{64, 8, 16, 8}, Shape{128, 1, 32, 8},
-                                           Shape{128, 2, 16, 1}, Shape{128, 8, 32, 4},
-                                           Shape{128, 8, 16, 8}, Shape{256, 2, 16, 4},
-                                           Shape{128, 8, 8, 4}, Shape{96, 2, 32, 4},
-                                           Shape{80, 1, 16, 2}, Shape{20, 2, 16, 2},
-                                           Shape{64, 3, 8, 3}));
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, CudaBlockSummaryTest,
+    ::testing::Values(Shape{64, 1, 16, 1}, Shape{64, 2, 32, 4}, Shape{64, 8, 16, 8},
+                      Shape{128, 1, 32, 8}, Shape{128, 2, 16, 1}, Shape{128, 8, 32, 4},
+                      Shape{128, 8, 16, 8}, Shape{256, 2, 16, 4}, Shape{128, 8, 8, 4},
+                      Shape{96, 2, 32, 4}, Shape{80, 1, 16, 2}, Shape{20, 2, 16, 2},
+                      Shape{64, 3, 8, 3}, Shape{128, 8, 4, 4}, Shape{64, 3, 4, 3}));
 
 // Llama-3.1-8B's shape at a step's scale: 512 blocks summarized, then 8 query rows x 512
 // candidates scored in one call against those device summaries, for Quest's box and for the
