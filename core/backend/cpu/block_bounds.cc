@@ -148,6 +148,20 @@ void LaneSums(const LaneRows& rows, const LaneRows& scales, size_t row_bytes, co
   for (int h = 0; h < kHeads; ++h) std::memcpy(sums + h * sums_stride, &acc[h], sizeof(Vec));
 }
 
+// reference::CombineBoxBounds's value, without its call to fmaxf a box at kMax: a box's sum
+// starts at +0, so it is never -0 and the largest of the sums that are numbers is the one value
+// fmaxf's chain can give; only boxes that are all NaN take the reference's own function.
+float CombineBoxes(BoxCombine combine, float scale, std::span<const float> box_sums) {
+  if (combine == BoxCombine::kMax) {
+    float best = box_sums[0];
+    for (const float sum : box_sums) {
+      if (sum > best || best != best) best = sum;
+    }
+    if (best == best) return best;
+  }
+  return reference::CombineBoxBounds(combine, scale, box_sums);
+}
+
 // One ScoreBlocks call's arguments, the estimator resolved for the layout's blocks.
 struct Call {
   const float* q;
@@ -274,7 +288,7 @@ void ScoreCandidates(const Call& call, int64_t first, int64_t n, Scratch& scratc
           const std::span<const float> box_sums(scratch.sums.data() + h * stride + k * boxes,
                                                 static_cast<size_t>(boxes));
           *call.bound(first_head + h, first + k) =
-              reference::CombineBoxBounds(call.estimator.combine, scale, box_sums);
+              CombineBoxes(call.estimator.combine, scale, box_sums);
         }
       }
     }

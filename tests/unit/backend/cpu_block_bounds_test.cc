@@ -6,8 +6,10 @@
 // over two vectors), and head_dims whose int4 or int8 rows are not whole 4-byte words (those go
 // to the reference itself). Candidates come in runs of one query row with strays between them;
 // the query rows' padding is NaN, so a read outside a row's heads shows.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <span>
@@ -60,7 +62,8 @@ TEST_P(CpuBlockBoundsTest, EveryLevelGivesTheReferenceBits) {
   constexpr int32_t kRows = 4;
   constexpr int32_t kCount = 97;
 
-  // Random keys a block; block 4 has a channel of NaN keys (NaN bounds), block 7 equal keys.
+  // Random keys a block; block 4 has a channel of NaN keys (every box's bound NaN), block 5 one
+  // in its first tokens only (some boxes' bounds NaN, with a box a token), block 7 equal keys.
   std::vector<float> blocks = RandomValues(static_cast<size_t>(kSlots * layout.block_elems()), 1);
   const auto key = [&](int32_t b, int32_t h, int32_t t, int32_t d) -> float& {
     return blocks[static_cast<size_t>(b * layout.block_elems() + h * layout.head_elems() +
@@ -68,6 +71,9 @@ TEST_P(CpuBlockBoundsTest, EveryLevelGivesTheReferenceBits) {
   };
   for (int32_t t = 0; t < layout.block_tokens; ++t) {
     key(4, 0, t, 1) = std::numeric_limits<float>::quiet_NaN();
+    if (t < std::max(1, layout.block_tokens / 2)) {
+      key(5, layout.num_kv_heads - 1, t, 0) = std::numeric_limits<float>::quiet_NaN();
+    }
     for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
       for (int32_t d = 0; d < layout.head_dim; ++d) key(7, h, t, d) = key(7, h, 0, d);
     }

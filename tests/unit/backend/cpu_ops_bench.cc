@@ -1,4 +1,5 @@
-// Google Benchmark of the CPU backend's Gemm at SmolLM2-135M shapes (not part of ctest):
+// Google Benchmark of the CPU backend's Gemm, attention and block scoring at SmolLM2-135M shapes
+// (not part of ctest):
 //   build-cpu/bin/cpu_ops_bench [--benchmark_filter=...]
 // Counters: weight_bytes/s (the weight matrix streamed once per call) and FLOP/s (2*m*n*k); f32,
 // bf16 and the block types the CPU backend keeps (random blocks). GemmBlocks compares the block
@@ -12,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "core/backend/block_estimator.h"
 #include "core/backend/cpu/cpu_backend.h"
 #include "core/base/thread_pool.h"
 #include "tests/unit/backend/random_blocks.h"
@@ -189,6 +191,52 @@ void BM_Attention(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 
+// SmolLM2 block scoring (9 query heads over 3 KV heads, head_dim 64, every key in int4: the
+// default estimator) of one decode row against the candidates of a `context`-token sequence in
+// blocks of `block_tokens`, over each of its 30 layers' summaries in turn. MAC/s counts the
+// multiply-adds of the boxes' sums (ScoreMultiplyAdds), bytes/s the summaries read once.
+void BM_ScoreBlocks(benchmark::State& state) {
+  Backend& backend = SharedBackend();
+  const auto block_tokens = static_cast<int32_t>(state.range(0));
+  const auto context = static_cast<int32_t>(state.range(1));
+  constexpr int32_t kHeads = 9;
+  constexpr int32_t kLayers = 30;
+  const PagedKvLayout layout = {.block_tokens = block_tokens, .num_kv_heads = 3, .head_dim = 64};
+  const BlockEstimator estimator = {
+      .boxes = block_tokens, .radius = 0.0f, .precision = SummaryPrecision::kInt4};
+  const int32_t count = context / block_tokens;
+  const auto bytes = static_cast<size_t>(SummaryBytes(layout, estimator));
+  // Random bytes: int4 values of every kind, and scales drawn as random floats.
+  std::vector<std::byte> summaries(kLayers * count * bytes);
+  std::mt19937 rng(5);
+  for (std::byte& b : summaries) b = static_cast<std::byte>(rng());
+  const SummaryRowLayout rows = SummaryRows(layout, estimator);
+  const std::vector<float> scales = RandomValues(kLayers * count * rows.rows, 6);
+  for (size_t s = 0; s < static_cast<size_t>(kLayers * count); ++s) {
+    std::memcpy(summaries.data() + s * bytes + rows.scale_offset(0), &scales[s * rows.rows],
+                rows.rows * sizeof(float));
+  }
+  std::vector<int32_t> summary_ids(count);
+  for (int32_t i = 0; i < count; ++i) summary_ids[i] = count - 1 - i;
+  const std::vector<int32_t> query_rows(count, 0);
+  const std::vector<float> q = RandomValues(kHeads * layout.head_dim, 7);
+  std::vector<float> bounds(static_cast<size_t>(kHeads) * count);
+  int32_t layer = 0;
+  for (auto _ : state) {
+    backend.ScoreBlocks(q.data(), kHeads * layout.head_dim, kHeads, layout, estimator,
+                        summaries.data() + int64_t{layer} * count * bytes, summary_ids.data(),
+                        query_rows.data(), count, bounds.data());
+    benchmark::DoNotOptimize(bounds.data());
+    layer = (layer + 1) % kLayers;
+  }
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["MAC/s"] =
+      benchmark::Counter(iterations * count * ScoreMultiplyAdds(layout, estimator, kHeads),
+                         benchmark::Counter::kIsRate);
+  state.counters["bytes/s"] = benchmark::Counter(iterations * count * static_cast<double>(bytes),
+                                                 benchmark::Counter::kIsRate);
+}
+
 void RegisterAll() {
   benchmark::RegisterBenchmark("Attention", BM_Attention)
       ->Args({1, 256})
@@ -196,6 +244,12 @@ void RegisterAll() {
       ->Args({1, 8192})
       ->Args({256, 256})
       ->Args({256, 2048})
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("ScoreBlocks", BM_ScoreBlocks)
+      ->Args({8, 2048})
+      ->Args({4, 2048})
+      ->Args({8, 16384})
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("StreamRead", BM_StreamRead)
