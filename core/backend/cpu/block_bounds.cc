@@ -148,16 +148,28 @@ void LaneSums(const LaneRows& rows, const LaneRows& scales, size_t row_bytes, co
   for (int h = 0; h < kHeads; ++h) std::memcpy(sums + h * sums_stride, &acc[h], sizeof(Vec));
 }
 
-// reference::CombineBoxBounds's value, without its call to fmaxf a box at kMax: a box's sum
-// starts at +0, so it is never -0 and the largest of the sums that are numbers is the one value
-// fmaxf's chain can give; only boxes that are all NaN take the reference's own function.
+// The largest of the sums that are numbers (a NaN compares false and is passed over), -inf when
+// none is above -inf; four independent maxima, so that the loop is not one chain of compares.
+float LargestNumber(std::span<const float> sums) {
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+  float best[4] = {kNone, kNone, kNone, kNone};
+  size_t i = 0;
+  for (; i + 4 <= sums.size(); i += 4) {
+    for (size_t j = 0; j < 4; ++j) best[j] = sums[i + j] > best[j] ? sums[i + j] : best[j];
+  }
+  for (; i < sums.size(); ++i) best[0] = sums[i] > best[0] ? sums[i] : best[0];
+  const float low = best[1] > best[0] ? best[1] : best[0];
+  const float high = best[3] > best[2] ? best[3] : best[2];
+  return high > low ? high : low;
+}
+
+// reference::CombineBoxBounds's value. At kMax without its chain of fmaxf calls: a box's sum
+// starts at +0, so it is never -0, and the largest of the sums that are numbers is the one value
+// that chain can give; a block whose sums are all NaN or -inf takes the reference's function.
 float CombineBoxes(BoxCombine combine, float scale, std::span<const float> box_sums) {
   if (combine == BoxCombine::kMax) {
-    float best = box_sums[0];
-    for (const float sum : box_sums) {
-      if (sum > best || best != best) best = sum;
-    }
-    if (best == best) return best;
+    const float best = LargestNumber(box_sums);
+    if (best != -std::numeric_limits<float>::infinity()) return best;
   }
   return reference::CombineBoxBounds(combine, scale, box_sums);
 }
@@ -170,7 +182,9 @@ struct Call {
   PagedKvLayout layout;
   BlockEstimator estimator;
   SummaryRowLayout rows;
+  int32_t box_rows;
   size_t summary_bytes;
+  bool near;  // every summary a candidate names ends within 32-bit offsets of `summaries`
   const std::byte* summaries;
   const int32_t* summary_ids;
   const int32_t* query_rows;
@@ -200,7 +214,7 @@ void ReferenceBounds(const Call& call, int64_t first, int64_t n, int32_t kv_head
 bool ChunkRows(const Call& call, int64_t first, int32_t kv_head, int64_t lanes,
                std::span<LaneRows> rows, std::span<LaneRows> scales) {
   const int32_t boxes = call.estimator.boxes;
-  const auto box_rows = static_cast<size_t>(SummaryBoxRows(call.estimator));
+  const auto box_rows = static_cast<size_t>(call.box_rows);
   const size_t head_row = static_cast<size_t>(kv_head) * static_cast<size_t>(boxes) * box_rows;
   for (size_t chunk = 0; chunk < rows.size(); ++chunk) {
     int64_t row_at[kLanes];
@@ -225,6 +239,11 @@ bool ChunkRows(const Call& call, int64_t first, int32_t kv_head, int64_t lanes,
       }
     }
     for (auto [at, out] : {std::pair{row_at, &rows[chunk]}, std::pair{scale_at, &scales[chunk]}}) {
+      if (call.near) {
+        out->base = call.summaries;
+        for (int l = 0; l < kLanes; ++l) out->offsets[l] = static_cast<int32_t>(at[l]);
+        continue;
+      }
       const auto [low, high] = std::minmax_element(at, at + kLanes);
       if (*high - *low > std::numeric_limits<int32_t>::max()) return false;
       out->base = call.summaries + *low;
@@ -307,6 +326,12 @@ void ScoreAll(ThreadPool& pool, const Call& call) {
              call.query_rows[first + n] == call.query_rows[first]) {
         ++n;
       }
+      // The next candidates' summaries are fetched while these are scored: a long context's
+      // summaries come from memory, and a gather waits for every line it touches.
+      for (int64_t i = first + n; i < std::min(end, first + 2 * per_chunk); ++i) {
+        const std::span<const std::byte> ahead = call.summary(i);
+        for (size_t at = 0; at < ahead.size(); at += 64) __builtin_prefetch(ahead.data() + at);
+      }
       ScoreCandidates<kPrecision, kTwoRows>(call, first, n, scratch);
       first += n;
     }
@@ -329,13 +354,18 @@ void ScoreBlocks(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num
                  const std::byte* summaries, const int32_t* summary_ids, const int32_t* query_rows,
                  int32_t count, float* bounds) {
   const BlockEstimator resolved = ForBlocks(estimator, layout.block_tokens);
+  const auto summary_bytes = static_cast<size_t>(SummaryBytes(layout, resolved));
+  const int32_t last_id = count > 0 ? *std::max_element(summary_ids, summary_ids + count) : 0;
   const Call call{.q = q,
                   .q_stride = q_stride,
                   .group = num_heads / layout.num_kv_heads,
                   .layout = layout,
                   .estimator = resolved,
                   .rows = SummaryRows(layout, resolved),
-                  .summary_bytes = static_cast<size_t>(SummaryBytes(layout, resolved)),
+                  .box_rows = SummaryBoxRows(resolved),
+                  .summary_bytes = summary_bytes,
+                  .near = (static_cast<size_t>(last_id) + 1) * summary_bytes <=
+                          static_cast<size_t>(std::numeric_limits<int32_t>::max()),
                   .summaries = summaries,
                   .summary_ids = summary_ids,
                   .query_rows = query_rows,
