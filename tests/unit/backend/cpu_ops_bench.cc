@@ -205,36 +205,38 @@ void BM_ScoreBlocks(benchmark::State& state) {
   const BlockEstimator estimator = {
       .boxes = block_tokens, .radius = 0.0f, .precision = SummaryPrecision::kInt4};
   const int32_t count = context / block_tokens;
+  const auto summaries_a_layer = static_cast<size_t>(count);
   const auto bytes = static_cast<size_t>(SummaryBytes(layout, estimator));
   // Random bytes: int4 values of every kind, and scales drawn as random floats.
-  std::vector<std::byte> summaries(kLayers * count * bytes);
+  std::vector<std::byte> summaries(kLayers * summaries_a_layer * bytes);
   std::mt19937 rng(5);
   for (std::byte& b : summaries) b = static_cast<std::byte>(rng());
   const SummaryRowLayout rows = SummaryRows(layout, estimator);
-  const std::vector<float> scales = RandomValues(kLayers * count * rows.rows, 6);
-  for (size_t s = 0; s < static_cast<size_t>(kLayers * count); ++s) {
+  const std::vector<float> scales = RandomValues(kLayers * summaries_a_layer * rows.rows, 6);
+  for (size_t s = 0; s < kLayers * summaries_a_layer; ++s) {
     std::memcpy(summaries.data() + s * bytes + rows.scale_offset(0), &scales[s * rows.rows],
                 rows.rows * sizeof(float));
   }
   std::vector<int32_t> summary_ids(count);
   for (int32_t i = 0; i < count; ++i) summary_ids[i] = count - 1 - i;
   const std::vector<int32_t> query_rows(count, 0);
-  const std::vector<float> q = RandomValues(kHeads * layout.head_dim, 7);
-  std::vector<float> bounds(static_cast<size_t>(kHeads) * count);
-  int32_t layer = 0;
+  const std::vector<float> q = RandomValues(size_t{kHeads} * layout.head_dim, 7);
+  std::vector<float> bounds(kHeads * summaries_a_layer);
+  size_t layer = 0;
   for (auto _ : state) {
-    backend.ScoreBlocks(q.data(), kHeads * layout.head_dim, kHeads, layout, estimator,
-                        summaries.data() + int64_t{layer} * count * bytes, summary_ids.data(),
+    backend.ScoreBlocks(q.data(), int64_t{kHeads} * layout.head_dim, kHeads, layout, estimator,
+                        summaries.data() + layer * summaries_a_layer * bytes, summary_ids.data(),
                         query_rows.data(), count, bounds.data());
     benchmark::DoNotOptimize(bounds.data());
     layer = (layer + 1) % kLayers;
   }
   const double iterations = static_cast<double>(state.iterations());
-  state.counters["MAC/s"] =
-      benchmark::Counter(iterations * count * ScoreMultiplyAdds(layout, estimator, kHeads),
-                         benchmark::Counter::kIsRate);
-  state.counters["bytes/s"] = benchmark::Counter(iterations * count * static_cast<double>(bytes),
-                                                 benchmark::Counter::kIsRate);
+  const auto candidates = static_cast<double>(count);
+  state.counters["MAC/s"] = benchmark::Counter(
+      iterations * candidates * static_cast<double>(ScoreMultiplyAdds(layout, estimator, kHeads)),
+      benchmark::Counter::kIsRate);
+  state.counters["bytes/s"] = benchmark::Counter(
+      iterations * candidates * static_cast<double>(bytes), benchmark::Counter::kIsRate);
 }
 
 void RegisterAll() {
