@@ -72,9 +72,8 @@ SummaryRowLayout SummaryRows(const PagedKvLayout& layout, const BlockEstimator& 
 
 int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimator) {
   const SummaryRowLayout rows = SummaryRows(layout, estimator);
-  const bool scaled = estimator.precision == SummaryPrecision::kInt8 ||
-                      estimator.precision == SummaryPrecision::kInt4;
-  return static_cast<int64_t>(scaled ? rows.scale_offset(rows.rows) : rows.row_offset(rows.rows));
+  return static_cast<int64_t>(HasRowScales(estimator.precision) ? rows.scale_offset(rows.rows)
+                                                                : rows.row_offset(rows.rows));
 }
 
 int64_t ScoreMultiplyAdds(const PagedKvLayout& layout, const BlockEstimator& given,

@@ -64,6 +64,11 @@ int32_t SummaryBoxRows(const BlockEstimator& estimator);
 // back, summary i at i * SummaryBytes.
 int64_t SummaryBytes(const PagedKvLayout& layout, const BlockEstimator& estimator);
 
+// Whether rows stored at `precision` keep a scale each (int8 and int4).
+constexpr bool HasRowScales(SummaryPrecision precision) {
+  return precision == SummaryPrecision::kInt8 || precision == SummaryPrecision::kInt4;
+}
+
 // Where one summary's rows lie (SummaryBytes): `rows` rows of row_bytes each from its first byte,
 // then, at int8 and int4, a 4-byte scale a row in the same order.
 struct SummaryRowLayout {

@@ -46,17 +46,6 @@ void PrefetchRow(const float* row, int32_t dims) {
   for (int32_t d = 0; d < dims; d += 64 / sizeof(float)) __builtin_prefetch(row + d);
 }
 
-// Calls fn(std::integral_constant<int, n>{}) for n in 1..4: a kernel templated on how many heads
-// share its loads, for the heads left.
-template <typename Fn>
-void WithHeads(int32_t n, Fn&& fn) {
-  assert(n >= 1 && n <= 4);
-  [&]<int... kN>(std::integer_sequence<int, kN...>) {
-    ((n == kN + 1 ? fn(std::integral_constant<int, kN + 1>{}) : void()), ...);
-  }
-  (std::make_integer_sequence<int, 4>{});
-}
-
 // keys[i] = the key of token first + i of one sequence's KV head, for tokens first..last; its
 // value is value_offset() further.
 void KeyPointers(const PagedKvBatch& kv, int32_t seq, int32_t kv_head, int64_t first, int64_t last,

@@ -44,10 +44,6 @@ constexpr int WordChannels(SummaryPrecision precision) {
   return 1;
 }
 
-constexpr bool Scaled(SummaryPrecision precision) {
-  return precision == SummaryPrecision::kInt8 || precision == SummaryPrecision::kInt4;
-}
-
 // One row a lane: the 4-byte word at byte `at` of lane l's row lies at base + offsets[l] + at.
 // (Plain int32s: a std::vector of vector types is not allocated at their alignment.)
 struct LaneRows {
@@ -111,7 +107,7 @@ void LaneSums(const LaneRows& rows, const LaneRows& scales, size_t row_bytes, co
   constexpr int kChannels = WordChannels(kPrecision);
   Vec lo_scale = {};
   Vec hi_scale = {};
-  if constexpr (Scaled(kPrecision)) {
+  if constexpr (HasRowScales(kPrecision)) {
     const IntVec lanes = scales.Lanes();
     const IntVec lo_bits = scales.Words(0, lanes);
     const IntVec hi_bits = kTwoRows ? scales.Words(sizeof(float), lanes) : lo_bits;
@@ -148,32 +144,6 @@ void LaneSums(const LaneRows& rows, const LaneRows& scales, size_t row_bytes, co
   for (int h = 0; h < kHeads; ++h) std::memcpy(sums + h * sums_stride, &acc[h], sizeof(Vec));
 }
 
-// The largest of the sums that are numbers (a NaN compares false and is passed over), -inf when
-// none is above -inf; four independent maxima, so that the loop is not one chain of compares.
-float LargestNumber(std::span<const float> sums) {
-  constexpr float kNone = -std::numeric_limits<float>::infinity();
-  float best[4] = {kNone, kNone, kNone, kNone};
-  size_t i = 0;
-  for (; i + 4 <= sums.size(); i += 4) {
-    for (size_t j = 0; j < 4; ++j) best[j] = sums[i + j] > best[j] ? sums[i + j] : best[j];
-  }
-  for (; i < sums.size(); ++i) best[0] = sums[i] > best[0] ? sums[i] : best[0];
-  const float low = best[1] > best[0] ? best[1] : best[0];
-  const float high = best[3] > best[2] ? best[3] : best[2];
-  return high > low ? high : low;
-}
-
-// reference::CombineBoxBounds's value. At kMax without its chain of fmaxf calls: a box's sum
-// starts at +0, so it is never -0, and the largest of the sums that are numbers is the one value
-// that chain can give; a block whose sums are all NaN or -inf takes the reference's function.
-float CombineBoxes(BoxCombine combine, float scale, std::span<const float> box_sums) {
-  if (combine == BoxCombine::kMax) {
-    const float best = LargestNumber(box_sums);
-    if (best != -std::numeric_limits<float>::infinity()) return best;
-  }
-  return reference::CombineBoxBounds(combine, scale, box_sums);
-}
-
 // One ScoreBlocks call's arguments, the estimator resolved for the layout's blocks.
 struct Call {
   const float* q;
@@ -184,7 +154,6 @@ struct Call {
   SummaryRowLayout rows;
   int32_t box_rows;
   size_t summary_bytes;
-  bool near;  // every summary a candidate names ends within 32-bit offsets of `summaries`
   const std::byte* summaries;
   const int32_t* summary_ids;
   const int32_t* query_rows;
@@ -209,9 +178,8 @@ void ReferenceBounds(const Call& call, int64_t first, int64_t n, int32_t kv_head
   }
 }
 
-// Each chunk of kLanes lanes' rows and scales; false when some chunk's rows lie too far apart
-// for 32-bit offsets.
-bool ChunkRows(const Call& call, int64_t first, int32_t kv_head, int64_t lanes,
+// Each chunk of kLanes lanes' rows and scales, as offsets from `summaries`.
+void ChunkRows(const Call& call, int64_t first, int32_t kv_head, int64_t lanes,
                std::span<LaneRows> rows, std::span<LaneRows> scales) {
   const int32_t boxes = call.estimator.boxes;
   const auto box_rows = static_cast<size_t>(call.box_rows);
@@ -239,20 +207,10 @@ bool ChunkRows(const Call& call, int64_t first, int32_t kv_head, int64_t lanes,
       }
     }
     for (auto [at, out] : {std::pair{row_at, &rows[chunk]}, std::pair{scale_at, &scales[chunk]}}) {
-      if (call.near) {
-        out->base = call.summaries;
-        for (int l = 0; l < kLanes; ++l) out->offsets[l] = static_cast<int32_t>(at[l]);
-        continue;
-      }
-      const auto [low, high] = std::minmax_element(at, at + kLanes);
-      if (*high - *low > std::numeric_limits<int32_t>::max()) return false;
-      out->base = call.summaries + *low;
-      for (int l = 0; l < kLanes; ++l) {
-        out->offsets[l] = static_cast<int32_t>(at[l] - *low);
-      }
+      out->base = call.summaries;
+      for (int l = 0; l < kLanes; ++l) out->offsets[l] = static_cast<int32_t>(at[l]);
     }
   }
-  return true;
 }
 
 struct Scratch {
@@ -273,10 +231,7 @@ void ScoreCandidates(const Call& call, int64_t first, int64_t n, Scratch& scratc
   scratch.sums.resize(static_cast<size_t>(kMaxHeads * stride));
   const float scale = LogSumExpScale(call.layout.head_dim);
   for (int32_t kv_head = 0; kv_head < call.layout.num_kv_heads; ++kv_head) {
-    if (!ChunkRows(call, first, kv_head, lanes, scratch.rows, scratch.scales)) {
-      ReferenceBounds(call, first, n, kv_head);
-      continue;
-    }
+    ChunkRows(call, first, kv_head, lanes, scratch.rows, scratch.scales);
     for (int32_t h0 = 0; h0 < call.group; h0 += kMaxHeads) {
       const int32_t heads = std::min(kMaxHeads, call.group - h0);
       const int32_t first_head = kv_head * call.group + h0;
@@ -285,29 +240,17 @@ void ScoreCandidates(const Call& call, int64_t first, int64_t n, Scratch& scratc
         const LaneRows& rows = scratch.rows[static_cast<size_t>(chunk)];
         const LaneRows& scales = scratch.scales[static_cast<size_t>(chunk)];
         float* sums = scratch.sums.data() + chunk * kLanes;
-        const int64_t dim = call.layout.head_dim;
-        const size_t row_bytes = call.rows.row_bytes;
-        switch (heads) {
-          case 1:
-            LaneSums<kPrecision, kTwoRows, 1>(rows, scales, row_bytes, query, dim, sums, stride);
-            break;
-          case 2:
-            LaneSums<kPrecision, kTwoRows, 2>(rows, scales, row_bytes, query, dim, sums, stride);
-            break;
-          case 3:
-            LaneSums<kPrecision, kTwoRows, 3>(rows, scales, row_bytes, query, dim, sums, stride);
-            break;
-          default:
-            LaneSums<kPrecision, kTwoRows, 4>(rows, scales, row_bytes, query, dim, sums, stride);
-            break;
-        }
+        WithHeads(heads, [&](auto kHeads) {
+          LaneSums<kPrecision, kTwoRows, kHeads>(rows, scales, call.rows.row_bytes, query,
+                                                 call.layout.head_dim, sums, stride);
+        });
       }
       for (int32_t h = 0; h < heads; ++h) {
         for (int64_t k = 0; k < n; ++k) {
           const std::span<const float> box_sums(scratch.sums.data() + h * stride + k * boxes,
                                                 static_cast<size_t>(boxes));
           *call.bound(first_head + h, first + k) =
-              CombineBoxes(call.estimator.combine, scale, box_sums);
+              reference::CombineBoxBounds(call.estimator.combine, scale, box_sums);
         }
       }
     }
@@ -340,7 +283,7 @@ void ScoreAll(ThreadPool& pool, const Call& call) {
 
 template <SummaryPrecision kPrecision>
 void ScoreAllAt(ThreadPool& pool, const Call& call) {
-  if (SummaryBoxRows(call.estimator) == 2) {
+  if (call.box_rows == 2) {
     ScoreAll<kPrecision, true>(pool, call);
   } else {
     ScoreAll<kPrecision, false>(pool, call);
@@ -356,6 +299,8 @@ void ScoreBlocks(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num
   const BlockEstimator resolved = ForBlocks(estimator, layout.block_tokens);
   const auto summary_bytes = static_cast<size_t>(SummaryBytes(layout, resolved));
   const int32_t last_id = count > 0 ? *std::max_element(summary_ids, summary_ids + count) : 0;
+  const bool near = (static_cast<size_t>(last_id) + 1) * summary_bytes <=
+                    static_cast<size_t>(std::numeric_limits<int32_t>::max());
   const Call call{.q = q,
                   .q_stride = q_stride,
                   .group = num_heads / layout.num_kv_heads,
@@ -364,14 +309,13 @@ void ScoreBlocks(ThreadPool& pool, const float* q, int64_t q_stride, int32_t num
                   .rows = SummaryRows(layout, resolved),
                   .box_rows = SummaryBoxRows(resolved),
                   .summary_bytes = summary_bytes,
-                  .near = (static_cast<size_t>(last_id) + 1) * summary_bytes <=
-                          static_cast<size_t>(std::numeric_limits<int32_t>::max()),
                   .summaries = summaries,
                   .summary_ids = summary_ids,
                   .query_rows = query_rows,
                   .count = count,
                   .bounds = bounds};
-  if (layout.head_dim % WordChannels(resolved.precision) != 0) {
+  // Rows that are not whole words, or summaries past 32-bit offsets of the first (past 2 GiB).
+  if (layout.head_dim % WordChannels(resolved.precision) != 0 || !near) {
     pool.ParallelFor(count, 16, [&](int64_t begin, int64_t end) {
       for (int32_t kv_head = 0; kv_head < layout.num_kv_heads; ++kv_head) {
         ReferenceBounds(call, begin, end - begin, kv_head);

@@ -7,9 +7,12 @@
 #pragma once
 
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "core/backend/bf16.h"
 #include "core/backend/cpu/kernel_target.h"
@@ -199,6 +202,17 @@ template <typename B>
   for (; i + kLanes <= n; i += kLanes) acc = MulAdd(LoadVec(a + i), LoadVec(b + i), acc);
   if (i < n) acc = MulAdd(LoadPartialVec(a + i, n - i), LoadPartialVec(b + i, n - i), acc);
   return ReduceLanes(acc);
+}
+
+// Calls fn(std::integral_constant<int, n>{}) for n in 1..4: a kernel templated on how many heads
+// share its loads, for the heads left.
+template <typename Fn>
+void WithHeads(int32_t n, Fn&& fn) {
+  assert(n >= 1 && n <= 4);
+  [&]<int... kN>(std::integer_sequence<int, kN...>) {
+    ((n == kN + 1 ? fn(std::integral_constant<int, kN + 1>{}) : void()), ...);
+  }
+  (std::make_integer_sequence<int, 4>{});
 }
 
 PULSE_CPU_KERNELS_END

@@ -96,7 +96,7 @@ class RowReader {
  public:
   RowReader(std::span<const std::byte> summary, const SummaryRowLayout& rows, size_t row)
       : values_(summary.data() + rows.row_offset(row)) {
-    if constexpr (kPrecision == SummaryPrecision::kInt8 || kPrecision == SummaryPrecision::kInt4) {
+    if constexpr (HasRowScales(kPrecision)) {
       scale_ = Load<float>(summary.data() + rows.scale_offset(row));
     }
   }
@@ -203,18 +203,6 @@ void HeadBounds(const float* queries, int32_t group, size_t head_dim,
 }
 
 }  // namespace
-
-float CombineBoxBounds(BoxCombine combine, float scale, std::span<const float> box_bounds) {
-  // NaN unless some box's bound is a number (fmax keeps the number).
-  float best = std::numeric_limits<float>::quiet_NaN();
-  for (const float bound : box_bounds) best = std::fmax(best, bound);
-  if (combine == BoxCombine::kMax || !std::isfinite(best)) return best;
-  double total = 0;
-  for (const float bound : box_bounds) {
-    if (!std::isnan(bound)) total += std::exp(double{scale} * (double{bound} - double{best}));
-  }
-  return static_cast<float>(double{best} + std::log(total) / double{scale});
-}
 
 absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& estimator,
                             std::span<const float> block, int32_t tokens,

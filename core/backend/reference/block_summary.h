@@ -7,8 +7,11 @@
 // runs it, the selection policy ranks by it, and the CUDA kernels are tested against it.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "core/backend/block_estimator.h"
@@ -34,9 +37,35 @@ absl::Status SummarizeBlock(const PagedKvLayout& layout, const BlockEstimator& e
                             std::span<std::byte> summary);
 
 // A block's estimate for one query head from its boxes' bounds, as `combine` says (BoxCombine,
-// in double at kLogSumExp); `scale` is LogSumExpScale's. NaN when every bound is. The CPU
-// kernels combine through it too, so that they give the reference's bits.
-float CombineBoxBounds(BoxCombine combine, float scale, std::span<const float> box_bounds);
+// in double at kLogSumExp); `scale` is LogSumExpScale's. The largest bound is fmaxf's over them:
+// NaN when every bound is (of two zeros, either). The CPU kernels combine through it too, so that
+// they give the reference's bits (inline, so that a kernel's scoring loop keeps it in line).
+inline float CombineBoxBounds(BoxCombine combine, float scale, std::span<const float> box_bounds) {
+  // The largest bound that is a number (what a chain of fmaxf gives, without calling it a box):
+  // a NaN compares false and is passed over, and four running maxima keep the compares from
+  // being one chain. NaN when no bound is a number.
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+  float largest[4] = {kNone, kNone, kNone, kNone};
+  size_t i = 0;
+  for (; i + 4 <= box_bounds.size(); i += 4) {
+    for (size_t j = 0; j < 4; ++j) {
+      largest[j] = box_bounds[i + j] > largest[j] ? box_bounds[i + j] : largest[j];
+    }
+  }
+  for (; i < box_bounds.size(); ++i) {
+    largest[0] = box_bounds[i] > largest[0] ? box_bounds[i] : largest[0];
+  }
+  float best = std::max(std::max(largest[0], largest[1]), std::max(largest[2], largest[3]));
+  if (best == kNone && std::ranges::none_of(box_bounds, [](float b) { return b == kNone; })) {
+    best = std::numeric_limits<float>::quiet_NaN();
+  }
+  if (combine == BoxCombine::kMax || !std::isfinite(best)) return best;
+  double total = 0;
+  for (const float bound : box_bounds) {
+    if (!std::isnan(bound)) total += std::exp(double{scale} * (double{bound} - double{best}));
+  }
+  return static_cast<float>(double{best} + std::log(total) / double{scale});
+}
 
 // The estimate of q.k (`query`: head_dim floats) over the keys that KV head `kv_head` of one
 // block's `summary` (as SummarizeBlock writes it) covers: the largest over the head's boxes of
