@@ -2,7 +2,7 @@
 // floors they are bounded by (bytes over HBM bandwidth, or FLOPs over the bf16 tensor peak).
 //
 //   pulse-cuda-op-bench [--out FILE.jsonl] [--hbm-gb-s 4250] [--peak-tflops 790]
-//       [--decode-blocks-per-sm 4,8] [--only sparse-step]
+//       [--decode-blocks-per-sm 4,8] [--only sparse-step] [--block-tokens 8,4]
 //
 // Each op runs a few times to warm up, then `reps` times back to back between two stream syncs;
 // the time is the host clock over the reps divided by reps (launch gaps included: those are part
@@ -13,7 +13,7 @@
 // --decode-blocks-per-sm, decode attention runs again at each value of
 // CudaBackendOptions::decode_blocks_per_sm (how finely it splits the sequence), each on a backend
 // of its own. --only sparse-step times the sparse step's ops alone (selection and sparse
-// attention).
+// attention); --block-tokens times them at each block size (8 by default).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,6 +21,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,7 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: pulse-cuda-op-bench [--out FILE.jsonl] [--hbm-gb-s 4250] [--peak-tflops 790] "
-    "[--decode-blocks-per-sm 4,8] [--only sparse-step]";
+    "[--decode-blocks-per-sm 4,8] [--only sparse-step] [--block-tokens 8,4]";
 constexpr size_t kL2Bytes = size_t{60} << 20;
 
 struct Args {
@@ -48,6 +49,7 @@ struct Args {
   double peak_tflops = 790;
   std::vector<int32_t> decode_blocks_per_sm;
   bool only_sparse_step = false;
+  std::vector<int32_t> block_tokens = {8};
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -67,6 +69,13 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
         int32_t blocks = 0;
         ok = ok && absl::SimpleAtoi(item, &blocks);
         args.decode_blocks_per_sm.push_back(blocks);
+      }
+    } else if (flag == "--block-tokens") {
+      args.block_tokens.clear();
+      for (const absl::string_view item : absl::StrSplit(value, ',')) {
+        int32_t tokens = 0;
+        ok = ok && absl::SimpleAtoi(item, &tokens) && (tokens == 4 || tokens == 8 || tokens == 16);
+        args.block_tokens.push_back(tokens);
       }
     } else if (flag == "--only") {
       ok = value == "sparse-step";
@@ -338,28 +347,28 @@ absl::Status BenchAttention(Backend& backend, Bench& bench) {
 }
 
 // One layer's selection and sparse attention in a SoloHead decode step of `rows` requests of
-// `context` tokens at a budget of 2048 with the library's defaults (8-token blocks, every key
-// scored from its int4 copy, 8 sink and 32 window tokens): score every block's summary against
+// `context` tokens at a budget of 2048 with `block_tokens`-token blocks, every key scored from its
+// int4 copy, one block of sink and four of window tokens: score every block's summary against
 // the step's query rows, aggregate the 32 heads' bounds into a score a block, pick each row's
-// 256 best, build the tables of offloaded rows whose blocks are all resident (every pick a hit),
-// and attend over the 256 picked blocks of each row, scattered in the cache.
-absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32_t context) {
-  constexpr int32_t kBlockTokens = 8;
+// budget's worth of best blocks, build the tables of offloaded rows whose blocks are all resident
+// (every pick a hit), and attend over the 256 picked blocks of each row, scattered in the cache.
+absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32_t context,
+                             int32_t block_tokens) {
   constexpr int32_t kBudget = 2048;
   constexpr int32_t kSinkBlocks = 1;
   constexpr int32_t kWindowBlocks = 4;
-  constexpr int32_t kPicks = kBudget / kBlockTokens;
-  const int32_t candidates = context / kBlockTokens;
+  const int32_t picks = kBudget / block_tokens;
+  const int32_t candidates = context / block_tokens;
   const int32_t count = rows * candidates;
-  const PagedKvLayout layout{.block_tokens = kBlockTokens,
+  const PagedKvLayout layout{.block_tokens = block_tokens,
                              .num_kv_heads = kKvHeads,
                              .head_dim = kHeadDim,
                              .type = DType::kBF16};
   const BlockEstimator estimator =
-      ForBlocks({.boxes = 0, .radius = 0.0f, .precision = SummaryPrecision::kInt4}, kBlockTokens);
+      ForBlocks({.boxes = 0, .radius = 0.0f, .precision = SummaryPrecision::kInt4}, block_tokens);
   const int64_t summary_bytes = SummaryBytes(layout, estimator);
   // Summaries of random keys (SummarizeBlocks), so the scales are real ones.
-  PULSE_ASSIGN_OR_RETURN(Cache keys, MakeCache(bench, rows, context, 1, true, kBlockTokens));
+  PULSE_ASSIGN_OR_RETURN(Cache keys, MakeCache(bench, rows, context, 1, true, block_tokens));
   std::vector<int32_t> ids(count);
   std::iota(ids.begin(), ids.end(), 0);
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer block_ids, bench.Ints(ids));
@@ -374,7 +383,7 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(rows * kQkv, false, 13));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer bounds, backend.Allocate(int64_t{kHeads} * count * 4));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer scores, backend.Allocate(int64_t{count} * 4));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer picked, backend.Allocate(int64_t{rows} * kPicks * 4));
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer picked, backend.Allocate(int64_t{rows} * picks * 4));
   std::vector<ScoreSegment> segment_values;
   std::vector<SparseTableRow> row_values;
   for (int32_t r = 0; r < rows; ++r) {
@@ -384,15 +393,15 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
                               .aggregate = HeadAggregate::kSoftmaxSum,
                               .logit_scale = 1.0f / std::sqrt(float{kHeadDim}),
                               .scores_first = r * candidates,
-                              .picks = kPicks,
-                              .picks_first = r * kPicks});
+                              .picks = picks,
+                              .picks_first = r * picks});
     row_values.push_back({.segment = r,
                           .fixed_first = r * (kSinkBlocks + kWindowBlocks),
                           .sink_blocks = kSinkBlocks,
                           .window_blocks = kWindowBlocks,
-                          .kv_len = (kSinkBlocks + kPicks + kWindowBlocks) * kBlockTokens,
+                          .kv_len = (kSinkBlocks + picks + kWindowBlocks) * block_tokens,
                           .offloaded = 1,
-                          .picks_before = r * kPicks});
+                          .picks_before = r * picks});
   }
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer segments,
                          backend.Allocate(segment_values.size() * sizeof(ScoreSegment)));
@@ -416,7 +425,7 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
       DeviceBuffer fixed_blocks,
       bench.Ints(std::vector<int32_t>(size_t(rows) * (kSinkBlocks + kWindowBlocks), 0)));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer step, bench.Ints({1}));
-  const int32_t table_stride = kSinkBlocks + kPicks + kWindowBlocks;
+  const int32_t table_stride = kSinkBlocks + picks + kWindowBlocks;
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer tables, backend.Allocate(int64_t{rows} * table_stride * 4));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer kv_lens, backend.Allocate(int64_t{rows} * 4));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer recall_entries,
@@ -456,7 +465,7 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
 
   const double summary_read = double(count) * summary_bytes;
   const double bounds_bytes = double(kHeads) * count * 4;
-  const double pick_bytes = double(rows) * kPicks * 4;
+  const double pick_bytes = double(rows) * picks * 4;
   // A pick's reads and writes: its index, summary id, stamp, block, score, slot, table entry
   // and the slot's stamp and score.
   const double table_bytes = pick_bytes * 10;
@@ -474,7 +483,8 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
                             picked.as<int32_t>());
   };
   const auto build_tables = [&] { backend.BuildSparseTables(build); };
-  const std::string shape = absl::StrFormat("%dx%d budget %d", rows, context, kBudget);
+  const std::string shape =
+      absl::StrFormat("%dx%d budget %d block %d", rows, context, kBudget, block_tokens);
   PULSE_RETURN_IF_ERROR(bench.Time("score int4 tokens " + shape,
                                    summary_read + count * 8.0 + bounds_bytes, 0,
                                    [&](int) { score(); }));
@@ -509,21 +519,26 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
         build_tables();
       }));
 
-  // The picked blocks, as sparse tables give them to attention: a row's kPicks blocks of its own,
+  // The picked blocks, as sparse tables give them to attention: a row's picks, blocks of its own,
   // scattered over the cache.
-  PULSE_ASSIGN_OR_RETURN(Cache picks, MakeCache(bench, rows, kBudget, 1, true, kBlockTokens));
+  PULSE_ASSIGN_OR_RETURN(Cache picked_kv, MakeCache(bench, rows, kBudget, 1, true, block_tokens));
   PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(rows * kHeads * kHeadDim * 2));
   const double kv_bytes = double(rows) * kBudget * kKvHeads * kHeadDim * 2 * 2;
-  return bench.Time("sparse attention " + shape + " block 8", kv_bytes, 0, [&](int) {
-    backend.Attention(q.as<float>(), kQkv, kHeads, picks.batch, 1.0f / std::sqrt(float{kHeadDim}),
-                      out.data());
+  return bench.Time("sparse attention " + shape, kv_bytes, 0, [&](int) {
+    backend.Attention(q.as<float>(), kQkv, kHeads, picked_kv.batch,
+                      1.0f / std::sqrt(float{kHeadDim}), out.data());
   });
 }
 
-// The sparse step's ops at the offloaded benchmark's two shapes.
-absl::Status BenchSparseSteps(Backend& backend, Bench& bench) {
-  PULSE_RETURN_IF_ERROR(BenchSparseStep(backend, bench, 8, 16384));
-  return BenchSparseStep(backend, bench, 32, 8192);
+// The sparse step's ops at the offloaded benchmarks' shapes: the step bench's two and the
+// throughput grid's 16 x 32768.
+absl::Status BenchSparseSteps(Backend& backend, Bench& bench, std::span<const int32_t> sizes) {
+  for (const int32_t block_tokens : sizes) {
+    PULSE_RETURN_IF_ERROR(BenchSparseStep(backend, bench, 8, 16384, block_tokens));
+    PULSE_RETURN_IF_ERROR(BenchSparseStep(backend, bench, 32, 8192, block_tokens));
+    PULSE_RETURN_IF_ERROR(BenchSparseStep(backend, bench, 16, 32768, block_tokens));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status BenchSampling(Backend& backend, Bench& bench) {
@@ -551,7 +566,7 @@ absl::Status BenchSampling(Backend& backend, Bench& bench) {
 absl::Status Run(const Args& args) {
   PULSE_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, CreateCudaBackend({}));
   Bench bench(*backend, args);
-  if (args.only_sparse_step) return BenchSparseSteps(*backend, bench);
+  if (args.only_sparse_step) return BenchSparseSteps(*backend, bench, args.block_tokens);
   for (const int64_t m : {1, 8, 32}) PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, m));
   {
     // The same GEMMs with the fastest of cuBLASLt's candidates, timed on first use.
@@ -566,7 +581,7 @@ absl::Status Run(const Args& args) {
   for (const int64_t m : {8, 8192}) PULSE_RETURN_IF_ERROR(BenchPointwise(*backend, bench, m));
   PULSE_RETURN_IF_ERROR(BenchRopeAppend(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchAttention(*backend, bench));
-  PULSE_RETURN_IF_ERROR(BenchSparseSteps(*backend, bench));
+  PULSE_RETURN_IF_ERROR(BenchSparseSteps(*backend, bench, args.block_tokens));
   PULSE_RETURN_IF_ERROR(BenchSampling(*backend, bench));
   PULSE_RETURN_IF_ERROR(BenchGemms(*backend, bench, 8192));
   for (const int32_t blocks_per_sm : args.decode_blocks_per_sm) {
