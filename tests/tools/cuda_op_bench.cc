@@ -175,7 +175,7 @@ constexpr int32_t kHeads = 32;
 constexpr int32_t kKvHeads = 8;
 constexpr int32_t kHeadDim = 128;
 constexpr int64_t kVocab = 128256;
-constexpr int64_t kQkv = (kHeads + 2 * kKvHeads) * kHeadDim;
+constexpr int64_t kQkv = (int64_t{kHeads} + int64_t{2} * kKvHeads) * kHeadDim;
 
 // `suffix` ends each op's name.
 absl::Status BenchGemms(Backend& backend, Bench& bench, int64_t m, const std::string& suffix = "") {
@@ -183,9 +183,10 @@ absl::Status BenchGemms(Backend& backend, Bench& bench, int64_t m, const std::st
     const char* name;
     int64_t n, k;
   };
-  for (const Shape& shape : {Shape{"qkv", kQkv, kHidden}, Shape{"o", kHidden, kHeads * kHeadDim},
-                             Shape{"gate_up", 2 * kInter, kHidden}, Shape{"down", kHidden, kInter},
-                             Shape{"lm_head", kVocab, kHidden}}) {
+  for (const Shape& shape :
+       {Shape{"qkv", kQkv, kHidden}, Shape{"o", kHidden, int64_t{kHeads} * kHeadDim},
+        Shape{"gate_up", 2 * kInter, kHidden}, Shape{"down", kHidden, kInter},
+        Shape{"lm_head", kVocab, kHidden}}) {
     const size_t weight_bytes = static_cast<size_t>(shape.n * shape.k) * 2;
     const int copies = static_cast<int>(std::min<size_t>(8, 4 * kL2Bytes / weight_bytes + 1));
     std::vector<DeviceBuffer> weights;
@@ -281,8 +282,9 @@ absl::Status BenchDecodeAttention(Backend& backend, Bench& bench, const std::str
        {std::pair{1, 4096}, std::pair{8, 16384}, std::pair{32, 8192}, std::pair{16, 32768}}) {
     PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(bench, seqs, context, 1));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(seqs * kQkv, false, 9));
-    PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(seqs * kHeads * kHeadDim * 2));
-    const double kv_bytes = double(seqs) * context * kKvHeads * kHeadDim * 2 * 2;
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer out,
+                           backend.Allocate(int64_t{seqs} * kHeads * kHeadDim * 2));
+    const double kv_bytes = static_cast<double>(seqs) * context * kKvHeads * kHeadDim * 2 * 2;
     PULSE_RETURN_IF_ERROR(bench.Time(
         absl::StrFormat("decode attention %dx%d%s", seqs, context, suffix), kv_bytes, 0, [&](int) {
           backend.Attention(q.as<float>(), kQkv, kHeads, cache.batch, scale, out.data());
@@ -305,7 +307,7 @@ absl::Status BenchRopeAppend(Backend& backend, Bench& bench) {
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer inv_freq, bench.Random(kHeadDim / 2, false, 6));
     // Reads the row's q, k and v, writes the rotated q and k back and k and v as bf16.
     const double bytes =
-        rows * kHeadDim *
+        static_cast<double>(rows) * kHeadDim *
         ((kHeads + 2.0 * kKvHeads) * 4 + (kHeads + kKvHeads) * 4.0 + 2.0 * kKvHeads * 2);
     PULSE_RETURN_IF_ERROR(bench.Time(absl::StrFormat("rope+append m=%d", rows), bytes, 0, [&](int) {
       backend.RopeAppendKv(qkv.as<float>(), rows, kQkv, kHeads, positions.as<int32_t>(),
@@ -321,7 +323,7 @@ absl::Status BenchAttention(Backend& backend, Bench& bench) {
   {
     PULSE_ASSIGN_OR_RETURN(Cache cache, MakeCache(bench, 8, 16384, 1, false));
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer q, bench.Random(8 * kQkv, false, 9));
-    PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(8 * kHeads * kHeadDim * 2));
+    PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(int64_t{8} * kHeads * kHeadDim * 2));
     PULSE_RETURN_IF_ERROR(bench.Time("decode attention 8x16384 in order",
                                      8.0 * 16384 * kKvHeads * kHeadDim * 2 * 2, 0, [&](int) {
                                        backend.Attention(q.as<float>(), kQkv, kHeads, cache.batch,
@@ -334,7 +336,8 @@ absl::Status BenchAttention(Backend& backend, Bench& bench) {
     PULSE_ASSIGN_OR_RETURN(DeviceBuffer out,
                            backend.Allocate(int64_t{q_len} * kHeads * kHeadDim * 2));
     // Causal: row i of the chunk sees context - q_len + i + 1 keys; QK^T and PV, 2 FLOPs a MAC.
-    const double keys = double(q_len) * (context - q_len) + double(q_len) * (q_len + 1) / 2;
+    const double keys = static_cast<double>(q_len) * (context - q_len) +
+                        static_cast<double>(q_len) * (q_len + 1) / 2;
     PULSE_RETURN_IF_ERROR(bench.Time(
         absl::StrFormat("prefill attention %d over %d", q_len, context), 0,
         4.0 * kHeads * kHeadDim * keys,
@@ -463,9 +466,9 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
                                .counters = reinterpret_cast<int64_t*>(counters.data())};
   PULSE_RETURN_IF_ERROR(backend.Synchronize());
 
-  const double summary_read = double(count) * summary_bytes;
-  const double bounds_bytes = double(kHeads) * count * 4;
-  const double pick_bytes = double(rows) * picks * 4;
+  const double summary_read = static_cast<double>(count) * static_cast<double>(summary_bytes);
+  const double bounds_bytes = static_cast<double>(kHeads) * count * 4;
+  const double pick_bytes = static_cast<double>(rows) * picks * 4;
   // A pick's reads and writes: its index, summary id, stamp, block, score, slot, table entry
   // and the slot's stamp and score.
   const double table_bytes = pick_bytes * 10;
@@ -522,8 +525,8 @@ absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32
   // The picked blocks, as sparse tables give them to attention: a row's picks, blocks of its own,
   // scattered over the cache.
   PULSE_ASSIGN_OR_RETURN(Cache picked_kv, MakeCache(bench, rows, kBudget, 1, true, block_tokens));
-  PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(rows * kHeads * kHeadDim * 2));
-  const double kv_bytes = double(rows) * kBudget * kKvHeads * kHeadDim * 2 * 2;
+  PULSE_ASSIGN_OR_RETURN(DeviceBuffer out, backend.Allocate(int64_t{rows} * kHeads * kHeadDim * 2));
+  const double kv_bytes = static_cast<double>(rows) * kBudget * kKvHeads * kHeadDim * 2 * 2;
   return bench.Time("sparse attention " + shape, kv_bytes, 0, [&](int) {
     backend.Attention(q.as<float>(), kQkv, kHeads, picked_kv.batch,
                       1.0f / std::sqrt(float{kHeadDim}), out.data());
