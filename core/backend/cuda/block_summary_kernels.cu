@@ -446,7 +446,8 @@ __global__ void __launch_bounds__(kThreads)
 // bound is a row's dot product with a query head, times the row's scale, the largest over the
 // candidate's boxes. On tensor cores (mma m16n8k16, bf16 in, fp32 accumulated): a warp takes a
 // run of kRunCandidates consecutive candidates of one KV head and multiplies 16 rows at a time
-// (two groups of 8 boxes) by its group's query heads. The int4 values are exact in bf16; each
+// (two groups of 8 boxes; with 4 boxes a candidate, as 4-token blocks have, a group is two
+// candidates' rows, kPaired) by its group's query heads. The int4 values are exact in bf16; each
 // query channel is split into three bf16 terms, hi + mid + lo (exact to fp32's 24 bits), which
 // fill the 8 columns: column h holds head h's hi and, through a second product, its lo; column
 // h + 4 its mid; the two are added after. Lane t of a row group loads its rows' channels
@@ -454,9 +455,11 @@ __global__ void __launch_bounds__(kThreads)
 // its channels in any order, the fragments' k index is the same permutation of the channels in A
 // and in B: word m's nibbles j and j + 4 form the pair of k-step 2m + j / 2, at k (2t, 2t + 1) for
 // even j and (2t + 8, 2t + 9) for odd j. The scale, the boxes' fmaxf and NaN follow the other
-// kernels. Each lane keeps the bounds of one candidate of the run, written per query head as one
-// contiguous run. Four blocks an SM (64 registers) keep enough tiles' loads in flight; loading
-// the next tile ahead in registers cost more registers than it hid (results README).
+// kernels. A tile's rows may belong to candidates of other query rows: it is multiplied once for
+// each query row its candidates name, each row keeping the product with its own. Each lane keeps
+// the bounds of one candidate of the run, written per query head as one contiguous run. Four blocks
+// an SM (64 registers) keep enough tiles' loads in flight; loading the next tile ahead in registers
+// cost more registers than it hid (results README).
 constexpr int kRunCandidates = kWarp;
 
 // The bf16 pair (n_j, n_{j+4}) of nibbles j and j + 4 of `word` (int4, two's complement), exactly:
@@ -478,7 +481,7 @@ struct TokensTile {
 // Warps a block: a warp keeps its query's B fragments in shared memory, 16 bytes a lane and k-step.
 __host__ __device__ constexpr int TokensWarps(int head_dim) { return head_dim <= 128 ? 8 : 4; }
 
-template <int kGroup, int kHeadDim>
+template <int kGroup, int kHeadDim, bool kPaired>
 __global__ void __launch_bounds__(TokensWarps(kHeadDim) * kWarp, kHeadDim <= 128 ? 4 : 1)
     ScoreTokensInt4Kernel(const float* __restrict__ q, int64_t q_stride, int32_t num_kv_heads,
                           int32_t boxes, const std::byte* __restrict__ summaries,
@@ -503,12 +506,18 @@ __global__ void __launch_bounds__(TokensWarps(kHeadDim) * kWarp, kHeadDim <= 128
   const int32_t run =
       static_cast<int32_t>(count - first < kRunCandidates ? count - first : kRunCandidates);
   const int32_t rows = num_kv_heads * boxes;
-  const int32_t groups_per_candidate = boxes / 8;
-  const int32_t tiles = (run * groups_per_candidate + 1) / 2;
+  // Unpaired, a candidate's boxes fill groups_per_candidate groups; paired, a group holds the
+  // rows of candidates 2g (its rows 0-3) and 2g + 1 (rows 4-7).
+  const int32_t groups_per_candidate = kPaired ? 1 : boxes / 8;
+  const int32_t groups = kPaired ? (run + 1) / 2 : run * groups_per_candidate;
+  const int32_t tiles = (groups + 1) / 2;
   const int32_t my_id = lane < run ? summary_ids[first + lane] : 0;
   const int32_t my_query_row = lane < run ? query_rows[first + lane] : 0;
 
-  const auto candidate_of = [&](int32_t group) { return group / groups_per_candidate; };
+  // The candidate of this lane's row in group `group`.
+  const auto candidate_of = [&](int32_t group) {
+    return kPaired ? 2 * group + row_in_group / 4 : group / groups_per_candidate;
+  };
   const auto load = [&](int32_t tile, TokensTile<kHeadDim>& out) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -521,7 +530,9 @@ __global__ void __launch_bounds__(TokensWarps(kHeadDim) * kWarp, kHeadDim <= 128
         out.scales[half] = 0.0f;
         continue;
       }
-      const int32_t row = kv_head * boxes + (group % groups_per_candidate) * 8 + row_in_group;
+      const int32_t row =
+          kv_head * boxes +
+          (kPaired ? row_in_group % 4 : (group % groups_per_candidate) * 8 + row_in_group);
       const std::byte* summary = summaries + id * summary_bytes;
       const auto* words =
           reinterpret_cast<const uint2*>(summary + int64_t{row} * kRowBytes + part * kWords * 4);
@@ -598,53 +609,73 @@ __global__ void __launch_bounds__(TokensWarps(kHeadDim) * kWarp, kHeadDim <= 128
   float kept[kGroup];  // the bounds of candidate first + lane
 #pragma unroll
   for (int h = 0; h < kGroup; ++h) kept[h] = NaN();
+  // A tile holds kCandidates candidates (rows of row group k, or, paired, of half k % 2 of row
+  // group k / 2), kRowLanes lanes the rows of each. Their query rows are shuffled from the lanes
+  // that read them, never kept in an array indexed at run time (local memory).
+  constexpr int kCandidates = kPaired ? 4 : 2;
+  constexpr int kRowLanes = kPaired ? kWarp / 2 : kWarp;
+  const auto tile_candidate = [&](int32_t tile_index, int k) {
+    return kPaired ? kCandidates * tile_index + k : (2 * tile_index + k) / groups_per_candidate;
+  };
+  // Past the run: the last candidate's, so that no product is taken for it.
+  const auto query_of = [&](int32_t candidate) {
+    return __shfl_sync(0xffffffffu, my_query_row, min(candidate, run - 1));
+  };
   const auto reduce = [&](int32_t tile_index, const TokensTile<kHeadDim>& tile) {
-    const int32_t candidates[2] = {candidate_of(2 * tile_index), candidate_of(2 * tile_index + 1)};
-    int32_t query[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      query[half] = __shfl_sync(0xffffffffu, my_query_row,
-                                candidates[half] < run ? candidates[half] : candidates[0]);
-    }
-    if (query[0] != loaded_row) load_query(query[0]);
+    const int32_t asked[2] = {query_of(candidate_of(2 * tile_index)),
+                              query_of(candidate_of(2 * tile_index + 1))};  // this lane's rows'
+    int32_t previous = query_of(tile_candidate(tile_index, 0));
+    if (previous != loaded_row) load_query(previous);
     float c[4];
     multiply(tile, c);
-    if (query[1] != query[0]) {  // the two row groups ask different query rows (uniform)
-      load_query(query[1]);
+    // Another query row (uniform): its product replaces this lane's rows that ask it.
+#pragma unroll 1
+    for (int k = 1; k < kCandidates; ++k) {
+      const int32_t query = query_of(tile_candidate(tile_index, k));
+      if (query == previous) continue;
+      previous = query;
+      load_query(query);
       float other[4];
       multiply(tile, other);
-      c[2] = other[2];
-      c[3] = other[3];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        if (asked[half] == query) {
+          c[2 * half] = other[2 * half];
+          c[2 * half + 1] = other[2 * half + 1];
+        }
+      }
     }
-    // Column h plus column h + 4, times the row's scale, the group's 8 rows merged: their
-    // largest, then (log-sum-exp) the shares of the others against it.
+    // Column h plus column h + 4, times the row's scale, a slot's rows merged: their largest,
+    // then (log-sum-exp) the shares of the others against it.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       c[i] = (c[i] + __shfl_xor_sync(0xffffffffu, c[i], 2)) * tile.scales[i / 2];
       float top = c[i];
 #pragma unroll
-      for (int offset = 4; offset < kWarp; offset *= 2) {
+      for (int offset = 4; offset < kRowLanes; offset *= 2) {
         top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
       }
       if (combine.log_sum_exp) {
         float share = isnan(c[i]) ? 0.0f : c[i] == top ? 1.0f : expf(combine.scale * (c[i] - top));
 #pragma unroll
-        for (int offset = 4; offset < kWarp; offset *= 2) {
+        for (int offset = 4; offset < kRowLanes; offset *= 2) {
           share += __shfl_xor_sync(0xffffffffu, share, offset);
         }
         if (isfinite(top)) top += logf(share) / combine.scale;
       }
       c[i] = top;
     }
-    // Lane t < 2 holds heads 2t and 2t + 1: row group 0 in c[0], c[1], row group 1 in c[2], c[3].
+    // Lane t < 2 of a slot's lanes holds heads 2t and 2t + 1: row group 0 in c[0], c[1], row
+    // group 1 in c[2], c[3].
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+    for (int k = 0; k < kCandidates; ++k) {
+      const int half = kPaired ? k / 2 : k;
+      const int first_lane = kPaired ? (k % 2) * kRowLanes : 0;
+      const int32_t candidate = tile_candidate(tile_index, k);
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) {
-        const float bound = __shfl_sync(0xffffffffu, c[2 * half + h % 2], h / 2);
-        if (lane == candidates[half] && candidates[half] < run) {
-          kept[h] = combine.Merge(kept[h], bound);
-        }
+        const float bound = __shfl_sync(0xffffffffu, c[2 * half + h % 2], first_lane + h / 2);
+        if (lane == candidate && candidate < run) kept[h] = combine.Merge(kept[h], bound);
       }
     }
   };
@@ -668,24 +699,27 @@ cudaError_t LaunchTokensInt4(const float* q, int64_t q_stride, const PagedKvLayo
                              const int32_t* summary_ids, const int32_t* query_rows, int32_t count,
                              float* bounds, cudaStream_t stream) {
   const int64_t bytes = SummaryBytes(layout, estimator);
-  const auto launch = [&](auto head_dim) {
+  const auto launch = [&](auto head_dim, auto paired) {
     constexpr int kHeadDim = decltype(head_dim)::value;
     constexpr int kWarps = TokensWarps(kHeadDim);
     const dim3 grid(static_cast<unsigned>(CeilDiv(count, kWarps * kRunCandidates)),
                     static_cast<unsigned>(layout.num_kv_heads));
-    return LaunchKernel(ScoreTokensInt4Kernel<kGroup, kHeadDim>, grid, kWarps * kWarp, 0, stream, q,
-                        q_stride, layout.num_kv_heads, estimator.boxes, summaries, bytes,
-                        summary_ids, query_rows, count, BoxCombiner::Of(estimator, layout.head_dim),
-                        bounds);
+    return LaunchKernel(ScoreTokensInt4Kernel<kGroup, kHeadDim, decltype(paired)::value>, grid,
+                        kWarps * kWarp, 0, stream, q, q_stride, layout.num_kv_heads,
+                        estimator.boxes, summaries, bytes, summary_ids, query_rows, count,
+                        BoxCombiner::Of(estimator, layout.head_dim), bounds);
   };
-  switch (layout.head_dim) {
-    case 64:
-      return launch(std::integral_constant<int, 64>{});
-    case 128:
-      return launch(std::integral_constant<int, 128>{});
-    default:
-      return launch(std::integral_constant<int, 256>{});
-  }
+  const auto with_head_dim = [&](auto paired) {
+    switch (layout.head_dim) {
+      case 64:
+        return launch(std::integral_constant<int, 64>{}, paired);
+      case 128:
+        return launch(std::integral_constant<int, 128>{}, paired);
+      default:
+        return launch(std::integral_constant<int, 256>{}, paired);
+    }
+  };
+  return estimator.boxes == 4 ? with_head_dim(std::true_type{}) : with_head_dim(std::false_type{});
 }
 
 // Any head_dim, stride or alignment: a warp per (candidate, KV head), scalar loads, one query
@@ -760,8 +794,9 @@ bool TokensInt4Fits(const float* q, int64_t q_stride, int32_t group, const Paged
       layout.num_kv_heads > 65535) {
     return false;
   }
-  return estimator.boxes > 0 && estimator.boxes % 8 == 0 && q_stride % 4 == 0 && Aligned(q, 16) &&
-         Aligned(summaries, 8) && SummaryBytes(layout, estimator) % 8 == 0;
+  return (estimator.boxes == 4 || (estimator.boxes > 0 && estimator.boxes % 8 == 0)) &&
+         q_stride % 4 == 0 && Aligned(q, 16) && Aligned(summaries, 8) &&
+         SummaryBytes(layout, estimator) % 8 == 0;
 }
 
 template <typename Value>

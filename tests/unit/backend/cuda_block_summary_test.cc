@@ -53,6 +53,8 @@ std::vector<BlockEstimator> Estimators(const PagedKvLayout& layout) {
           {.radius = 1.0f, .precision = SummaryPrecision::kInt8},
           {.boxes = layout.block_tokens, .radius = 0.0f, .precision = SummaryPrecision::kInt4},
           {.boxes = 2, .radius = 0.5f, .precision = SummaryPrecision::kInt4},
+          // Four rows a candidate: the tensor-core kernel's paired groups at every block size.
+          {.boxes = 4, .radius = 0.0f, .precision = SummaryPrecision::kInt4},
           {.boxes = layout.block_tokens,
            .radius = 0.0f,
            .precision = SummaryPrecision::kInt4,
