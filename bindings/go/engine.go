@@ -21,7 +21,7 @@ type EngineParams struct {
 	MaxBatch      int32 // sequences in one step
 	PrefillChunk  int32 // prompt tokens of one request in one step
 	MaxStepTokens int32 // tokens (prefill plus decode) in one step
-	BlockTokens   int32 // tokens of one KV block
+	BlockTokens   int32 // tokens of one KV block; 0: the library's choice (4 offloading, else 8)
 	MaxContext    int32 // prompt plus generated tokens; 0: the model's context
 	// KVCapacityTokens is the KV cache's size in tokens; 0: 8 full contexts, capped by the
 	// backend's memory (pulseinfer.h says how).

@@ -79,6 +79,9 @@ pulse_engine_params DefaultEngineParams() {
   return params;
 }
 
+static_assert(PULSE_OFFLOAD_BLOCK_TOKENS == kOffloadBlockTokens &&
+              PULSE_DENSE_BLOCK_TOKENS == kDenseBlockTokens);
+
 absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params) {
   EngineOptions options;
   options.max_batch = params.max_batch;
@@ -160,8 +163,9 @@ absl::StatusOr<EngineOptions> ToEngineOptions(const pulse_engine_params& params)
   }
   offload.estimator.boxes = params.offload_summary_boxes;
   // The radius and the precision are valid by now: what is left to refuse is the boxes.
-  if (absl::Status status =
-          ValidateEstimator(offload.estimator, PagedKvLayout{.block_tokens = params.block_tokens});
+  if (absl::Status status = ValidateEstimator(
+          offload.estimator,
+          PagedKvLayout{.block_tokens = ResolveBlockTokens(params.block_tokens, true)});
       !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("pulse_engine_params.offload_summary_boxes is ",
                                                    params.offload_summary_boxes, ": ",

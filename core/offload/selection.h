@@ -31,8 +31,8 @@ struct SelectionOptions {
   // Tokens attended at most, the sink and window blocks included (except when those alone exceed
   // it: they are always selected).
   int32_t budget_tokens = 2048;
-  int32_t sink_tokens = 8;
-  int32_t window_tokens = 32;
+  int32_t sink_tokens = 4;
+  int32_t window_tokens = 16;
   // The attention's scale of q.k; 1/sqrt(head_dim) when unset.
   std::optional<float> logit_scale = std::nullopt;
 };

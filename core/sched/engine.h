@@ -53,11 +53,25 @@ enum class AdmissionKind : uint8_t {
   kOffloadEvery,
 };
 
+// The library's KV block size: an engine with offload selects blocks of kOffloadBlockTokens,
+// small enough to find what attention needs at one sixteenth of the context
+// (docs/design/selection.md); one without pages at kDenseBlockTokens, whose longer runs of keys
+// its attention reads faster.
+inline constexpr int32_t kOffloadBlockTokens = 4;
+inline constexpr int32_t kDenseBlockTokens = 8;
+
+// `block_tokens`, or where it is 0 the library's choice for an engine with or without offload.
+constexpr int32_t ResolveBlockTokens(int32_t block_tokens, bool offload) {
+  if (block_tokens != 0) return block_tokens;
+  return offload ? kOffloadBlockTokens : kDenseBlockTokens;
+}
+
 struct EngineOptions {
   int32_t max_batch = 16;         // sequences in one step, 1 to 4096
   int32_t prefill_chunk = 256;    // prompt tokens of one request in one step, >= 1
   int32_t max_step_tokens = 512;  // tokens (prefill + decode) in one step, max_batch to 65536
-  int32_t block_tokens = 8;       // tokens of one KV block, 1 to 4096
+  // Tokens of one KV block, 1 to 4096; 0: the library's choice (BlockTokens()).
+  int32_t block_tokens = 0;
   // KV cache size in tokens; 0: what kv_memory_bytes leaves, or without it 8 full contexts,
   // capped at 70% of the backend's free memory (or at 1 GiB on a backend without a memory limit
   // of its own).
@@ -103,6 +117,8 @@ struct EngineOptions {
   int32_t micro_batches = 0;
 
   absl::Status Validate() const;
+  // block_tokens, or the library's choice for it.
+  int32_t BlockTokens() const { return ResolveBlockTokens(block_tokens, offload.has_value()); }
 };
 
 enum class RequestState : uint8_t { kQueued, kRunning, kFinished };

@@ -31,9 +31,10 @@ absl::Status EngineOptions::Validate() const {
         absl::StrFormat("max_step_tokens = %d is outside [max_batch = %d, %d]", max_step_tokens,
                         max_batch, kMaxStepTokens));
   }
-  if (block_tokens < 1 || block_tokens > kMaxBlockTokens) {
+  if (block_tokens < 0 || block_tokens > kMaxBlockTokens) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("block_tokens = %d is outside [1, %d]", block_tokens, kMaxBlockTokens));
+        absl::StrFormat("block_tokens = %d is outside [0 (the library's choice), %d]", block_tokens,
+                        kMaxBlockTokens));
   }
   if (kv_capacity_tokens < 0) {
     return absl::InvalidArgumentError(

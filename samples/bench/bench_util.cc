@@ -216,6 +216,11 @@ std::vector<int32_t> RandomPrompt(int32_t length, int32_t vocab, uint64_t seed) 
 
 int64_t RoundUp(int64_t tokens, int32_t block) { return (tokens + block - 1) / block * block; }
 
+int32_t EngineBlockTokens(int32_t block_tokens, bool offload) {
+  if (block_tokens != 0) return block_tokens;
+  return offload ? PULSE_OFFLOAD_BLOCK_TOKENS : PULSE_DENSE_BLOCK_TOKENS;
+}
+
 int32_t CopyExecutor(const std::string& name) {
   if (name == "auto") return PULSE_COPY_AUTO;
   if (name == "gather") return PULSE_COPY_GATHER;

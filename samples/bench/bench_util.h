@@ -94,6 +94,9 @@ ModelFacts Describe(pulse_model* model, const std::string& path);
 
 std::vector<int32_t> RandomPrompt(int32_t length, int32_t vocab, uint64_t seed);
 int64_t RoundUp(int64_t tokens, int32_t block);
+// The KV block size of an engine created with pulse_engine_params.block_tokens `block_tokens`
+// (0: the library's choice) and offload on or off.
+int32_t EngineBlockTokens(int32_t block_tokens, bool offload);
 // PULSE_COPY_* of "auto", "gather", "batch-dma" or "per-chunk"; Fail otherwise.
 int32_t CopyExecutor(const std::string& name);
 // Greedy sampling of `max_tokens` tokens, end of sequence ignored.

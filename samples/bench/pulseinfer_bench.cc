@@ -68,6 +68,7 @@ namespace {
 using pulse_bench::Check;
 using pulse_bench::CopyExecutor;
 using pulse_bench::Describe;
+using pulse_bench::EngineBlockTokens;
 using pulse_bench::EngineStats;
 using pulse_bench::Fail;
 using pulse_bench::Greedy;
@@ -104,7 +105,7 @@ struct Args {
   int32_t sink = -1;         // < 0 (as parsed): the library's default
   int32_t window = -1;       // < 0 (as parsed): the library's default
   int32_t slot_tokens = 0;   // a request's device slots; 0 (as parsed): its budget
-  int32_t block_tokens = 0;  // 0 (as parsed): the library's default
+  int32_t block_tokens = 0;  // 0: the library's choice (EngineBlockTokens)
   std::string copy = "auto";
   double summary_radius = -1;     // < 0 (as parsed): the library's default
   int32_t summary_boxes = -1;     // < 0 (as parsed): the library's default
@@ -257,7 +258,6 @@ Args ParseArgs(int argc, char** argv) {
   if (args.slot_tokens == 0) args.slot_tokens = args.budget;
   pulse_engine_params defaults;
   Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
-  if (args.block_tokens == 0) args.block_tokens = defaults.block_tokens;
   if (args.sink < 0) args.sink = defaults.offload_sink_tokens;
   if (args.window < 0) args.window = defaults.offload_window_tokens;
   if (args.summary_radius < 0) args.summary_radius = defaults.offload_summary_radius;
@@ -289,7 +289,7 @@ pulse_engine* CreateEngine(pulse_model* model, int32_t batch, int32_t context, i
   params.max_step_tokens = std::max(chunk, batch);
   params.max_context = context + extra;
   params.block_tokens = args.block_tokens;
-  const int32_t block = args.block_tokens;
+  const int32_t block = EngineBlockTokens(args.block_tokens, mode != "dense");
   // Whole blocks for every request: admission reserves each request's blocks.
   const int64_t request_tokens = RoundUp(context + extra, block);
   params.kv_capacity_tokens = int64_t{batch} * request_tokens;
@@ -407,8 +407,8 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
   const double kv_read = facts.kv_bytes_per_token * attended;
   const double floor_ms = (facts.weight_bytes_read + kv_read) / (args.hbm_gb_s * 1e9) * 1e3;
   // The device memory the KV takes: the KV cache and, offloaded, the slots.
-  const double kv_gib =
-      facts.kv_bytes_per_token * double(device_blocks) * args.block_tokens / double(1u << 30);
+  const double kv_gib = facts.kv_bytes_per_token * double(device_blocks) *
+                        EngineBlockTokens(args.block_tokens, mode != "dense") / double(1u << 30);
   std::string offload =
       ", \"recall_bytes_per_step\": 0, \"pcie_gb_s\": null, \"cache_hit_rate\": null";
   std::string budget = "null";
@@ -429,7 +429,7 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
               ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
               ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
               ", \"window\": " + std::to_string(args.window) +
-              ", \"block_tokens\": " + std::to_string(args.block_tokens) +
+              ", \"block_tokens\": " + std::to_string(EngineBlockTokens(args.block_tokens, true)) +
               ", \"slot_tokens\": " + std::to_string(args.slot_tokens) +
               ", \"summary_radius\": " + Number(args.summary_radius) +
               ", \"summary_boxes\": " + std::to_string(args.summary_boxes) +

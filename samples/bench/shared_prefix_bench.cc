@@ -132,7 +132,7 @@ void Run(pulse_model* model, const pulse_bench::ModelFacts& facts, const Args& a
          pulse_bench::LiveTable& table) {
   pulse_engine_params params;
   Check(pulse_engine_params_init(&params, sizeof(params)), "pulse_engine_params_init");
-  const int32_t block = params.block_tokens;
+  const int32_t block = pulse_bench::EngineBlockTokens(params.block_tokens, true);
   const int32_t prompt_tokens = args.document + args.question;
   // Enough tokens for every request to decode through the others' prefill (staged steps every
   // other step, at worst one request's chunk in each; without the cache, every request's whole
@@ -165,7 +165,8 @@ void Run(pulse_model* model, const pulse_bench::ModelFacts& facts, const Args& a
       ", \"document\": " + std::to_string(args.document) +
       ", \"question\": " + std::to_string(args.question) +
       ", \"requests\": " + std::to_string(requests) +
-      ", \"budget\": " + std::to_string(args.budget);
+      ", \"budget\": " + std::to_string(args.budget) +
+      ", \"block_tokens\": " + std::to_string(block);
   pulse_engine* engine = nullptr;
   const pulse_status created = pulse_engine_create(model, &params, &engine);
   if (created == PULSE_NO_CAPACITY || created == PULSE_OUT_OF_MEMORY) {

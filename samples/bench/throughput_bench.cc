@@ -6,8 +6,8 @@
 //       [--modes dense,offload-headwise,pulse,pulse-offload-every,pulse-headwise,pulse-per-chunk,
 //        pulse-no-interrupt]
 //       [--picks scores,synthetic:0.85] [--budget 2048] [--decode-steps 16] [--micro-batches 0,2]
-//       [--host-codecs raw,fp8] [--prefill-chunk 8192] [--block-tokens 8] [--sink 8]
-//       [--window 32] [--device NAME] [--commit SHA] [--out FILE.jsonl]
+//       [--host-codecs raw,fp8] [--prefill-chunk 8192] [--block-tokens 4] [--sink 4]
+//       [--window 16] [--device NAME] [--commit SHA] [--out FILE.jsonl]
 //
 // For each KV cap, context, concurrency N and mode, one engine whose KV may use the cap in all
 // (pulse_engine_params.kv_memory_bytes: the KV cache, the offload slots and the summaries) takes
@@ -94,7 +94,8 @@ struct Args {
   std::vector<int32_t> micro_batches = {0};  // 0: the adaptive choice
   std::vector<int32_t> host_codecs = {PULSE_HOST_CODEC_RAW};
   int32_t prefill_chunk = 8192;
-  int32_t block_tokens = 0;  // 0 (as parsed): the library's default, as sink and window below 0
+  int32_t block_tokens = 0;  // 0: the library's choice (EngineBlockTokens)
+  // < 0 (as parsed): the library's default
   int32_t sink = -1;
   int32_t window = -1;
   std::string device = "unknown";
@@ -163,7 +164,6 @@ Args ParseArgs(int argc, char** argv) {
   if (args.model.empty()) Fail("--model is required");
   pulse_engine_params defaults;
   Check(pulse_engine_params_init(&defaults, sizeof(defaults)), "pulse_engine_params_init");
-  if (args.block_tokens == 0) args.block_tokens = defaults.block_tokens;
   if (args.sink < 0) args.sink = defaults.offload_sink_tokens;
   if (args.window < 0) args.window = defaults.offload_window_tokens;
   return args;
@@ -212,7 +212,7 @@ pulse_engine* CreateEngine(pulse_model* model, const Args& args, const Point& po
             : PULSE_ADMIT_IO_ADAPTIVE;
     params.micro_batches = point.micro_batches;
     params.offload_host_codec = point.host_codec;
-    const int32_t block = params.block_tokens;
+    const int32_t block = pulse_bench::EngineBlockTokens(args.block_tokens, true);
     params.offload_slot_tokens = int64_t{point.concurrency} * RoundUp(args.budget, block);
     params.offload_host_tokens =
         int64_t{point.concurrency} * RoundUp(point.context + max_tokens, block);
@@ -243,7 +243,8 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
       ", \"context\": " + std::to_string(point.context) +
       ", \"concurrency\": " + std::to_string(point.concurrency) +
       ", \"budget\": " + (point.mode == "dense" ? "null" : std::to_string(args.budget)) +
-      ", \"block_tokens\": " + std::to_string(args.block_tokens) +
+      ", \"block_tokens\": " +
+      std::to_string(pulse_bench::EngineBlockTokens(args.block_tokens, point.mode != "dense")) +
       ", \"sink\": " + std::to_string(args.sink) + ", \"window\": " + std::to_string(args.window) +
       ", \"codec\": " + JsonString(codec) + ", \"picks\": " + JsonString(point.picks) +
       ", \"micro_batch_setting\": " +

@@ -13,10 +13,10 @@ pulse_engine* create_single_engine(pulse_model* model, size_t context,
   pulse_status status = pulse_model_info_get(model, &info);
   if (status == PULSE_OK) {
     if (context > (size_t)info.context_length) context = (size_t)info.context_length;
-    const size_t block = (size_t)params.block_tokens;
     params.max_batch = 1;
     params.max_context = (int32_t)context;
-    const int64_t context_tokens = (int64_t)((context + block - 1) / block * block);
+    /* The library rounds each capacity up to whole blocks. */
+    const int64_t context_tokens = (int64_t)context;
     if (params.kv_capacity_tokens == 0) params.kv_capacity_tokens = context_tokens;
     /* One request: a host tier of its context and slots of its budget are all it can use. */
     if (params.offload_mode != PULSE_OFFLOAD_OFF && params.offload_host_tokens == 0) {

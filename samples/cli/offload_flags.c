@@ -59,7 +59,7 @@ void offload_flags_init(offload_flags* flags, flag_spec* specs) {
       {"--summary-radius", kFlagFloat, &flags->summary_radius, 0, 1},
       {"--summary-boxes", kFlagInt32, &flags->summary_boxes, 0, 4096},
       {"--summary-precision", kFlagString, &flags->summary_precision, 0, 0},
-      {"--block-tokens", kFlagInt32, &flags->block_tokens, 1, 4096},
+      {"--block-tokens", kFlagInt32, &flags->block_tokens, 0, 4096},
       {"--admission", kFlagString, &flags->admission, 0, 0},
       {"--micro-batches", kFlagInt32, &flags->micro_batches, 0, 8},
       {"--kv-tokens", kFlagInt32, &flags->kv_tokens, 1, 1 << 30},

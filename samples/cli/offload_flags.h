@@ -53,7 +53,7 @@ enum { kOffloadFlagCount = 19 };
   "                        (default %d)\n"                                                       \
   "  --summary-precision P summaries as stored: f32, bf16, int8 or int4 (default %s)\n"          \
   "  --block-tokens N      tokens of one KV block, the unit a selection picks and a recall\n"    \
-  "                        moves (default %d)\n"                                                 \
+  "                        moves (default 0: %d with --offload, %d without)\n"                   \
   "  --admission A         which requests are offloaded: adaptive (default: those that do\n"     \
   "                        not fit the KV cache, while recall keeps up) or every\n"              \
   "  --micro-batches N     micro-batches a decode step runs as, one's recall landing while\n"    \
@@ -70,8 +70,8 @@ enum { kOffloadFlagCount = 19 };
   "                        (default)\n"
 #define OFFLOAD_FLAGS_HELP_ARGS(flags)                                                         \
   (int)(flags).budget, (int)(flags).sink, (int)(flags).window, (double)(flags).summary_radius, \
-      (int)(flags).summary_boxes, (flags).summary_precision, (int)(flags).block_tokens,        \
-      (int)(flags).prefill_chunk
+      (int)(flags).summary_boxes, (flags).summary_precision, PULSE_OFFLOAD_BLOCK_TOKENS,       \
+      PULSE_DENSE_BLOCK_TOKENS, (int)(flags).prefill_chunk
 
 /* Sets the defaults (the library's) and writes the kOffloadFlagCount specs to `specs`. */
 void offload_flags_init(offload_flags* flags, flag_spec* specs);

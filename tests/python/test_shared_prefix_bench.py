@@ -31,12 +31,14 @@ def test_requests_over_one_document_share_it_with_the_cache(tool, tmp_path):
         assert record["tokens_per_s"] > 0 and record["timed_steps"] == 4, record
         assert record["ttft_first_ms"] > 0 and record["codec"] == "f32", record
     shared, unshared = records[2], records[3]
-    # The tiny model's blocks are 8 tokens: the three later requests share the document's 128.
+    # The three later requests share the document's 1024 tokens.
     assert (shared["prefix_hits"], shared["prefix_hit_tokens"]) == (3, 3 * 1024)
     assert unshared["prefix_hits"] == 0 and unshared["host_blocks_cached"] == 0
     assert shared["prefill_tokens"] == unshared["prefill_tokens"] - 3 * 1024
-    # The document is held once: three documents' blocks fewer.
-    assert shared["host_blocks_in_use"] == unshared["host_blocks_in_use"] - 3 * 128
+    # The document is held once: three documents' blocks fewer (the library's offloading blocks).
+    assert shared["block_tokens"] == 4
+    assert (shared["host_blocks_in_use"]
+            == unshared["host_blocks_in_use"] - 3 * 1024 // shared["block_tokens"])
     assert (shared["ttft_others_ms_min"] <= shared["ttft_others_ms_p50"]
             <= shared["ttft_others_ms_max"])
     assert records[0]["ttft_others_ms_p50"] is None

@@ -12,10 +12,10 @@
 namespace pulse {
 
 struct SelectionDefaults {
-  int32_t block = EngineOptions{}.block_tokens;
+  int32_t block = EngineOptions{.offload = OffloadConfig{}}.BlockTokens();
   int32_t sink = SelectionOptions{}.sink_tokens;
   int32_t window = SelectionOptions{}.window_tokens;
-  std::string estimator = EstimatorName(OffloadConfig{}.estimator, EngineOptions{}.block_tokens);
+  std::string estimator = EstimatorName(OffloadConfig{}.estimator, block);
 
   // Whether a run with these settings ran with the defaults (the estimator compared by what it
   // is, not by how it was spelled).

@@ -39,6 +39,7 @@ class EngineParams:
     max_batch: int = _ENGINE.max_batch
     prefill_chunk: int = _ENGINE.prefill_chunk
     max_step_tokens: int = _ENGINE.max_step_tokens
+    # Tokens of one KV block; 0 (the default) the library's choice: 4 with offload, 8 without.
     block_tokens: int = _ENGINE.block_tokens
     max_context: int = _ENGINE.max_context
     kv_capacity_tokens: int = _ENGINE.kv_capacity_tokens

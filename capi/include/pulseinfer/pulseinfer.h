@@ -214,13 +214,21 @@ PULSE_API pulse_status pulse_model_info_get(const pulse_model* model, pulse_mode
 
 typedef struct pulse_engine pulse_engine;
 
+/* The KV block size an engine takes for pulse_engine_params.block_tokens 0 (the default): with
+ * offload, blocks small enough to select what attention needs at a sixteenth of the context;
+ * without, longer ones, whose runs of keys dense attention reads faster. */
+#define PULSE_OFFLOAD_BLOCK_TOKENS 4
+#define PULSE_DENSE_BLOCK_TOKENS 8
+
 typedef struct pulse_engine_params {
   uint32_t struct_size;
   int32_t max_batch;       /* sequences in one step; default 16 */
   int32_t prefill_chunk;   /* prompt tokens of one request in one step; default 256 */
   int32_t max_step_tokens; /* tokens (prefill plus decode) in one step; default 512 */
-  int32_t block_tokens;    /* tokens of one KV block, the unit offload selects; default 8 */
-  int32_t max_context;     /* prompt plus generated tokens; 0 (default): the model's context */
+  /* Tokens of one KV block, the unit offload selects; 0 (default): PULSE_OFFLOAD_BLOCK_TOKENS
+   * with offload_mode on, PULSE_DENSE_BLOCK_TOKENS off */
+  int32_t block_tokens;
+  int32_t max_context; /* prompt plus generated tokens; 0 (default): the model's context */
   /* KV cache size in tokens; 0 (default): 8 full contexts, capped at 70% of the free memory of
    * the backend (the GPU's, or what pulse_model_params.memory_limit_bytes leaves), or at 1 GiB of
    * KV on the CPU without a memory limit */
@@ -238,8 +246,8 @@ typedef struct pulse_engine_params {
    * tier's slots, where they stay cached across steps. */
   int32_t offload_mode;          /* PULSE_OFFLOAD_OFF (default), _HEADWISE or _SOLOHEAD */
   int32_t offload_budget_tokens; /* tokens attended at most, sinks and window included; 2048 */
-  int32_t offload_sink_tokens;   /* the first tokens, always attended; default 8 */
-  int32_t offload_window_tokens; /* the last tokens, always attended; default 32 */
+  int32_t offload_sink_tokens;   /* the first tokens, always attended; default 4 */
+  int32_t offload_window_tokens; /* the last tokens, always attended; default 16 */
   /* (With no sink and no window the budget must reach block_tokens, else a step could attend to
    * nothing: PULSE_INVALID_ARGUMENT.) */
   /* Fields appended after version 1. */

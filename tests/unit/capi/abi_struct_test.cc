@@ -208,10 +208,10 @@ TEST(AbiStructs, InitFillsTheDefaults) {
   pulse_engine_params engine;
   ASSERT_EQ(pulse_engine_params_init(&engine, sizeof(engine)), PULSE_OK);
   EXPECT_EQ(engine.max_batch, 16);
-  EXPECT_EQ(engine.block_tokens, 8);
+  EXPECT_EQ(engine.block_tokens, 0);  // the library's choice
   EXPECT_EQ(engine.offload_budget_tokens, 2048);
-  EXPECT_EQ(engine.offload_sink_tokens, 8);
-  EXPECT_EQ(engine.offload_window_tokens, 32);
+  EXPECT_EQ(engine.offload_sink_tokens, 4);
+  EXPECT_EQ(engine.offload_window_tokens, 16);
   EXPECT_EQ(engine.kv_capacity_tokens, 0);
   EXPECT_EQ(engine.offload_executor, PULSE_COPY_AUTO);
   EXPECT_EQ(engine.offload_eviction, PULSE_EVICT_LRU);

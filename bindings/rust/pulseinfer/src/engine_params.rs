@@ -40,7 +40,8 @@ impl EngineParams {
         self
     }
 
-    /// Tokens of one KV block, the unit offload selects (default 8).
+    /// Tokens of one KV block, the unit offload selects; 0 (the default) is the library's choice:
+    /// `PULSE_OFFLOAD_BLOCK_TOKENS` (4) with offload, `PULSE_DENSE_BLOCK_TOKENS` (8) without.
     pub fn block_tokens(mut self, tokens: i32) -> Self {
         self.raw.block_tokens = tokens;
         self
@@ -79,13 +80,13 @@ impl EngineParams {
         self
     }
 
-    /// The first tokens a sparse decode step always attends to (default 8).
+    /// The first tokens a sparse decode step always attends to (default 4).
     pub fn offload_sink_tokens(mut self, tokens: i32) -> Self {
         self.raw.offload_sink_tokens = tokens;
         self
     }
 
-    /// The last tokens a sparse decode step always attends to (default 32).
+    /// The last tokens a sparse decode step always attends to (default 16).
     pub fn offload_window_tokens(mut self, tokens: i32) -> Self {
         self.raw.offload_window_tokens = tokens;
         self
