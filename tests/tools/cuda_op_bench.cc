@@ -52,6 +52,17 @@ struct Args {
   std::vector<int32_t> block_tokens = {8};
 };
 
+// `text` as comma-separated integers into `values`; false if one is not an integer.
+bool ParseIntList(const std::string& text, std::vector<int32_t>& values) {
+  values.clear();
+  for (const absl::string_view item : absl::StrSplit(text, ',')) {
+    int32_t value = 0;
+    if (!absl::SimpleAtoi(item, &value)) return false;
+    values.push_back(value);
+  }
+  return true;
+}
+
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   Args args;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -65,18 +76,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--peak-tflops") {
       ok = absl::SimpleAtod(value, &args.peak_tflops);
     } else if (flag == "--decode-blocks-per-sm") {
-      for (const absl::string_view item : absl::StrSplit(value, ',')) {
-        int32_t blocks = 0;
-        ok = ok && absl::SimpleAtoi(item, &blocks);
-        args.decode_blocks_per_sm.push_back(blocks);
-      }
+      ok = ParseIntList(value, args.decode_blocks_per_sm);
     } else if (flag == "--block-tokens") {
-      args.block_tokens.clear();
-      for (const absl::string_view item : absl::StrSplit(value, ',')) {
-        int32_t tokens = 0;
-        ok = ok && absl::SimpleAtoi(item, &tokens) && (tokens == 4 || tokens == 8 || tokens == 16);
-        args.block_tokens.push_back(tokens);
-      }
+      ok = ParseIntList(value, args.block_tokens) &&
+           std::all_of(args.block_tokens.begin(), args.block_tokens.end(),
+                       [](int32_t tokens) { return tokens == 4 || tokens == 8 || tokens == 16; });
     } else if (flag == "--only") {
       ok = value == "sparse-step";
       args.only_sparse_step = ok;
@@ -354,7 +358,7 @@ absl::Status BenchAttention(Backend& backend, Bench& bench) {
 // int4 copy, one block of sink and four of window tokens: score every block's summary against
 // the step's query rows, aggregate the 32 heads' bounds into a score a block, pick each row's
 // budget's worth of best blocks, build the tables of offloaded rows whose blocks are all resident
-// (every pick a hit), and attend over the 256 picked blocks of each row, scattered in the cache.
+// (every pick a hit), and attend over each row's picked blocks, scattered in the cache.
 absl::Status BenchSparseStep(Backend& backend, Bench& bench, int32_t rows, int32_t context,
                              int32_t block_tokens) {
   constexpr int32_t kBudget = 2048;
