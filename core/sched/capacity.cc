@@ -70,7 +70,7 @@ absl::StatusOr<EngineCapacity> AllocateCapacity(const ShardedModel& sharded,
   const std::shared_ptr<const Model>& model = sharded.shards.front();
   const ModelConfig& config = model->config();
   EngineOptions resolved = options;
-  resolved.block_tokens = options.BlockTokens();
+  resolved.block_tokens = ResolveBlockTokens(options.block_tokens, options.offload.has_value());
   if (resolved.max_context == 0) resolved.max_context = config.max_position;
   if (resolved.max_context < 2 || resolved.max_context > config.max_position) {
     return absl::InvalidArgumentError(

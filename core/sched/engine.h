@@ -70,7 +70,7 @@ struct EngineOptions {
   int32_t max_batch = 16;         // sequences in one step, 1 to 4096
   int32_t prefill_chunk = 256;    // prompt tokens of one request in one step, >= 1
   int32_t max_step_tokens = 512;  // tokens (prefill + decode) in one step, max_batch to 65536
-  // Tokens of one KV block, 1 to 4096; 0: the library's choice (BlockTokens()).
+  // Tokens of one KV block, 1 to 4096; 0: the library's choice (ResolveBlockTokens).
   int32_t block_tokens = 0;
   // KV cache size in tokens; 0: what kv_memory_bytes leaves, or without it 8 full contexts,
   // capped at 70% of the backend's free memory (or at 1 GiB on a backend without a memory limit
@@ -117,8 +117,6 @@ struct EngineOptions {
   int32_t micro_batches = 0;
 
   absl::Status Validate() const;
-  // block_tokens, or the library's choice for it.
-  int32_t BlockTokens() const { return ResolveBlockTokens(block_tokens, offload.has_value()); }
 };
 
 enum class RequestState : uint8_t { kQueued, kRunning, kFinished };

@@ -406,9 +406,9 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
                               : std::min(context_tokens, double(shape.batch) * args.budget);
   const double kv_read = facts.kv_bytes_per_token * attended;
   const double floor_ms = (facts.weight_bytes_read + kv_read) / (args.hbm_gb_s * 1e9) * 1e3;
+  const int32_t block = EngineBlockTokens(args.block_tokens, mode != "dense");
   // The device memory the KV takes: the KV cache and, offloaded, the slots.
-  const double kv_gib = facts.kv_bytes_per_token * double(device_blocks) *
-                        EngineBlockTokens(args.block_tokens, mode != "dense") / double(1u << 30);
+  const double kv_gib = facts.kv_bytes_per_token * double(device_blocks) * block / double(1u << 30);
   std::string offload =
       ", \"recall_bytes_per_step\": 0, \"pcie_gb_s\": null, \"cache_hit_rate\": null";
   std::string budget = "null";
@@ -429,7 +429,7 @@ void BenchDecode(pulse_model* model, const ModelFacts& facts, const Args& args, 
               ", \"cache_hit_rate\": " + (lookups > 0 ? Number(hits / lookups) : "null") +
               ", \"copy\": " + JsonString(args.copy) + ", \"sink\": " + std::to_string(args.sink) +
               ", \"window\": " + std::to_string(args.window) +
-              ", \"block_tokens\": " + std::to_string(EngineBlockTokens(args.block_tokens, true)) +
+              ", \"block_tokens\": " + std::to_string(block) +
               ", \"slot_tokens\": " + std::to_string(args.slot_tokens) +
               ", \"summary_radius\": " + Number(args.summary_radius) +
               ", \"summary_boxes\": " + std::to_string(args.summary_boxes) +

@@ -12,7 +12,7 @@
 namespace pulse {
 
 struct SelectionDefaults {
-  int32_t block = EngineOptions{.offload = OffloadConfig{}}.BlockTokens();
+  int32_t block = kOffloadBlockTokens;
   int32_t sink = SelectionOptions{}.sink_tokens;
   int32_t window = SelectionOptions{}.window_tokens;
   std::string estimator = EstimatorName(OffloadConfig{}.estimator, block);
