@@ -58,19 +58,26 @@ __device__ __forceinline__ void KeepBestScore(const SlotDirectoryView& directory
             static_cast<unsigned long long>(stamped));
 }
 
-// The row whose picks hold pair `pair` of a set: the last with picks_before <= pair.
-__device__ int32_t RowOfPair(const SparseTableRow* rows, int32_t num_rows, int32_t pair) {
+// The last i < n whose start(i) is at most `at` (0 when none), start nondecreasing: the range
+// of a list of consecutive ranges that holds `at`.
+template <typename Start>
+__device__ int32_t RangeOf(int32_t n, int32_t at, Start start) {
   int32_t low = 0;
-  int32_t high = num_rows - 1;
+  int32_t high = n - 1;
   while (low < high) {
     const int32_t middle = (low + high + 1) / 2;
-    if (rows[middle].picks_before <= pair) {
+    if (start(middle) <= at) {
       low = middle;
     } else {
       high = middle - 1;
     }
   }
   return low;
+}
+
+// The row whose picks hold pair `pair` of a set.
+__device__ int32_t RowOfPair(const SparseTableRow* rows, int32_t num_rows, int32_t pair) {
+  return RangeOf(num_rows, pair, [&](int32_t r) { return rows[r].picks_before; });
 }
 
 __device__ __forceinline__ unsigned long long* CounterOf(const SparseTableBuild& build, int32_t row,
@@ -400,20 +407,11 @@ __global__ void __launch_bounds__(kVictimThreads)
       BlockSelectSmallest<kVictimThreads, uint64_t>(
           staged, victims, [&](int32_t i) { return shared.staged[i]; },
           [&](int32_t position, int32_t i) {
-            int32_t low = 0;  // the chunk whose kept keys hold staged key i
-            int32_t high = scratch.chunks - 1;
-            while (low < high) {
-              const int32_t middle = (low + high + 1) / 2;
-              if (shared.block_offsets[middle] <= i) {
-                low = middle;
-              } else {
-                high = middle - 1;
-              }
-            }
-            recalls[position].slot =
-                __ldcg(scratch.candidate_slots + set_candidates + int64_t{low} * kChunkSlots + i -
-                       shared.block_offsets[low]);
-            atomicAdd(&shared.block_counts[low], 1);
+            const int32_t c =
+                RangeOf(scratch.chunks, i, [&](int32_t k) { return shared.block_offsets[k]; });
+            recalls[position].slot = __ldcg(scratch.candidate_slots + set_candidates +
+                                            int64_t{c} * kChunkSlots + i - shared.block_offsets[c]);
+            atomicAdd(&shared.block_counts[c], 1);
           },
           shared.select);
       if (tid == 0) shared.evictable = 0;
