@@ -324,6 +324,7 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
           ", \"staged_requests\": " + std::to_string(state.staged_requests) +
           ", \"predicted_recall_ms\": " + Number(state.predicted_recall_ms) +
           ", \"step_compute_ms\": " + Number(state.step_compute_ms) +
+          ", \"plan_ms\": " + Number((state.selection_ms - first.selection_ms) / steps) +
           ", \"recall_bytes_per_step\": " + Number(recall_bytes / steps) + ", \"recall_gb_s\": " +
           (recall_ms > 0 ? Number(recall_bytes / recall_ms / 1e6) : std::string("null")) +
           ", \"reuse\": " +

@@ -1015,6 +1015,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// A segment's candidates over kDrawTiles blocks: a block a segment left most SMs idle at a few
+// long rows, each candidate a hash.
+constexpr int kDrawTiles = 8;
+
 __global__ void __launch_bounds__(kThreads)
     DrawSyntheticScoresKernel(const int32_t* __restrict__ summary_ids,
                               const ScoreSegment* __restrict__ segments,
@@ -1026,7 +1030,8 @@ __global__ void __launch_bounds__(kThreads)
   if (set >= segment.num_sets) return;
   const int32_t now = *step;
   float* out = scores + segment.scores_first + int64_t{set} * segment.count;
-  for (int32_t i = threadIdx.x; i < segment.count; i += kThreads) {
+  for (int32_t i = static_cast<int32_t>(blockIdx.z * kThreads + threadIdx.x); i < segment.count;
+       i += kDrawTiles * kThreads) {
     out[i] = SyntheticScore(picks, summary_ids[segment.first + i], layer, set, now);
   }
 }
@@ -1068,9 +1073,10 @@ cudaError_t LaunchDrawSyntheticScores(const int32_t* summary_ids, const ScoreSeg
     return cudaErrorInvalidValue;
   }
   if (num_segments == 0) return cudaSuccess;
-  return LaunchKernel(DrawSyntheticScoresKernel,
-                      dim3(static_cast<unsigned>(num_segments), static_cast<unsigned>(max_sets)),
-                      kThreads, 0, stream, summary_ids, segments, step, picks, layer, scores);
+  return LaunchKernel(
+      DrawSyntheticScoresKernel,
+      dim3(static_cast<unsigned>(num_segments), static_cast<unsigned>(max_sets), kDrawTiles),
+      kThreads, 0, stream, summary_ids, segments, step, picks, layer, scores);
 }
 
 }  // namespace pulse::cuda

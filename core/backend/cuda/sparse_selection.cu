@@ -23,7 +23,7 @@ constexpr int kTopThreads = 512;
 
 // A segment of at most this many candidates has its keys staged in shared memory, read there by
 // every pass; a longer one is read from global memory (L1 and L2) by each.
-constexpr int32_t kStagedKeys = 4096;
+constexpr int32_t kStagedKeys = 8192;
 
 __global__ void __launch_bounds__(kTopThreads)
     SelectTopBlocksKernel(const float* __restrict__ scores,
@@ -58,19 +58,26 @@ __device__ __forceinline__ void KeepBestScore(const SlotDirectoryView& directory
             static_cast<unsigned long long>(stamped));
 }
 
-// The row whose picks hold pair `pair` of a set: the last with picks_before <= pair.
-__device__ int32_t RowOfPair(const SparseTableRow* rows, int32_t num_rows, int32_t pair) {
+// The last i < n whose start(i) is at most `at` (0 when none), start nondecreasing: the range
+// of a list of consecutive ranges that holds `at`.
+template <typename Start>
+__device__ int32_t RangeOf(int32_t n, int32_t at, Start start) {
   int32_t low = 0;
-  int32_t high = num_rows - 1;
+  int32_t high = n - 1;
   while (low < high) {
     const int32_t middle = (low + high + 1) / 2;
-    if (rows[middle].picks_before <= pair) {
+    if (start(middle) <= at) {
       low = middle;
     } else {
       high = middle - 1;
     }
   }
   return low;
+}
+
+// The row whose picks hold pair `pair` of a set.
+__device__ int32_t RowOfPair(const SparseTableRow* rows, int32_t num_rows, int32_t pair) {
+  return RangeOf(num_rows, pair, [&](int32_t r) { return rows[r].picks_before; });
 }
 
 __device__ __forceinline__ unsigned long long* CounterOf(const SparseTableBuild& build, int32_t row,
@@ -94,16 +101,18 @@ __device__ __forceinline__ void CountInWarp(const SparseTableBuild& build, bool 
 // slot) run all at once rather than a block's width at a time; a pick block's misses wait in pick
 // order in scratch, with their count, each having claimed its block (kClaimed). The second, when
 // a set has misses, computes every slot's victim key, a block a chunk of slots, and keeps each
-// chunk's smallest few; the last chunk of a set to finish lists the misses, keeps those that
-// lead their block, chooses their victims among those candidates (or among all the keys, when
-// the misses are more than a chunk keeps) and gives the followers their leaders' slots. One block
-// sweeping every slot was the step's largest cost when the device tier holds whole contexts of many
-// requests.
+// chunk's smallest few evictable ones; the last chunk of a set to finish lists the misses, keeps
+// those that lead their block, chooses their victims among those candidates, staged in shared
+// memory, and gives the followers their leaders' slots. The candidates hold the victims unless a
+// chunk that kept fewer keys than the victims and not all its evictable ones saw every kept key
+// chosen: then, or when the candidates are too many to stage, the victims are chosen among all
+// the keys. One block sweeping every slot from L2 was the step's largest cost, both when the
+// device tier holds whole contexts of many requests and when it holds little more than the
+// step's picks (then most slots are used, and the evictable ones are about the victims).
 constexpr int kResolveThreads = 256;
 constexpr int kFixedRowsPerBlock = kResolveThreads / kWarp;  // a warp a row
 constexpr int kVictimThreads = 256;
 constexpr int32_t kChunkSlots = 1024;
-constexpr int32_t kChunkCandidates = 64;
 constexpr int32_t kStagedVictimKeys = 4096;
 
 // A miss claims its block's directory entry with kClaimed + its table index (atomicMin: the
@@ -112,6 +121,13 @@ constexpr int32_t kStagedVictimKeys = 4096;
 // claims left when the victims are chosen are cleared.
 constexpr int32_t kClaimed = INT32_MIN;
 
+// The evictable keys each chunk of a set keeps at most when the set has `misses` (victims are at
+// most the misses): twice a chunk's share of them and some, so that victims spread over the slots
+// as least recently used ones do fall within what each chunk kept.
+__device__ __forceinline__ int32_t KeptPerChunk(int32_t misses, int32_t chunks) {
+  return min(misses, 2 * static_cast<int32_t>(CeilDiv(misses, chunks)) + 32);
+}
+
 struct TableScratch {
   RecallEntry* pending = nullptr;      // [directory sets][pick_blocks * kResolveThreads]
   RecallEntry* listed = nullptr;       // [directory sets][pick_blocks * kResolveThreads]
@@ -119,7 +135,7 @@ struct TableScratch {
   int32_t pick_blocks = 0;             // blocks enough for every row's table width in picks
   int32_t chunks = 0;                  // of kChunkSlots slots
   uint64_t* keys = nullptr;            // [directory sets][slots]: VictimKey, ~0 if used this step
-  uint64_t* candidate_keys = nullptr;  // [directory sets][chunks * kChunkCandidates]
+  uint64_t* candidate_keys = nullptr;  // [directory sets][chunks][kChunkSlots], the kept first
   int32_t* candidate_slots = nullptr;  // the same
   int32_t* chunk_evictable = nullptr;  // [directory sets][chunks]
   uint32_t* chunks_done = nullptr;     // [directory sets], zeroed by the first grid
@@ -289,14 +305,12 @@ __global__ void __launch_bounds__(kVictimThreads)
     scratch.keys[set_slots + slot] = key;
     evictable += used ? 0 : 1;
   }
-  const int64_t candidates_first = (int64_t{set} * scratch.chunks + chunk) * kChunkCandidates;
-  for (int32_t i = tid; i < kChunkCandidates; i += kVictimThreads) {
-    scratch.candidate_keys[candidates_first + i] = ~uint64_t{0};  // none
-    scratch.candidate_slots[candidates_first + i] = -1;
-  }
+  const int64_t set_candidates = int64_t{set} * scratch.chunks * kChunkSlots;
+  const int64_t candidates_first = set_candidates + int64_t{chunk} * kChunkSlots;
   const int32_t chunk_evictable = BlockSum(evictable, shared.evictable);
+  const int32_t kept = min(chunk_evictable, KeptPerChunk(misses, scratch.chunks));
   BlockSelectSmallest<kVictimThreads, uint64_t>(
-      n, min(misses, kChunkCandidates), [&](int32_t i) { return shared.staged[i]; },
+      n, kept, [&](int32_t i) { return shared.staged[i]; },
       [&](int32_t position, int32_t i) {
         scratch.candidate_keys[candidates_first + position] = shared.staged[i];
         scratch.candidate_slots[candidates_first + position] = chunk_first + i;
@@ -366,17 +380,48 @@ __global__ void __launch_bounds__(kVictimThreads)
   }
   const int32_t victims =
       min(min(leaders, build.recalls.capacity), BlockSum(all_evictable, shared.evictable));
-  if (victims <= kChunkCandidates) {
-    // Each chunk kept its min(misses, kChunkCandidates) smallest keys in slot order, so the
-    // victims are the smallest of the candidates, which lie in slot order too.
-    const int64_t first = int64_t{set} * scratch.chunks * kChunkCandidates;
-    SelectSmallestKeys(
-        scratch.candidate_keys + first, scratch.chunks * kChunkCandidates, victims,
-        [&](int32_t position, int32_t i) {
-          recalls[position].slot = __ldcg(scratch.candidate_slots + first + i);
-        },
-        shared);
-  } else {
+  // The victims among the candidates, staged in slot order (chunk by chunk, each chunk's as it
+  // kept them), counting how many each chunk gives. A chunk's evictable keys that it did not keep
+  // are above those it kept, so one of them can be smaller than a victim only if every key it kept
+  // is a victim: with fewer kept than victims, that is the case to choose again over all the keys.
+  bool chosen = false;
+  if (scratch.chunks <= kVictimThreads) {
+    const int32_t per_chunk = KeptPerChunk(misses, scratch.chunks);
+    const int32_t* evictable_of = scratch.chunk_evictable + int64_t{set} * scratch.chunks;
+    const int32_t chunk_kept =
+        tid < scratch.chunks ? min(__ldcg(evictable_of + tid), per_chunk) : 0;
+    int32_t offset = 0;
+    int32_t staged = 0;
+    Scan(shared.scan).ExclusiveSum(chunk_kept, offset, staged);
+    shared.block_offsets[tid] = offset;
+    shared.block_counts[tid] = 0;
+    __syncthreads();
+    if (staged <= kStagedVictimKeys) {
+      for (int32_t c = warp; c < scratch.chunks; c += kVictimThreads / kWarp) {
+        const int32_t at = shared.block_offsets[c];
+        const int32_t count = (c + 1 < scratch.chunks ? shared.block_offsets[c + 1] : staged) - at;
+        const uint64_t* keys = scratch.candidate_keys + set_candidates + int64_t{c} * kChunkSlots;
+        for (int32_t j = lane; j < count; j += kWarp) shared.staged[at + j] = __ldcg(keys + j);
+      }
+      __syncthreads();
+      BlockSelectSmallest<kVictimThreads, uint64_t>(
+          staged, victims, [&](int32_t i) { return shared.staged[i]; },
+          [&](int32_t position, int32_t i) {
+            const int32_t c =
+                RangeOf(scratch.chunks, i, [&](int32_t k) { return shared.block_offsets[k]; });
+            recalls[position].slot = __ldcg(scratch.candidate_slots + set_candidates +
+                                            int64_t{c} * kChunkSlots + i - shared.block_offsets[c]);
+            atomicAdd(&shared.block_counts[c], 1);
+          },
+          shared.select);
+      if (tid == 0) shared.evictable = 0;
+      __syncthreads();
+      const bool unsure = tid < scratch.chunks && chunk_kept < __ldcg(evictable_of + tid) &&
+                          chunk_kept < victims && shared.block_counts[tid] == chunk_kept;
+      chosen = BlockSum(unsure ? 1 : 0, shared.evictable) == 0;
+    }
+  }
+  if (!chosen) {
     SelectSmallestKeys(
         scratch.keys + set_slots, directory.num_slots, victims,
         [&](int32_t position, int32_t slot) { recalls[position].slot = slot; }, shared);
@@ -442,7 +487,7 @@ TableScratch ScratchLayout(const SparseTableBuild& build, char* memory, int64_t&
       static_cast<int32_t>(std::max<int64_t>(1, CeilDiv(build.directory.num_slots, kChunkSlots)));
   const int64_t sets = build.directory.num_sets;
   const int64_t pick_blocks = scratch.pick_blocks;
-  const int64_t candidates = sets * scratch.chunks * kChunkCandidates;
+  const int64_t candidates = sets * scratch.chunks * kChunkSlots;
   bytes = 0;
   const auto take = [&](int64_t size) {
     const int64_t start = bytes;

@@ -109,8 +109,8 @@ TEST_F(CudaSparseSelectionTest, BuildSparseTablesMatchesTheCpuStepAfterStep) {
   for (const TableCase& c :
        {TableCase{1, 40, false}, TableCase{1, 40, true}, TableCase{8, 24, false},
         TableCase{1, 4096, false}, TableCase{2, 3000, true}, TableCase{1, 5000, true},
-        TableCase{1, 70000, false}, TableCase{1, 40, true, true}, TableCase{8, 24, false, true},
-        TableCase{1, 4096, true, true}}) {
+        TableCase{1, 70000, false}, TableCase{1, 70000, true}, TableCase{1, 40, true, true},
+        TableCase{8, 24, false, true}, TableCase{1, 4096, true, true}}) {
     SCOPED_TRACE(::testing::Message() << c.sets << " sets, " << c.slots << " slots, score-aware "
                                       << c.score_aware << ", shared " << c.shared);
     std::mt19937 rng(static_cast<uint32_t>(c.sets * 7919 + c.slots));
