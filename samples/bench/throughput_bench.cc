@@ -311,9 +311,10 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
   const int64_t lookups =
       (state.slot_hits - first.slot_hits) + (state.slot_misses - first.slot_misses);
   const double steps = static_cast<double>(step_ms.size());
+  const double tokens_per_s = static_cast<double>(tokens) / seconds;
   records.Write(
       "throughput",
-      fields + ", \"fits\": true, \"tokens_per_s\": " + Number(tokens / seconds) +
+      fields + ", \"fits\": true, \"tokens_per_s\": " + Number(tokens_per_s) +
           ", \"tpot_ms_p50\": " + Number(Percentile(step_ms, 0.5)) + ", \"tpot_ms_p99\": " +
           Number(Percentile(step_ms, 0.99)) + ", \"running\": " + Number(Percentile(running, 0.5)) +
           ", \"running_offloaded\": " + std::to_string(state.running_offloaded) +
@@ -329,11 +330,13 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
           (recall_ms > 0 ? Number(recall_bytes / recall_ms / 1e6) : std::string("null")) +
           ", \"reuse\": " +
           (state.sparse_picked_blocks > first.sparse_picked_blocks
-               ? Number(double(state.sparse_reused_blocks - first.sparse_reused_blocks) /
-                        double(state.sparse_picked_blocks - first.sparse_picked_blocks))
+               ? Number(
+                     static_cast<double>(state.sparse_reused_blocks - first.sparse_reused_blocks) /
+                     static_cast<double>(state.sparse_picked_blocks - first.sparse_picked_blocks))
                : std::string("null")) +
           ", \"cache_hit_rate\": " +
-          (lookups > 0 ? Number(double(state.slot_hits - first.slot_hits) / lookups)
+          (lookups > 0 ? Number(static_cast<double>(state.slot_hits - first.slot_hits) /
+                                static_cast<double>(lookups))
                        : std::string("null")) +
           ", \"kv_memory_bytes\": " + std::to_string(state.kv_memory_bytes) +
           ", \"kv_blocks\": " + std::to_string(state.kv_blocks) +
@@ -344,9 +347,9 @@ void Run(pulse_model* model, const ModelFacts& facts, const Args& args, const Po
           ", \"timed_steps\": " + std::to_string(step_ms.size()));
   table.Row({point.mode, point.picks, codec, std::to_string(point.kv_bytes >> 20),
              std::to_string(point.context), std::to_string(point.concurrency),
-             pulse_bench::Fixed(tokens / seconds, 1),
-             pulse_bench::Fixed(Percentile(step_ms, 0.5), 2), Number(Percentile(running, 0.5)),
-             std::to_string(state.running_offloaded), std::to_string(state.queued)});
+             pulse_bench::Fixed(tokens_per_s, 1), pulse_bench::Fixed(Percentile(step_ms, 0.5), 2),
+             Number(Percentile(running, 0.5)), std::to_string(state.running_offloaded),
+             std::to_string(state.queued)});
   pulse_engine_free(engine);
 }
 
