@@ -56,6 +56,8 @@ def test_at_equal_kv_memory_offloading_runs_what_dense_cannot(tool, tmp_path):
     assert 0 <= offloaded["split_steps"] <= offloaded["timed_steps"]
     assert 0 <= offloaded["probe_steps"] <= offloaded["timed_steps"]
     assert offloaded["retried_steps"] == 0
+    # The host plans the sparse rows' selection each step; a dense step plans none.
+    assert offloaded["plan_ms"] > 0 and dense["plan_ms"] == 0, (offloaded, dense)
     # The live table's rows, then the final table: the last line is the last run's.
     assert stderr.splitlines()[-1].split()[:6] == [
         "pulse-no-interrupt", "scores", "f32", "2", "1536", "4"]
