@@ -121,11 +121,11 @@ constexpr int32_t kStagedVictimKeys = 4096;
 // claims left when the victims are chosen are cleared.
 constexpr int32_t kClaimed = INT32_MIN;
 
-// The evictable keys each chunk of a set keeps at most when the set has `misses` (victims are at
-// most the misses): twice a chunk's share of them and some, so that victims spread over the slots
-// as least recently used ones do fall within what each chunk kept.
-__device__ __forceinline__ int32_t KeptPerChunk(int32_t misses, int32_t chunks) {
-  return min(misses, 2 * static_cast<int32_t>(CeilDiv(misses, chunks)) + 32);
+// The evictable keys a chunk of a set keeps, of its `evictable`, when the set has `misses`
+// (victims are at most the misses): twice a chunk's share of them and some, so that victims
+// spread over the slots as least recently used ones do fall within what each chunk kept.
+__device__ __forceinline__ int32_t KeptOfChunk(int32_t evictable, int32_t misses, int32_t chunks) {
+  return min(evictable, min(misses, 2 * static_cast<int32_t>(CeilDiv(misses, chunks)) + 32));
 }
 
 struct TableScratch {
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kVictimThreads)
   const int64_t set_candidates = int64_t{set} * scratch.chunks * kChunkSlots;
   const int64_t candidates_first = set_candidates + int64_t{chunk} * kChunkSlots;
   const int32_t chunk_evictable = BlockSum(evictable, shared.evictable);
-  const int32_t kept = min(chunk_evictable, KeptPerChunk(misses, scratch.chunks));
+  const int32_t kept = KeptOfChunk(chunk_evictable, misses, scratch.chunks);
   BlockSelectSmallest<kVictimThreads, uint64_t>(
       n, kept, [&](int32_t i) { return shared.staged[i]; },
       [&](int32_t position, int32_t i) {
@@ -386,13 +386,14 @@ __global__ void __launch_bounds__(kVictimThreads)
   // is a victim: with fewer kept than victims, that is the case to choose again over all the keys.
   bool chosen = false;
   if (scratch.chunks <= kVictimThreads) {
-    const int32_t per_chunk = KeptPerChunk(misses, scratch.chunks);
-    const int32_t* evictable_of = scratch.chunk_evictable + int64_t{set} * scratch.chunks;
-    const int32_t chunk_kept =
-        tid < scratch.chunks ? min(__ldcg(evictable_of + tid), per_chunk) : 0;
+    // Thread c speaks for chunk c.
+    const int32_t evictable_c =
+        tid < scratch.chunks ? __ldcg(scratch.chunk_evictable + int64_t{set} * scratch.chunks + tid)
+                             : 0;
+    const int32_t kept_c = KeptOfChunk(evictable_c, misses, scratch.chunks);
     int32_t offset = 0;
     int32_t staged = 0;
-    Scan(shared.scan).ExclusiveSum(chunk_kept, offset, staged);
+    Scan(shared.scan).ExclusiveSum(kept_c, offset, staged);
     shared.block_offsets[tid] = offset;
     shared.block_counts[tid] = 0;
     __syncthreads();
@@ -416,8 +417,8 @@ __global__ void __launch_bounds__(kVictimThreads)
           shared.select);
       if (tid == 0) shared.evictable = 0;
       __syncthreads();
-      const bool unsure = tid < scratch.chunks && chunk_kept < __ldcg(evictable_of + tid) &&
-                          chunk_kept < victims && shared.block_counts[tid] == chunk_kept;
+      const bool unsure =
+          kept_c < evictable_c && kept_c < victims && shared.block_counts[tid] == kept_c;
       chosen = BlockSum(unsure ? 1 : 0, shared.evictable) == 0;
     }
   }
