@@ -4,8 +4,8 @@
 //       [--weight-type auto|f32|bf16|quantized]
 //       [--decode 1x4096,8x16384] [--decode-steps N] [--prefill CONTEXT]
 //       [--prefill-chunk TOKENS] [--hbm-gb-s 4250] [--peak-tflops 790]
-//       [--modes dense,solohead,headwise] [--budget 2048] [--sink 8] [--window 32]
-//       [--slot-tokens TOKENS] [--block-tokens TOKENS]
+//       [--modes dense,solohead,headwise] [--budget 2048] [--sink TOKENS] [--window TOKENS]
+//       [--slot-tokens TOKENS] [--block-tokens TOKENS] (the library's defaults where left out)
 //       [--copy auto|gather|batch-dma|per-chunk] [--summary-radius R] [--summary-boxes N]
 //       [--summary-precision f32|bf16|int8|int4] [--admission every|adaptive] [--graphs on,off]
 //       [--micro-batches 0,1,2] [--fill-free-slots on,off] [--host-codecs raw,fp8]
