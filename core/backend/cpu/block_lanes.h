@@ -1,6 +1,7 @@
 // A block of ggml's 32-value types (Q8_0, Q4_0, Q4_1) as two Vecs of fp32, decoded exactly as the
 // GGUF reader decodes them (core/base/ggml_blocks.h: the integer converted to float, times its
-// scale, plus its offset, each step rounded on its own). A GEMM over weights kept in blocks
+// scale, plus its offset, each step rounded on its own; the product is exact, so one fused
+// rounding of both steps gives the same value). A GEMM over weights kept in blocks
 // therefore computes what it computes over the reader's fp32 weights, bit for bit, while reading a
 // quarter to an eighth of the bytes.
 #pragma once
@@ -84,14 +85,20 @@ inline IntVec WidenBytes(const std::byte* p) {
   return v;
 }
 
-// float(q) * scale (+ offset), lane by lane: the reader's two roundings.
+// float(q) * scale (+ offset), lane by lane: the reader's values. The product of a 4- or 8-bit
+// integer and a half is exact in fp32, so the fused q * scale + offset rounds once where the
+// reader rounds twice, to the same value.
 template <bool kOffset>
 inline Vec Scaled(const IntVec& q, float scale, float offset) {
   Vec v;
   PULSE_UNROLL_LANES
   for (int part = 0; part < kParts; ++part) {
-    v.part[part] = __builtin_convertvector(q.part[part], Part) * scale;
-    if constexpr (kOffset) v.part[part] = v.part[part] + offset;
+    const Part value = __builtin_convertvector(q.part[part], Part);
+    if constexpr (kOffset) {
+      v.part[part] = MulAdd(value, Part{} + scale, Part{} + offset);
+    } else {
+      v.part[part] = value * scale;
+    }
   }
   return v;
 }
@@ -118,19 +125,24 @@ template <DType kType>
     // Values j and j + 16 share byte j: the low nibble and the high one.
     const IntVec bytes = WidenBytes<UnsignedBytePart>(block + (kType == DType::kQ4_0 ? 2 : 4));
 #if PULSE_CPU_LEVEL == PULSE_CPU_LEVEL_AVX512
-    // A nibble has sixteen values: decode those once (the same two roundings) and look every
+    // A nibble has sixteen values: decode those once (the reader's values) and look every
     // value up, rather than converting and scaling each one.
-    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 table;
     if constexpr (kType == DType::kQ4_0) {
-      table = _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(8)), _mm512_set1_ps(d));
+      table = _mm512_mul_ps(_mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7),
+                            _mm512_set1_ps(d));
     } else {
-      table =
-          _mm512_add_ps(_mm512_mul_ps(q, _mm512_set1_ps(d)), _mm512_set1_ps(BlockHalf(block + 2)));
+      // The scale and the minimum, two halves side by side, converted in one instruction. q * d
+      // is exact (4 bits times 11), so one fused rounding of q * d + m is the reader's two.
+      int32_t scale_and_minimum;
+      std::memcpy(&scale_and_minimum, block, sizeof(scale_and_minimum));
+      const __m512 pairs = _mm512_cvtph_ps(_mm256_set1_epi32(scale_and_minimum));
+      table = _mm512_fmadd_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_permute_ps(pairs, 0x00), _mm512_permute_ps(pairs, 0x55));
     }
+    // The lookup reads an index's low four bits: the low nibble needs no mask.
     const __m512i nibbles = (__m512i)bytes.part[0];
-    out[0].part[0] =
-        _mm512_permutexvar_ps(_mm512_and_si512(nibbles, _mm512_set1_epi32(0x0F)), table);
+    out[0].part[0] = _mm512_permutexvar_ps(nibbles, table);
     out[1].part[0] = _mm512_permutexvar_ps(_mm512_srli_epi32(nibbles, 4), table);
 #else
     IntVec low;
