@@ -221,17 +221,18 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
                         sequences.size(), tokens, step.max_seqs, step.max_step_tokens));
   }
   const int32_t block_tokens = layout_.block_tokens;
-  std::vector<int32_t> summary_ids;
-  std::vector<int32_t> query_rows;
-  std::vector<int32_t> candidate_blocks;
-  std::vector<int32_t> fixed;
-  std::vector<ScoreSegment> segments;
-  std::vector<SparseTableRow> rows;
-  std::vector<int32_t> filled_blocks;
-  std::vector<int32_t> filled_summaries;
-  std::vector<WriteBackEntry> writebacks;
-  std::vector<WriteBackEntry> departed;
-  std::vector<SparseAttentionStats> row_stats;
+  plan_lists_.Clear();
+  std::vector<int32_t>& summary_ids = plan_lists_.summary_ids;
+  std::vector<int32_t>& query_rows = plan_lists_.query_rows;
+  std::vector<int32_t>& candidate_blocks = plan_lists_.candidate_blocks;
+  std::vector<int32_t>& fixed = plan_lists_.fixed;
+  std::vector<ScoreSegment>& segments = plan_lists_.segments;
+  std::vector<SparseTableRow>& rows = plan_lists_.rows;
+  std::vector<int32_t>& filled_blocks = plan_lists_.filled_blocks;
+  std::vector<int32_t>& filled_summaries = plan_lists_.filled_summaries;
+  std::vector<WriteBackEntry>& writebacks = plan_lists_.writebacks;
+  std::vector<WriteBackEntry>& departed = plan_lists_.departed;
+  std::vector<SparseAttentionStats>& row_stats = plan_lists_.row_stats;
   std::vector<uint64_t> row_keys;
   std::vector<bool> sparse(sequences.size(), false);
   std::optional<SelectionMode> mode = step_mode_;
@@ -290,20 +291,26 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
     num_sets = selector.num_sets();
     mode = sequence.selection->mode;
     const auto first_candidate = static_cast<int32_t>(summary_ids.size());
-    for (int32_t logical = partition.sink_end; logical < partition.window_begin; ++logical) {
-      const auto at = static_cast<size_t>(logical);
-      if (offloaded) {
-        summary_ids.push_back(summaries_.host_id(sequence.host_blocks[at]));
-        candidate_blocks.push_back(sequence.host_blocks[at]);
-      } else {
-        if (sequence.blocks[at] < 0) {
-          return absl::FailedPreconditionError(absl::StrFormat(
-              "block %d of sequence %d is not resident, and the sequence is not offloaded", logical,
-              s));
-        }
-        summary_ids.push_back(summaries_.dense_id(sequence.blocks[at]));
-        candidate_blocks.push_back(sequence.blocks[at]);
+    if (offloaded && partition.window_begin > partition.sink_end) {
+      // Every candidate of an offloaded row is a host-tier block: appended whole.
+      const auto first = sequence.host_blocks.begin() + partition.sink_end;
+      const auto last = sequence.host_blocks.begin() + partition.window_begin;
+      candidate_blocks.insert(candidate_blocks.end(), first, last);
+      summary_ids.resize(summary_ids.size() + static_cast<size_t>(last - first));
+      std::transform(first, last, summary_ids.end() - (last - first),
+                     [this](int32_t block) { return summaries_.host_id(block); });
+      query_rows.insert(query_rows.end(), static_cast<size_t>(last - first), sequence.first_row);
+    }
+    for (int32_t logical = partition.sink_end; !offloaded && logical < partition.window_begin;
+         ++logical) {
+      const int32_t block = sequence.blocks[static_cast<size_t>(logical)];
+      if (block < 0) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "block %d of sequence %d is not resident, and the sequence is not offloaded", logical,
+            s));
       }
+      summary_ids.push_back(summaries_.dense_id(block));
+      candidate_blocks.push_back(block);
       query_rows.push_back(sequence.first_row);
     }
     const auto fixed_first = static_cast<int32_t>(fixed.size());
@@ -468,6 +475,20 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
   stats_.planning_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return absl::OkStatus();
+}
+
+void SparseAttention::PlanLists::Clear() {
+  summary_ids.clear();
+  query_rows.clear();
+  candidate_blocks.clear();
+  fixed.clear();
+  segments.clear();
+  rows.clear();
+  filled_blocks.clear();
+  filled_summaries.clear();
+  writebacks.clear();
+  departed.clear();
+  row_stats.clear();
 }
 
 bool SparseAttention::Attends(const SparseStep& step) const { return step.num_rows > 0; }

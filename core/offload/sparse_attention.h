@@ -222,6 +222,23 @@ class SparseAttention {
   absl::Status CheckMove(std::span<const int32_t> device_blocks,
                          std::span<const int32_t> host_blocks) const;
 
+  // The lists Plan builds a step's plan in before staging it, kept from step to step so that a
+  // steady decode step allocates none of them.
+  struct PlanLists {
+    std::vector<int32_t> summary_ids;
+    std::vector<int32_t> query_rows;
+    std::vector<int32_t> candidate_blocks;
+    std::vector<int32_t> fixed;
+    std::vector<ScoreSegment> segments;
+    std::vector<SparseTableRow> rows;
+    std::vector<int32_t> filled_blocks;
+    std::vector<int32_t> filled_summaries;
+    std::vector<WriteBackEntry> writebacks;
+    std::vector<WriteBackEntry> departed;
+    std::vector<SparseAttentionStats> row_stats;
+    void Clear();
+  };
+
   Backend& backend_;
   const std::vector<void*> layers_;  // the cache's memory, a layer each
   const PagedKvLayout layout_;
@@ -238,6 +255,7 @@ class SparseAttention {
   SparseAttentionStats stats_;
   absl::flat_hash_map<uint64_t, SparseAttentionStats> key_stats_;
   OffloadStats offload_stats_;
+  PlanLists plan_lists_;
   DeviceBuffer move_lists_;               // MoveToHost's uploaded lists, grown as needed
   DeviceBuffer slot_layers_;              // SlotLayer [layers], for AdoptFreeSlots
   std::unique_ptr<CopyEvent> move_done_;  // the end of the last move's copies
