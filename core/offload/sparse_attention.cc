@@ -291,27 +291,28 @@ absl::Status SparseAttention::Plan(std::span<const SparseSequence> sequences, in
     num_sets = selector.num_sets();
     mode = sequence.selection->mode;
     const auto first_candidate = static_cast<int32_t>(summary_ids.size());
-    if (offloaded && partition.window_begin > partition.sink_end) {
+    if (offloaded) {
       // Every candidate of an offloaded row is a host-tier block: appended whole.
-      const auto first = sequence.host_blocks.begin() + partition.sink_end;
-      const auto last = sequence.host_blocks.begin() + partition.window_begin;
-      candidate_blocks.insert(candidate_blocks.end(), first, last);
-      summary_ids.resize(summary_ids.size() + static_cast<size_t>(last - first));
-      std::transform(first, last, summary_ids.end() - (last - first),
+      const std::span<const int32_t> candidates = sequence.host_blocks.subspan(
+          static_cast<size_t>(partition.sink_end), static_cast<size_t>(partition.num_candidates()));
+      candidate_blocks.insert(candidate_blocks.end(), candidates.begin(), candidates.end());
+      summary_ids.resize(summary_ids.size() + candidates.size());
+      std::transform(candidates.begin(), candidates.end(),
+                     summary_ids.end() - static_cast<std::ptrdiff_t>(candidates.size()),
                      [this](int32_t block) { return summaries_.host_id(block); });
-      query_rows.insert(query_rows.end(), static_cast<size_t>(last - first), sequence.first_row);
-    }
-    for (int32_t logical = partition.sink_end; !offloaded && logical < partition.window_begin;
-         ++logical) {
-      const int32_t block = sequence.blocks[static_cast<size_t>(logical)];
-      if (block < 0) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "block %d of sequence %d is not resident, and the sequence is not offloaded", logical,
-            s));
+      query_rows.insert(query_rows.end(), candidates.size(), sequence.first_row);
+    } else {
+      for (int32_t logical = partition.sink_end; logical < partition.window_begin; ++logical) {
+        const int32_t block = sequence.blocks[static_cast<size_t>(logical)];
+        if (block < 0) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "block %d of sequence %d is not resident, and the sequence is not offloaded", logical,
+              s));
+        }
+        summary_ids.push_back(summaries_.dense_id(block));
+        candidate_blocks.push_back(block);
+        query_rows.push_back(sequence.first_row);
       }
-      summary_ids.push_back(summaries_.dense_id(block));
-      candidate_blocks.push_back(block);
-      query_rows.push_back(sequence.first_row);
     }
     const auto fixed_first = static_cast<int32_t>(fixed.size());
     for (const auto& [begin, end] : {std::pair{0, partition.sink_end},
